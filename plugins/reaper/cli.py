@@ -1,0 +1,161 @@
+"""``reaper evaluate``: run the policy on exports of a real fleet and show what a phase would do.
+
+It calls the same :func:`reaper.policy.evaluate` as the DAGs, so what it prints
+is exactly what that phase would report and delete given the same evidence.
+It never deletes anything. Exit 0 on success, 2 on invalid config or input
+(one message on stderr, nothing on stdout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TextIO
+
+from reaper import exports
+from reaper.config import ConfigError, config_path, load_config
+from reaper.model import Action, Decision, Evidence, Phase, Plan, Resource
+from reaper.policy import evaluate
+
+
+def _timestamp(text: str) -> datetime:
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an RFC 3339 timestamp such as 2026-11-29T12:00:00Z, got {text!r}")
+    if when.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"expected a timestamp with an offset (Z or +hh:mm), got {text!r}")
+    return when
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="reaper", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    ev = commands.add_parser("evaluate", help="what-if: evaluate a phase's policy on fleet exports")
+    ev.add_argument("--config", help="config file (default: $REAPER_CONFIG, else include/reaper.yaml)")
+    ev.add_argument("--now", type=_timestamp, help="evaluation time, RFC 3339 (default: the current time)")
+    ev.add_argument(
+        "--phase", choices=[p.value for p in Phase], default=Phase.REPORT_ONLY.value, help="rollout phase"
+    )
+    ev.add_argument("--gce", action="append", default=[], metavar="FILE", help="gcloud instances JSON export")
+    ev.add_argument("--k8s", action="append", default=[], metavar="FILE", help="kubectl List JSON export")
+    ev.add_argument("--cluster", default="default", help="scope name of the --k8s objects (default: default)")
+    ev.add_argument("--runs", metavar="FILE", help="run-store documents; omitted: the store is unknown")
+    ev.add_argument("--leases", metavar="FILE", help="run keys whose lease is held; omitted: leases unknown")
+    ev.add_argument("--writer-health", metavar="FILE", help="heartbeat-writer reports; omitted: unknown")
+    ev.add_argument("--format", choices=["json", "table"], default="table")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    out = out or sys.stdout
+    try:
+        plan = _evaluate(args)
+    except ConfigError as exc:
+        print(f"reaper: {exc}", file=sys.stderr)
+        return 2
+    if args.format == "json":
+        json.dump(plan_json(plan), out, indent=2, sort_keys=False)
+        out.write("\n")
+    else:
+        write_table(plan, out)
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> Plan:
+    config = load_config(config_path(args.config))
+    resources: list[Resource] = []
+    for path in args.gce:
+        resources.extend(exports.load_gce(path))
+    for path in args.k8s:
+        resources.extend(exports.load_k8s(path, args.cluster))
+    evidence = Evidence(
+        writer_health=exports.load_writer_health(args.writer_health) if args.writer_health else None,
+        leases=exports.load_leases(args.leases) if args.leases else None,
+        runs=exports.load_runs(args.runs) if args.runs else None,
+    )
+    now = args.now or datetime.now(UTC)
+    return evaluate(resources, evidence, config, Phase(args.phase), now)
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
+
+
+def decision_json(d: Decision) -> dict[str, object]:
+    r = d.resource
+    return {
+        "target": d.target,
+        "scope": r.scope,
+        "kind": r.kind,
+        "location": r.location,
+        "name": r.name,
+        "uid": r.uid if d.target == "k8s" else r.id,  # type: ignore[union-attr]
+        "action": d.action.value,
+        "rule": d.rule,
+        "reason": d.reason,
+        "evidence": d.evidence,
+    }
+
+
+def _order(d: Decision) -> tuple[str, str, str, str, str]:
+    r = d.resource
+    return (d.target, r.scope, r.location, r.kind, r.name)
+
+
+def plan_json(plan: Plan) -> dict[str, object]:
+    return {
+        "phase": plan.phase.value,
+        "now": _iso(plan.now),
+        "decisions": [decision_json(d) for d in sorted(plan.decisions, key=_order)],
+        "scopes": [
+            {
+                "target": v.target,
+                "scope": v.scope,
+                "verdict": v.verdict,
+                "holds": list(v.holds),
+                "overridden": list(v.overridden),
+                **v.details,
+            }
+            for v in plan.scopes
+        ],
+        "census": plan.census,
+        "capped": plan.capped,
+    }
+
+
+def write_table(plan: Plan, out: TextIO) -> None:
+    """A summary for people: one line per scope, then every decision that is not keep."""
+    counts: Counter[tuple[str, str, Action]] = Counter((d.target, d.scope, d.action) for d in plan.decisions)
+    out.write(f"phase {plan.phase.value} at {_iso(plan.now)}\n\n")
+    rows = [("TARGET", "SCOPE", "VERDICT", "KEEP", "REPORT", "DELETE")]
+    for v in plan.scopes:
+        verdict = ",".join(v.holds) or "ok"
+        if v.overridden:
+            verdict += f" (overridden: {','.join(v.overridden)})"
+        rows.append(
+            (v.target, v.scope, verdict)
+            + tuple(str(counts[(v.target, v.scope, a)]) for a in (Action.KEEP, Action.REPORT, Action.DELETE))
+        )
+    _columns(rows, out)
+    for target, would_delete in plan.capped.items():
+        out.write(f"\n{target}: {would_delete} deletions exceed max_deletions_per_sweep; all reported instead\n")
+    acted = sorted((d for d in plan.decisions if d.action is not Action.KEEP), key=_order)
+    if acted:
+        out.write("\n")
+        rows = [("ACTION", "TARGET", "SCOPE", "KIND", "LOCATION", "NAME", "RULE", "REASON")]
+        for d in acted:
+            r = d.resource
+            rows.append((d.action.value, d.target, r.scope, r.kind, r.location, r.name, d.rule or "", d.reason))
+        _columns(rows, out)
+
+
+def _columns(rows: list[tuple[str, ...]], out: TextIO) -> None:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() + "\n")

@@ -1,0 +1,226 @@
+"""The reaper's configuration: one YAML file validated into typed, frozen settings.
+
+Every key of DESIGN.md sections 4 to 6 lives here with its documented default.
+A config that fails validation raises :class:`ConfigError` with one message
+naming the file, the key path and what was expected; callers must then run
+nothing (an invalid config never reaches the policy, so nothing is deleted).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from enum import IntEnum
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from reaper.durations import parse_duration
+
+DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "include" / "reaper.yaml"
+CONFIG_ENV = "REAPER_CONFIG"
+
+
+class ConfigError(Exception):
+    """Invalid configuration or input: the message names the file, the key and what was expected."""
+
+
+class Mode(IntEnum):
+    """A rule's mode. Ordered, so the effective mode is a plain ``min()``."""
+
+    OFF = 0
+    REPORT = 1
+    DELETE = 2
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+
+def _mode(value: object) -> Mode:
+    if isinstance(value, Mode):
+        return value
+    if isinstance(value, str) and value.lower() in ("off", "report", "delete"):
+        return Mode[value.upper()]
+    raise ValueError(f"expected one of off, report, delete, got {value!r}")
+
+
+def _label_pair(value: object) -> tuple[str, str]:
+    """``key=value`` (the notation of DESIGN.md) into a (key, value) pair."""
+    if isinstance(value, tuple):
+        return value
+    if isinstance(value, str) and value.count("=") == 1:
+        key, val = (part.strip() for part in value.split("="))
+        if key:
+            return key, val
+    raise ValueError(f"expected a label as key=value (e.g. reaper_keep=true), got {value!r}")
+
+
+Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+RuleMode = Annotated[Mode, BeforeValidator(_mode)]
+LabelPair = Annotated[tuple[str, str], BeforeValidator(_label_pair)]
+Selector = Annotated[dict[str, str], Field(min_length=1)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class GceConfig(_Section):
+    enabled: bool = True
+    projects: list[str] = []
+    selector: Selector = {"ci_ephemeral": "true"}
+    heartbeat_label: str = Field("runner_manager_heartbeat", min_length=1)
+    max_job_timeout: Duration = timedelta(hours=3)
+    slack: Duration = timedelta(hours=1)
+    clock_skew: Duration = timedelta(minutes=5)
+    terminated_grace: Duration = timedelta(minutes=10)
+    unlabeled_max_age: Duration = timedelta(days=3)
+    writer_stale_after: Duration = timedelta(minutes=30)
+    opt_out_label: LabelPair = ("reaper_keep", "true")
+    protected_projects: list[str] = []
+
+    @property
+    def quarantine(self) -> timedelta:
+        """``Q``: a heartbeat older than this means no live manager tracks the instance."""
+        return self.max_job_timeout + self.slack
+
+
+class K8sConfig(_Section):
+    enabled: bool = True
+    clusters: list[str] = ["kubernetes_default"]
+    selector: Selector = {"iterion.io/managed": "true"}
+    run_label: str = Field("iterion.io/run-id", min_length=1)
+    terminal_statuses: list[str] = Field(["succeeded", "failed", "cancelled"], min_length=1)
+    min_age: Duration = timedelta(minutes=5)
+    lease_clock_skew: Duration = timedelta(seconds=30)
+    results_sidecar: str = "results-egress"
+    opt_out_label: LabelPair = ("reaper.io/keep", "true")
+    protected_namespaces: list[str] = ["kube-system"]
+    lease_source: Literal["nats", "mongo", "none"] = "nats"
+    run_store: Literal["mongo", "none"] = "mongo"
+    step_store: Literal["postgres", "none"] = "none"
+    step_label: str = "iterion.io/step"
+    attempt_label: str = "iterion.io/attempt"
+    step_failed_statuses: list[str] = ["failed"]
+
+    @field_validator("terminal_statuses", "step_failed_statuses")
+    @classmethod
+    def _lower(cls, statuses: list[str]) -> list[str]:
+        return [s.lower() for s in statuses]
+
+
+class BudgetConfig(_Section):
+    min_stale: int = Field(3, ge=0)
+    max_stale_fraction: float = Field(0.5, ge=0.0, le=1.0)
+
+
+class RulesConfig(_Section):
+    """Configured mode per rule. Config can only restrict: the phase preset is the ceiling."""
+
+    terminated: RuleMode = Mode.DELETE
+    heartbeat_stale: RuleMode = Mode.DELETE
+    unlabeled_age: RuleMode = Mode.DELETE
+    sandbox_orphan: RuleMode = Mode.DELETE
+
+
+class Settings(_Section):
+    gce: GceConfig = GceConfig()
+    k8s: K8sConfig = K8sConfig()
+    budget: BudgetConfig = BudgetConfig()
+    rules: RulesConfig = RulesConfig()
+    max_deletions_per_sweep: int = Field(500, ge=0)
+
+    @model_validator(mode="after")
+    def _liveness_authority(self) -> Settings:
+        # DESIGN.md section 5: without a lease source an in-flight run's sandbox could be reaped.
+        if self.k8s.enabled and self.k8s.lease_source == "none" and self.rules.sandbox_orphan == Mode.DELETE:
+            raise _KeyError(
+                ("rules", "sandbox_orphan"),
+                "expected report or off while k8s.lease_source is none "
+                "(no liveness authority: an in-flight run's sandbox could be reaped)",
+            )
+        return self
+
+
+class _KeyError(ValueError):
+    """A cross-field error that names its own key path (pydantic would blame the whole model)."""
+
+    def __init__(self, loc: tuple[str, ...], message: str) -> None:
+        super().__init__(message)
+        self.loc = loc
+
+
+_EXPECTED_BY_TYPE = {
+    "string_type": "expected a string (quote values such as \"true\")",
+    "int_type": "expected an integer",
+    "float_type": "expected a number",
+    "bool_type": "expected true or false",
+    "list_type": "expected a list",
+    "dict_type": "expected a mapping",
+    "model_type": "expected a mapping",
+    "extra_forbidden": "unknown key",
+    "too_short": "expected a non-empty value",
+}
+
+
+def _describe(error: dict[str, Any]) -> str:
+    key = ".".join(str(part) for part in error["loc"]) or "(top level)"
+    ctx = error.get("ctx") or {}
+    inner = ctx.get("error")
+    if isinstance(inner, _KeyError):
+        return f"{'.'.join(inner.loc)}: {inner}"
+    if error["type"] == "value_error" and inner is not None:
+        expected = str(inner)
+    elif error["type"] in _EXPECTED_BY_TYPE:
+        expected = _EXPECTED_BY_TYPE[error["type"]]
+    elif error["type"] == "literal_error":
+        expected = f"expected {ctx.get('expected')}"
+    else:
+        expected = f"expected {error['msg'][0].lower()}{error['msg'][1:]}"
+    if error["type"] in ("extra_forbidden", "value_error"):
+        return f"{key}: {expected}"
+    return f"{key}: {expected}, got {error['input']!r}"
+
+
+def parse_settings(data: object, source: str) -> Settings:
+    """Validate already-parsed YAML; ``source`` names the file in the error."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"invalid config {source}: (top level): expected a mapping, got {type(data).__name__}")
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        problems = [_describe(e) for e in exc.errors()]
+        raise ConfigError(f"invalid config {source}: " + "; ".join(problems)) from None
+
+
+def config_path(path: str | os.PathLike[str] | None = None) -> Path:
+    """The config file to use: the argument, else ``$REAPER_CONFIG``, else ``include/reaper.yaml``."""
+    return Path(path or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG)
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> Settings:
+    """Read and validate the config file; raise :class:`ConfigError` on any problem."""
+    file = config_path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"invalid config {file}: cannot read the file ({exc.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"invalid config {file}: not valid YAML{where}") from None
+    return parse_settings(data, str(file))

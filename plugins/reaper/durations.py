@@ -1,0 +1,50 @@
+"""Duration strings of the config: short forms (``90s``, ``15m``, ``3h``, ``2d``) and ISO 8601 (``P3D``, ``PT72H``).
+
+Kept separate from the config model so the CLI and the tests can parse durations
+with exactly the rules the config uses.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+EXPECTED = "a duration such as 90s, 15m, 3h, 2d or ISO 8601 (P3D, PT72H)"
+
+_SHORT = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d|w)$")
+_SHORT_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+# ISO 8601 durations without years and months: those have no fixed length in seconds.
+_ISO = re.compile(
+    r"^P(?!$)(?:(?P<w>\d+(?:\.\d+)?)W)?(?:(?P<d>\d+(?:\.\d+)?)D)?"
+    r"(?:T(?=\d)(?:(?P<h>\d+(?:\.\d+)?)H)?(?:(?P<m>\d+(?:\.\d+)?)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?$"
+)
+
+
+def parse_duration(value: object) -> timedelta:
+    """Parse a config duration; raise ``ValueError`` naming the accepted forms otherwise.
+
+    Bare numbers are refused on purpose: ``slack: 3600`` could mean seconds or
+    minutes, and a wrong guess in a safety margin is how a live VM gets reaped.
+    """
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, str):
+        seconds = _seconds(value.strip())
+    else:
+        raise ValueError(f"expected {EXPECTED}, got {type(value).__name__} {value!r}")
+    if seconds < 0:
+        raise ValueError(f"expected a non-negative duration, got {value!r}")
+    return timedelta(seconds=seconds)
+
+
+def _seconds(text: str) -> float:
+    if text.startswith("-"):
+        raise ValueError(f"expected a non-negative duration, got {text!r}")
+    short = _SHORT.match(text)
+    if short:
+        return float(short.group(1)) * _SHORT_UNITS[short.group(2)]
+    iso = _ISO.match(text.upper())
+    if iso:
+        parts = {k: float(v) for k, v in iso.groupdict().items() if v is not None}
+        return sum(parts.get(unit, 0.0) * _SHORT_UNITS[unit] for unit in _SHORT_UNITS)
+    raise ValueError(f"expected {EXPECTED}, got {text!r}")

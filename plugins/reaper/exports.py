@@ -1,0 +1,244 @@
+"""Decoders for what users export from their fleet, into the policy's model.
+
+- ``gcloud compute instances list --format=json``: a list of GCE instance resources.
+- ``kubectl get pods,secrets,networkpolicies -A -o json``: a ``List`` of objects.
+- Evidence files: run-store documents, held lease keys, writer-health reports.
+
+Decoding is typed and streaming-friendly (``msgspec``): fields the rules do not
+read are skipped by the parser and never become Python objects. That is what
+keeps a 100,000-instance export small in memory, and it is why a Secret's
+``data`` is never held: the decoder has no field to put it in.
+
+Any problem raises :class:`InputError` naming the file, the option it came from
+and the JSON path that is wrong.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+import msgspec
+
+from reaper.config import ConfigError
+from reaper.model import GceInstance, K8sObject, Keyed, WriterRecord
+
+K8S_KINDS = ("Pod", "Secret", "NetworkPolicy")
+
+
+class InputError(ConfigError):
+    """An input file is unreadable or not shaped as documented; nothing is evaluated."""
+
+
+# --- GCE -------------------------------------------------------------------------------------
+
+
+class GcloudInstance(msgspec.Struct):
+    """The fields of a Compute API instance resource that the rules read."""
+
+    name: str
+    id: str | int
+    status: str
+    zone: str
+    creationTimestamp: datetime
+    selfLink: str = ""
+    labels: dict[str, str] = {}
+    lastStopTimestamp: datetime | None = None
+
+
+def _aware(ts: datetime, path: str) -> float:
+    if ts.tzinfo is None:
+        raise ValueError(f"{path}: expected an RFC 3339 timestamp with an offset, got {ts.isoformat()}")
+    return ts.timestamp()
+
+
+def _url_part(url: str, collection: str) -> str:
+    """The path segment after ``collection`` in a Compute URL (``.../projects/P/zones/Z``)."""
+    parts = url.rstrip("/").split("/")
+    for i, part in enumerate(parts[:-1]):
+        if part == collection:
+            return parts[i + 1]
+    return ""
+
+
+def gce_instance(raw: GcloudInstance) -> GceInstance:
+    """Normalize one API instance resource; the project comes from ``selfLink`` or ``zone``."""
+    project = _url_part(raw.selfLink, "projects") or _url_part(raw.zone, "projects")
+    if not project:
+        raise ValueError(f"instance {raw.name}: no project in selfLink or zone URL")
+    zone = _url_part(raw.zone, "zones") or raw.zone
+    return GceInstance(
+        project=project,
+        zone=zone,
+        name=raw.name,
+        id=str(raw.id),
+        status=raw.status,
+        labels=raw.labels,
+        created=_aware(raw.creationTimestamp, f"instance {raw.name} creationTimestamp"),
+        last_stop=None
+        if raw.lastStopTimestamp is None
+        else _aware(raw.lastStopTimestamp, f"instance {raw.name} lastStopTimestamp"),
+    )
+
+
+_GCLOUD = msgspec.json.Decoder(list[GcloudInstance])
+
+
+def load_gce(path: str | Path) -> list[GceInstance]:
+    """Read a ``gcloud compute instances list --format=json`` export."""
+    raws = _decode(path, "--gce", _GCLOUD)
+    return _normalize(path, "--gce", lambda: [gce_instance(r) for r in raws])
+
+
+# --- Kubernetes ------------------------------------------------------------------------------
+
+
+class _OwnerRef(msgspec.Struct):
+    uid: str = ""
+
+
+class _Meta(msgspec.Struct):
+    name: str
+    uid: str
+    creationTimestamp: datetime
+    namespace: str = ""
+    labels: dict[str, str] = {}
+    resourceVersion: str = ""
+    ownerReferences: list[_OwnerRef] = []
+
+
+class _Container(msgspec.Struct):
+    name: str
+
+
+class _Spec(msgspec.Struct):
+    containers: list[_Container] = []
+    initContainers: list[_Container] = []
+    activeDeadlineSeconds: int | None = None
+
+
+class _State(msgspec.Struct, frozen=True):
+    terminated: dict[str, object] | None = None
+
+
+class _ContainerStatus(msgspec.Struct):
+    name: str
+    state: _State = _State()
+
+
+class _Status(msgspec.Struct):
+    phase: str = ""
+    containerStatuses: list[_ContainerStatus] = []
+    initContainerStatuses: list[_ContainerStatus] = []
+
+
+class KubeItem(msgspec.Struct):
+    """A Pod, Secret or NetworkPolicy as the API returns it; a Secret's ``data`` is never decoded."""
+
+    metadata: _Meta
+    kind: str = ""
+    spec: _Spec | None = None
+    status: _Status | None = None
+
+
+class _KubeList(msgspec.Struct):
+    items: list[KubeItem]
+
+
+def k8s_object(item: KubeItem, cluster: str, kind: str | None = None) -> K8sObject:
+    """Normalize one object; ``kind`` overrides the item's (metadata-only lists do not carry it)."""
+    kind = kind or item.kind
+    meta = item.metadata
+    containers: dict[str, bool] = {}
+    deadline = None
+    if kind == "Pod" and item.spec is not None:
+        status = item.status or _Status()
+        finished = status.phase in ("Succeeded", "Failed")
+        terminated = {
+            s.name for s in status.containerStatuses + status.initContainerStatuses if s.state.terminated is not None
+        }
+        for container in item.spec.containers + item.spec.initContainers:
+            containers[container.name] = finished or container.name in terminated
+        deadline = item.spec.activeDeadlineSeconds
+    return K8sObject(
+        kind=kind,
+        cluster=cluster,
+        namespace=meta.namespace,
+        name=meta.name,
+        uid=meta.uid,
+        labels=meta.labels,
+        created=_aware(meta.creationTimestamp, f"{kind} {meta.namespace}/{meta.name} creationTimestamp"),
+        resource_version=meta.resourceVersion,
+        containers=containers,
+        owner_references=len(meta.ownerReferences),
+        active_deadline_seconds=deadline,
+    )
+
+
+_KUBECTL = msgspec.json.Decoder(_KubeList)
+
+
+def load_k8s(path: str | Path, cluster: str) -> list[K8sObject]:
+    """Read a ``kubectl get pods,secrets,networkpolicies -A -o json`` export; other kinds are ignored."""
+    listing = _decode(path, "--k8s", _KUBECTL)
+    return _normalize(
+        path, "--k8s", lambda: [k8s_object(i, cluster) for i in listing.items if i.kind in K8S_KINDS]
+    )
+
+
+# --- evidence files --------------------------------------------------------------------------
+
+
+class _Oid(msgspec.Struct):
+    oid: str = msgspec.field(name="$oid")
+
+
+class _RunDoc(msgspec.Struct):
+    id: str | int | _Oid = msgspec.field(name="_id")
+    status: str
+
+
+def _run_key(value: str | int | _Oid) -> str:
+    return value.oid if isinstance(value, _Oid) else str(value)
+
+
+_RUNS = msgspec.json.Decoder(list[_RunDoc])
+_LEASES = msgspec.json.Decoder(list[str])
+_WRITERS = msgspec.json.Decoder(list[WriterRecord])
+
+
+def load_runs(path: str | Path) -> Keyed[str]:
+    """Run-store documents ``{"_id", "status"}``; the export is the whole store, so a missing key is not_found."""
+    docs = _decode(path, "--runs", _RUNS)
+    return Keyed(known={_run_key(d.id): d.status for d in docs}, complete=True)
+
+
+def load_leases(path: str | Path) -> Keyed[float | None]:
+    """A list of run keys whose lease is held; every other key's lease is absent."""
+    keys = _decode(path, "--leases", _LEASES)
+    return Keyed(known=dict.fromkeys(keys), complete=True)
+
+
+def load_writer_health(path: str | Path) -> list[WriterRecord]:
+    """Heartbeat-writer reports ``{"manager", "project", "last_pass", "failing"}``."""
+    return _decode(path, "--writer-health", _WRITERS)
+
+
+def _decode(path: str | Path, option: str, decoder: msgspec.json.Decoder):  # type: ignore[no-untyped-def]
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise InputError(f"invalid input {path} ({option}): cannot read the file ({exc.strerror})") from None
+    try:
+        return decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        raise InputError(f"invalid input {path} ({option}): {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise InputError(f"invalid input {path} ({option}): not valid JSON ({exc})") from None
+
+
+def _normalize(path: str | Path, option: str, build):  # type: ignore[no-untyped-def]
+    try:
+        return build()
+    except ValueError as exc:
+        raise InputError(f"invalid input {path} ({option}): {exc}") from None

@@ -1,0 +1,216 @@
+"""The data the policy reads and writes: normalized resources, evidence, decisions and the plan.
+
+Everything here is plain data (``msgspec`` structs: compact, fast to build in
+the million-instance sweep, and serializable for XCom and the ledger). Times
+are unix seconds as floats so the policy compares numbers, never parses dates.
+Evidence always has an explicit *unknown*: a source that did not answer is
+never mistaken for one that said "gone".
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Generic, TypeVar
+
+import msgspec
+
+from reaper.config import Mode
+
+T = TypeVar("T")
+
+
+class Phase(str, Enum):
+    TELEMETRY = "telemetry"
+    TERMINATED_CLEANUP = "terminated-cleanup"
+    REPORT_ONLY = "report-only"
+    ENFORCEMENT = "enforcement"
+
+
+class Action(str, Enum):
+    KEEP = "keep"
+    REPORT = "report"
+    DELETE = "delete"
+
+
+ACTION_OF_MODE = {Mode.OFF: Action.KEEP, Mode.REPORT: Action.REPORT, Mode.DELETE: Action.DELETE}
+
+
+class LeaseState(str, Enum):
+    HELD = "held"
+    ABSENT = "absent"
+    UNKNOWN = "unknown"
+
+
+class StoreState(str, Enum):
+    """A run's (or a step attempt's) state in its store."""
+
+    ACTIVE = "active"
+    TERMINAL = "terminal"
+    NOT_FOUND = "not_found"
+    UNKNOWN = "unknown"
+
+
+# --- resources -------------------------------------------------------------------------------
+
+
+class GceInstance(msgspec.Struct, frozen=True, gc=False):
+    """A GCE VM instance, as much of it as the rules read."""
+
+    project: str
+    zone: str
+    name: str
+    id: str
+    status: str
+    labels: dict[str, str]
+    created: float
+    last_stop: float | None = None
+
+    kind = "instance"
+
+    @property
+    def scope(self) -> str:
+        return self.project
+
+    @property
+    def location(self) -> str:
+        return self.zone
+
+
+class K8sObject(msgspec.Struct, frozen=True, gc=False):
+    """A managed Pod, Secret or NetworkPolicy. Secrets carry metadata only: never ``data``.
+
+    ``containers`` (Pods only) maps every container and init container name to
+    whether it has terminated; a container with no status yet counts as running.
+    """
+
+    kind: str
+    cluster: str
+    namespace: str
+    name: str
+    uid: str
+    labels: dict[str, str]
+    created: float
+    resource_version: str = ""
+    containers: dict[str, bool] = {}
+    owner_references: int = 0
+    active_deadline_seconds: int | None = None
+
+    @property
+    def scope(self) -> str:
+        return self.cluster
+
+    @property
+    def location(self) -> str:
+        return self.namespace
+
+
+Resource = GceInstance | K8sObject
+
+
+# --- evidence --------------------------------------------------------------------------------
+
+
+class WriterRecord(msgspec.Struct, frozen=True):
+    """One heartbeat writer's report: ``last_pass`` in unix seconds, ``failing`` if its passes fail."""
+
+    manager: str
+    project: str
+    last_pass: float
+    failing: bool
+
+
+class Keyed(msgspec.Struct, Generic[T], frozen=True):
+    """Per-key answers of one evidence source.
+
+    ``known`` holds the keys the source answered for, ``failed`` the keys whose
+    lookup errored. A key in neither is provably absent only when ``complete``
+    (the source listed everything and succeeded); otherwise it is unknown.
+    """
+
+    known: dict[str, T] = {}
+    failed: frozenset[str] = frozenset()
+    complete: bool = False
+
+
+class Evidence(msgspec.Struct, frozen=True):
+    """Everything the policy may consult besides the resources.
+
+    ``None`` for a source means it could not be read at all: every answer from it is unknown.
+
+    - ``writer_health``: heartbeat-writer reports, all projects.
+    - ``leases``: run key -> lease expiry (unix seconds, ``None`` = no expiry known).
+    - ``runs``: run key -> raw status string from the run store.
+    - ``steps``: ``run/step/attempt`` -> (raw status, results present) from ``step_runs``.
+    - ``incomplete``: (target, scope) pairs whose inventory listing is not proven complete.
+    """
+
+    writer_health: list[WriterRecord] | None = None
+    leases: Keyed[float | None] | None = None
+    runs: Keyed[str] | None = None
+    steps: Keyed[tuple[str, bool]] | None = None
+    incomplete: frozenset[tuple[str, str]] = frozenset()
+
+
+def step_key(run: str, step: str, attempt: str) -> str:
+    """The key of one step attempt in ``Evidence.steps``."""
+    return f"{run}/{step}/{attempt}"
+
+
+# --- plan ------------------------------------------------------------------------------------
+
+
+class Decision(msgspec.Struct, frozen=True, gc=False):
+    """What the policy decided for one resource, and why.
+
+    ``rule`` is the rule the decision concerns (``None`` when no rule applies),
+    ``reason`` the finding, anomaly, hold or keep cause, and ``evidence`` the
+    facts it was made on.
+    """
+
+    target: str
+    resource: Resource
+    action: Action
+    rule: str | None
+    reason: str
+    evidence: dict[str, object] | None = None
+
+    @property
+    def scope(self) -> str:
+        return self.resource.scope
+
+
+class ScopeVerdict(msgspec.Struct, frozen=True):
+    """Per-scope outcome: ``holds`` lists every hold in force (empty means ok)."""
+
+    target: str
+    scope: str
+    holds: tuple[str, ...] = ()
+    overridden: tuple[str, ...] = ()
+    details: dict[str, object] = {}
+
+    @property
+    def verdict(self) -> str:
+        return self.holds[0] if self.holds else "ok"
+
+
+class Override(msgspec.Struct, frozen=True):
+    """A manual trigger's budget override: only valid with a non-empty reason and a user."""
+
+    reason: str
+    user: str
+
+    def __post_init__(self) -> None:
+        if not self.reason.strip():
+            raise ValueError("override_reason must be non-empty to override a budget hold")
+
+
+class Plan(msgspec.Struct):
+    phase: Phase
+    now: float
+    decisions: list[Decision]
+    scopes: list[ScopeVerdict]
+    census: dict[str, dict[str, dict[str, object]]]
+    capped: dict[str, int] = {}
+
+    def deletes(self) -> list[Decision]:
+        return [d for d in self.decisions if d.action is Action.DELETE]

@@ -1,0 +1,82 @@
+"""The policy: a pure function from resources and evidence to a plan (DESIGN.md sections 3 to 6).
+
+No I/O, no clock reads, no globals: the DAGs and the offline CLI call this same
+function, so report-only and enforcement pick exactly the same set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from reaper.config import Settings
+from reaper.model import (
+    Action,
+    Decision,
+    Evidence,
+    GceInstance,
+    K8sObject,
+    Override,
+    Phase,
+    Plan,
+    Resource,
+)
+from reaper.policy.gce import evaluate_gce
+from reaper.policy.k8s import evaluate_k8s
+from reaper.policy.modes import effective_modes
+
+__all__ = ["evaluate"]
+
+
+def evaluate(
+    resources: Iterable[Resource],
+    evidence: Evidence,
+    config: Settings,
+    phase: Phase,
+    now: datetime,
+    override: Override | None = None,
+) -> Plan:
+    """Decide every in-scope resource.
+
+    ``now`` must be timezone-aware. ``override`` lifts per-scope budget holds
+    only (a manual trigger with a reason); it never lifts health or listing
+    holds, opt-outs, protected scopes or the global cap.
+    """
+    if now.tzinfo is None:
+        raise ValueError("now must be timezone-aware")
+    at = now.timestamp()
+    modes = effective_modes(config, phase)
+    instances: list[GceInstance] = []
+    objects: list[K8sObject] = []
+    for resource in resources:
+        (instances if type(resource) is GceInstance else objects).append(resource)
+
+    decisions: list[Decision] = []
+    verdicts = []
+    census: dict[str, dict[str, dict[str, object]]] = {}
+    capped: dict[str, int] = {}
+    targets = (
+        ("gce", config.gce.enabled, evaluate_gce, instances),
+        ("k8s", config.k8s.enabled, evaluate_k8s, objects),
+    )
+    for target, enabled, evaluate_target, items in targets:
+        if not enabled:
+            continue
+        target_decisions, target_verdicts, census[target] = evaluate_target(
+            items, evidence, config, modes, at, override
+        )
+        deletes = sum(1 for d in target_decisions if d.action is Action.DELETE)
+        if deletes > config.max_deletions_per_sweep:
+            capped[target] = deletes
+            target_decisions = [_capped(d, config.max_deletions_per_sweep) for d in target_decisions]
+        decisions.extend(target_decisions)
+        verdicts.extend(target_verdicts)
+    return Plan(phase, at, decisions, verdicts, census, capped)
+
+
+def _capped(decision: Decision, limit: int) -> Decision:
+    """DESIGN.md section 6: past the per-sweep cap nothing is deleted; everything is reported."""
+    if decision.action is not Action.DELETE:
+        return decision
+    evidence = {**(decision.evidence or {}), "finding": decision.reason, "max_deletions_per_sweep": limit}
+    return Decision(decision.target, decision.resource, Action.REPORT, decision.rule, "max_deletions_exceeded", evidence)
