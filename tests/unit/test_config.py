@@ -1,0 +1,105 @@
+"""Config: documented defaults, and one clear message (file, key, expectation) for each kind of bad config."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from reaper.config import DEFAULT_CONFIG, ConfigError, Mode, load_config, parse_settings
+
+
+def test_defaults_match_design() -> None:
+    s = parse_settings({}, "x")
+    assert s.gce.selector == {"ci_ephemeral": "true"}
+    assert s.gce.heartbeat_label == "runner_manager_heartbeat"
+    assert s.gce.quarantine == timedelta(hours=4)
+    assert s.gce.clock_skew == timedelta(minutes=5)
+    assert s.gce.terminated_grace == timedelta(minutes=10)
+    assert s.gce.unlabeled_max_age == timedelta(days=3)
+    assert s.gce.writer_stale_after == timedelta(minutes=30)
+    assert s.gce.opt_out_label == ("reaper_keep", "true")
+    assert s.gce.protected_projects == []
+    assert s.k8s.selector == {"iterion.io/managed": "true"}
+    assert s.k8s.run_label == "iterion.io/run-id"
+    assert s.k8s.terminal_statuses == ["succeeded", "failed", "cancelled"]
+    assert s.k8s.min_age == timedelta(minutes=5)
+    assert s.k8s.results_sidecar == "results-egress"
+    assert s.k8s.opt_out_label == ("reaper.io/keep", "true")
+    assert s.k8s.protected_namespaces == ["kube-system"]
+    assert s.k8s.lease_source == "nats"
+    assert (s.budget.min_stale, s.budget.max_stale_fraction) == (3, 0.5)
+    assert s.max_deletions_per_sweep == 500
+    assert all(getattr(s.rules, r) is Mode.DELETE for r in ("terminated", "heartbeat_stale", "unlabeled_age"))
+
+
+def test_bundled_config_is_valid() -> None:
+    assert load_config(DEFAULT_CONFIG).gce.projects
+
+
+def test_reaper_config_env_overrides_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("gce: {slack: 2h}\n")
+    monkeypatch.setenv("REAPER_CONFIG", str(path))
+    assert load_config().gce.slack == timedelta(hours=2)
+
+
+def _error(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "reaper.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert str(path) in message
+    return message
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("gce: {heartbeat_lable: x}\n", "gce.heartbeat_lable: unknown key"),
+        ("colour: blue\n", "colour: unknown key"),
+        ("gce: {selector: {}}\n", "gce.selector: expected a non-empty value"),
+        ("gce: {selector: {ci_ephemeral: true}}\n", "gce.selector.ci_ephemeral: expected a string"),
+        ("gce: {slack: -3h}\n", "gce.slack: expected a non-negative duration"),
+        ("gce: {slack: 3600}\n", "gce.slack: expected a duration such as 90s"),
+        ("k8s: {min_age: soon}\n", "k8s.min_age: expected a duration such as 90s"),
+        ("budget: {max_stale_fraction: 1.5}\n", "budget.max_stale_fraction: expected"),
+        ("budget: {max_stale_fraction: -0.1}\n", "budget.max_stale_fraction: expected"),
+        ("budget: {min_stale: '3'}\n", "budget.min_stale: expected an integer"),
+        ("max_deletions_per_sweep: -1\n", "max_deletions_per_sweep: expected"),
+        ("rules: {terminated: maybe}\n", "rules.terminated: expected one of off, report, delete"),
+        ("gce: {opt_out_label: reaper_keep}\n", "gce.opt_out_label: expected a label as key=value"),
+        ("k8s: {lease_source: redis}\n", "k8s.lease_source: expected 'nats', 'mongo' or 'none'"),
+        ("k8s: {lease_source: none}\n", "rules.sandbox_orphan: expected report or off while k8s.lease_source is none"),
+        ("gce: [1, 2]\n", "gce: expected a mapping"),
+        ("- a\n- b\n", "(top level): expected a mapping"),
+        ("gce: {slack: [\n", "not valid YAML at line"),
+    ],
+)
+def test_bad_config_names_file_key_and_expectation(tmp_path: Path, text: str, expected: str) -> None:
+    assert expected in _error(tmp_path, text)
+
+
+def test_lease_source_none_is_fine_when_the_rule_only_reports(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("k8s: {lease_source: none}\nrules: {sandbox_orphan: report}\n")
+    assert load_config(path).rules.sandbox_orphan is Mode.REPORT
+
+
+def test_lease_source_none_is_fine_when_k8s_is_disabled(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("k8s: {enabled: false, lease_source: none}\n")
+    assert load_config(path).k8s.enabled is False
+
+
+def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"nope\.yaml: cannot read the file"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_empty_file_means_all_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("")
+    assert load_config(path).max_deletions_per_sweep == 500

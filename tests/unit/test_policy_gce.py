@@ -1,0 +1,331 @@
+"""Every row of DESIGN.md section 4, with its boundaries."""
+
+from __future__ import annotations
+
+import pytest
+
+from reaper.model import Evidence, Override, Phase, WriterRecord
+from tests.builders import HB, NOW, D, H, M, by_name, healthy, inst, plan, settings
+
+Q = 4 * H  # default max_job_timeout 3h + slack 1h
+
+
+def one(i, **kwargs) -> tuple[str, str | None, str]:
+    return by_name(plan([i], **kwargs))[i.name]
+
+
+# --- heartbeat ------------------------------------------------------------------------------
+
+
+def test_stale_heartbeat_is_deleted_in_enforcement() -> None:
+    assert one(inst(hb_age=Q + 1)) == ("delete", "heartbeat_stale", "heartbeat_stale")
+
+
+def test_heartbeat_exactly_at_quarantine_is_fresh() -> None:
+    assert one(inst(hb_age=Q)) == ("keep", None, "fresh")
+
+
+def test_quarantine_is_measured_on_the_label_not_instance_age() -> None:
+    # A week-old instance with a fresh label is tracked; a young one with an old label is not.
+    assert one(inst(hb_age=10 * M, created_age=7 * D))[0] == "keep"
+    assert one(inst(hb_age=Q + 60, created_age=Q + 120))[0] == "delete"
+
+
+def test_quarantine_follows_config() -> None:
+    cfg = settings(gce={"max_job_timeout": "1h", "slack": "30m"})
+    assert one(inst(hb_age=91 * M), config=cfg)[0] == "delete"
+    assert one(inst(hb_age=90 * M), config=cfg)[0] == "keep"
+
+
+def test_heartbeat_beyond_clock_skew_in_future_is_an_anomaly_never_deleted() -> None:
+    i = inst(hb_age=-(5 * M + 1), created_age=30 * D)
+    assert one(i) == ("report", "heartbeat_stale", "heartbeat_in_future")
+
+
+def test_heartbeat_within_clock_skew_in_future_is_fresh() -> None:
+    assert one(inst(hb_age=-5 * M)) == ("keep", None, "fresh")
+
+
+def test_future_heartbeat_still_allows_terminated() -> None:
+    i = inst(hb_age=-2 * H, status="TERMINATED", stop_age=1 * H)
+    assert one(i) == ("delete", "terminated", "terminated")
+
+
+@pytest.mark.parametrize("raw", ["yesterday", "-5", "12.5", "", " 123", "0x1f", "١٢٣"])
+def test_malformed_heartbeat_is_reported(raw: str) -> None:
+    assert one(inst(hb=raw, created_age=1 * D)) == ("report", "heartbeat_stale", "heartbeat_malformed")
+
+
+def test_malformed_heartbeat_counts_as_unlabeled_for_age() -> None:
+    assert one(inst(hb="soon", created_age=3 * D + 1)) == ("delete", "unlabeled_age", "unlabeled_age")
+
+
+def test_zero_heartbeat_is_valid_and_stale() -> None:
+    assert one(inst(hb="0")) == ("delete", "heartbeat_stale", "heartbeat_stale")
+
+
+# --- absent label and age ---------------------------------------------------------------------
+
+
+def test_unlabeled_young_instance_is_kept() -> None:
+    assert one(inst(created_age=3 * D)) == ("keep", None, "no_finding")
+
+
+def test_unlabeled_past_max_age_is_deleted() -> None:
+    assert one(inst(created_age=3 * D + 1)) == ("delete", "unlabeled_age", "unlabeled_age")
+
+
+def test_labeled_old_instance_is_not_aged_out() -> None:
+    assert one(inst(hb_age=M, created_age=30 * D))[0] == "keep"
+
+
+# --- TERMINATED -------------------------------------------------------------------------------
+
+
+def test_terminated_past_grace_since_last_stop() -> None:
+    assert one(inst(status="TERMINATED", stop_age=10 * M + 1, hb_age=M)) == ("delete", "terminated", "terminated")
+
+
+def test_terminated_exactly_at_grace_is_kept() -> None:
+    assert one(inst(status="TERMINATED", stop_age=10 * M, hb_age=M))[0] == "keep"
+
+
+def test_terminated_without_last_stop_measures_from_creation() -> None:
+    assert one(inst(status="TERMINATED", created_age=11 * M, hb_age=M))[0] == "delete"
+    assert one(inst(status="TERMINATED", created_age=9 * M, hb_age=M))[0] == "keep"
+
+
+@pytest.mark.parametrize("status", ["STOPPING", "SUSPENDED", "STOPPED", "PROVISIONING", "REPAIRING"])
+def test_other_statuses_are_not_terminated(status: str) -> None:
+    assert one(inst(status=status, stop_age=D, hb_age=M))[0] == "keep"
+
+
+# --- scope, opt-out, protection -------------------------------------------------------------
+
+
+def test_instances_outside_the_selector_are_not_in_the_plan() -> None:
+    p = plan([inst(selector=False, status="TERMINATED", stop_age=D)])
+    assert p.decisions == []
+
+
+def test_selector_requires_every_equality() -> None:
+    cfg = settings(gce={"selector": {"ci_ephemeral": "true", "fleet": "x"}})
+    p = plan([inst(hb_age=Q + 1), inst(hb_age=Q + 1, labels={"fleet": "x"})], config=cfg)
+    assert len(p.decisions) == 1
+
+
+def test_opt_out_label_keeps_everything() -> None:
+    i = inst(status="TERMINATED", stop_age=D, hb_age=D, labels={"reaper_keep": "true"})
+    assert one(i) == ("keep", None, "opt_out")
+
+
+def test_opt_out_needs_the_exact_value() -> None:
+    assert one(inst(hb_age=D, labels={"reaper_keep": "false"}))[0] == "delete"
+
+
+def test_protected_project_is_kept() -> None:
+    cfg = settings(gce={"protected_projects": ["p1"]})
+    p = plan([inst(status="TERMINATED", stop_age=D)], config=cfg)
+    assert by_name(p) and all(r == ("keep", None, "protected_scope") for r in by_name(p).values())
+    assert p.scopes[0].holds == ("protected_scope",)
+
+
+# --- writer health ----------------------------------------------------------------------------
+
+
+def _evidence(records: list[WriterRecord] | None) -> Evidence:
+    return Evidence(writer_health=records)
+
+
+def test_failing_writer_holds_heartbeat_deletes() -> None:
+    ev = _evidence([WriterRecord("m1", "p1", NOW - 60, False), WriterRecord("m2", "p1", NOW - 60, True)])
+    p = plan([i := inst(hb_age=D)], evidence=ev)
+    assert by_name(p)[i.name] == ("report", "heartbeat_stale", "writer_unhealthy")
+    assert p.scopes[0].verdict == "writer_unhealthy"
+    assert p.scopes[0].details["unhealthy_writers"] == [{"manager": "m2", "problem": "failing"}]
+
+
+def test_stale_writer_holds_heartbeat_deletes() -> None:
+    ev = _evidence([WriterRecord("m1", "p1", NOW - 30 * M - 1, False)])
+    assert one(inst(hb_age=D), evidence=ev) == ("report", "heartbeat_stale", "writer_unhealthy")
+
+
+def test_writer_exactly_at_stale_after_is_healthy() -> None:
+    ev = _evidence([WriterRecord("m1", "p1", NOW - 30 * M, False)])
+    assert one(inst(hb_age=D), evidence=ev)[0] == "delete"
+
+
+def test_writer_last_pass_in_future_is_unhealthy() -> None:
+    ev = _evidence([WriterRecord("m1", "p1", NOW + 6 * M, False)])
+    assert one(inst(hb_age=D), evidence=ev)[2] == "writer_unhealthy"
+
+
+def test_unreadable_writer_health_holds() -> None:
+    assert one(inst(hb_age=D), evidence=_evidence(None)) == ("report", "heartbeat_stale", "writer_health_unknown")
+
+
+def test_project_without_writer_reports_is_not_held() -> None:
+    # A manager that no longer reports at all is dead: its instances are what the reaper is for.
+    ev = _evidence([WriterRecord("m1", "other", NOW - 60, True)])
+    assert one(inst(hb_age=D), evidence=ev)[0] == "delete"
+
+
+def test_writer_health_of_one_project_does_not_hold_another() -> None:
+    ev = _evidence([WriterRecord("m1", "p1", NOW - 60, True), *healthy("p2")])
+    p = plan([a := inst(hb_age=D, project="p1"), b := inst(hb_age=D, project="p2")], evidence=ev)
+    assert by_name(p)[a.name][0] == "report" and by_name(p)[b.name][0] == "delete"
+
+
+@pytest.mark.parametrize("records", [None, [WriterRecord("m", "p1", NOW, True)]])
+def test_writer_holds_do_not_hold_terminated_or_age(records: list[WriterRecord] | None) -> None:
+    p = plan([t := inst(status="TERMINATED", stop_age=D), u := inst(created_age=4 * D)], evidence=_evidence(records))
+    assert by_name(p)[t.name][0] == "delete" and by_name(p)[u.name][0] == "delete"
+
+
+# --- budget -----------------------------------------------------------------------------------
+
+
+def _fleet(stale: int, fresh: int, project: str = "p1") -> list:
+    return [inst(hb_age=D, project=project) for _ in range(stale)] + [
+        inst(hb_age=M, project=project) for _ in range(fresh)
+    ]
+
+
+def test_budget_trips_over_the_fraction() -> None:
+    p = plan(_fleet(3, 2))
+    assert {d.reason for d in p.decisions if d.action.value == "report"} == {"budget_exceeded"}
+    assert not p.deletes()
+    assert p.scopes[0].holds == ("budget_exceeded",)
+    assert p.scopes[0].details["stale"] == 3 and p.scopes[0].details["labeled"] == 5
+
+
+def test_budget_exactly_at_the_fraction_does_not_trip() -> None:
+    assert len(plan(_fleet(3, 3)).deletes()) == 3
+
+
+def test_budget_below_min_stale_does_not_trip() -> None:
+    assert len(plan(_fleet(2, 0)).deletes()) == 2
+
+
+def test_budget_counts_only_valid_labels() -> None:
+    # 3 stale of 5 labeled trips; unlabeled instances do not dilute the fraction.
+    fleet = _fleet(3, 2) + [inst(created_age=D) for _ in range(10)]
+    assert not plan(fleet).deletes()
+
+
+def test_budget_hold_is_per_project() -> None:
+    p = plan(_fleet(3, 1, "p1") + _fleet(1, 3, "p2"))
+    assert {d.resource.project for d in p.deletes()} == {"p2"}
+
+
+def test_budget_does_not_hold_terminated() -> None:
+    fleet = _fleet(3, 1) + [t := inst(status="TERMINATED", stop_age=D, hb_age=M)]
+    assert [d.resource.name for d in plan(fleet).deletes()] == [t.name]
+
+
+def test_override_lifts_the_budget_hold_only() -> None:
+    p = plan(_fleet(3, 1), override=Override("known writer outage fixed", "alice"))
+    assert len(p.deletes()) == 3
+    assert p.scopes[0].overridden == ("budget_exceeded",) and p.scopes[0].holds == ()
+    ev = _evidence([WriterRecord("m", "p1", NOW, True)])
+    held = plan(_fleet(3, 1), evidence=ev, override=Override("x", "alice"))
+    assert not held.deletes()
+
+
+def test_override_needs_a_reason() -> None:
+    with pytest.raises(ValueError, match="override_reason"):
+        Override("  ", "alice")
+
+
+def test_budget_thresholds_follow_config() -> None:
+    cfg = settings(budget={"min_stale": 1, "max_stale_fraction": 0.2})
+    assert not plan(_fleet(1, 3), config=cfg).deletes()
+
+
+# --- incomplete listing -----------------------------------------------------------------------
+
+
+def test_incomplete_listing_holds_every_delete_in_the_project() -> None:
+    ev = Evidence(writer_health=healthy("p1", "p2"), incomplete=frozenset({("gce", "p1")}))
+    fleet = [inst(status="TERMINATED", stop_age=D), inst(hb_age=D), inst(created_age=5 * D), inst(hb_age=D, project="p2")]
+    p = plan(fleet, evidence=ev)
+    assert [d.resource.project for d in p.deletes()] == ["p2"]
+    assert {d.reason for d in p.decisions if d.resource.project == "p1"} == {"inventory_incomplete"}
+
+
+# --- modes --------------------------------------------------------------------------------------
+
+
+def test_report_only_reports_heartbeat_and_age_but_deletes_terminated() -> None:
+    fleet = [s := inst(hb_age=D), t := inst(status="TERMINATED", stop_age=D), u := inst(created_age=5 * D)]
+    got = by_name(plan(fleet, phase=Phase.REPORT_ONLY))
+    assert got[s.name] == ("report", "heartbeat_stale", "heartbeat_stale")
+    assert got[t.name] == ("delete", "terminated", "terminated")
+    assert got[u.name] == ("report", "unlabeled_age", "unlabeled_age")
+
+
+def test_terminated_cleanup_touches_only_terminated() -> None:
+    fleet = [s := inst(hb_age=D), t := inst(status="TERMINATED", stop_age=D), f := inst(hb_age=-D)]
+    got = by_name(plan(fleet, phase=Phase.TERMINATED_CLEANUP))
+    assert got[t.name][0] == "delete"
+    assert got[s.name] == ("keep", "heartbeat_stale", "rule_off")
+    assert got[f.name] == ("keep", "heartbeat_stale", "rule_off")  # anomaly of an off rule: not reported
+
+
+def test_telemetry_keeps_everything_but_still_counts() -> None:
+    fleet = [inst(hb_age=D), inst(status="TERMINATED", stop_age=D, hb_age=D), inst(hb_age=M), inst(hb="x")]
+    p = plan(fleet, phase=Phase.TELEMETRY)
+    assert {d.action.value for d in p.decisions} == {"keep"}
+    census = p.census["gce"]["p1"]
+    assert census["instances"] == 4
+    assert census["by_status"] == {"RUNNING": 3, "TERMINATED": 1}
+    assert census["by_finding"]["heartbeat_stale"] == 2
+    assert census["by_finding"]["terminated"] == 1
+    assert census["by_finding"]["heartbeat_malformed"] == 1
+    hist = census["heartbeat_age_seconds"]
+    assert hist["count"] == 3 and hist["buckets"]["600"] == 1 and hist["buckets"]["28800"] == 1
+    assert hist["buckets"]["86400"] == 3  # le buckets are inclusive: an age of exactly 1d counts here
+    assert hist["buckets"]["+Inf"] == 3
+
+
+def test_configured_mode_restricts_the_phase() -> None:
+    cfg = settings(rules={"terminated": "report"})
+    assert one(inst(status="TERMINATED", stop_age=D), config=cfg) == ("report", "terminated", "terminated")
+
+
+def test_terminated_rule_off_falls_back_to_heartbeat() -> None:
+    cfg = settings(rules={"terminated": "off"})
+    assert one(inst(status="TERMINATED", stop_age=D, hb_age=D), config=cfg)[:2] == ("delete", "heartbeat_stale")
+
+
+# --- global cap -------------------------------------------------------------------------------
+
+
+def test_global_cap_exceeded_reports_everything() -> None:
+    cfg = settings(max_deletions_per_sweep=2)
+    fleet = [inst(status="TERMINATED", stop_age=D, hb_age=M, project=f"p{i}") for i in range(3)]
+    p = plan(fleet, config=cfg, evidence=Evidence(writer_health=[]))
+    assert not p.deletes()
+    assert {d.reason for d in p.decisions} == {"max_deletions_exceeded"}
+    assert p.capped == {"gce": 3}
+    assert p.decisions[0].evidence["finding"] == "terminated"
+
+
+def test_global_cap_exactly_reached_still_deletes() -> None:
+    cfg = settings(max_deletions_per_sweep=3)
+    fleet = [inst(status="TERMINATED", stop_age=D, hb_age=M) for _ in range(3)]
+    assert len(plan(fleet, config=cfg).deletes()) == 3
+
+
+def test_decisions_carry_their_evidence() -> None:
+    d = plan([inst(hb_age=D)]).decisions[0]
+    assert d.evidence["heartbeat"] == str(int(NOW - D))
+    assert d.evidence["heartbeat_age_s"] == D
+    assert d.evidence["findings"] == ["heartbeat_stale"]
+
+
+def test_heartbeat_label_name_follows_config() -> None:
+    cfg = settings(gce={"heartbeat_label": "hb"})
+    i = inst(labels={"hb": str(int(NOW - D))})
+    assert HB not in i.labels
+    assert one(i, config=cfg)[0] == "delete"

@@ -1,0 +1,242 @@
+"""Every row of DESIGN.md section 5, run grouping, and the Kubernetes parts of section 6."""
+
+from __future__ import annotations
+
+import pytest
+
+from reaper.model import Evidence, Keyed, Override, Phase
+from tests.builders import NOW, H, M, leases, obj, plan, runs, sandbox, settings
+
+
+def decide(resources, evidence: Evidence, **kwargs) -> dict[str, set[tuple[str, str]]]:
+    """run -> the set of (action, reason) its objects got (a set of one when the run shares a decision)."""
+    out: dict[str, set[tuple[str, str]]] = {}
+    for d in plan(resources, evidence=evidence, **kwargs).decisions:
+        run = d.resource.labels.get("iterion.io/run-id", "-")
+        out.setdefault(run, set()).add((d.action.value, d.reason))
+    return out
+
+
+def ev(held=(), statuses=None, **kwargs) -> Evidence:
+    return Evidence(leases=leases(list(held)), runs=runs(statuses or {}), **kwargs)
+
+
+def test_row1_young_resource_keeps_the_whole_run() -> None:
+    res = [*sandbox("r1"), obj("Secret", "r1", age=5 * M - 1)]
+    assert decide(res, ev(statuses={"r1": "failed"})) == {"r1": {("keep", "min_age")}}
+
+
+def test_row1_exactly_min_age_is_old_enough() -> None:
+    assert decide(sandbox("r1", age=5 * M), ev()) == {"r1": {("delete", "sandbox_orphan")}}
+
+
+def test_row2_lease_held_keeps() -> None:
+    assert decide(sandbox("r1"), ev(held=["r1"], statuses={"r1": "failed"})) == {"r1": {("keep", "lease_held")}}
+
+
+def test_row2_unexpired_lease_is_held_and_expired_is_absent() -> None:
+    live = Keyed(known={"r1": NOW + 10, "r2": NOW - 60}, complete=True)
+    got = decide(sandbox("r1") + sandbox("r2"), Evidence(leases=live, runs=runs()))
+    assert got == {"r1": {("keep", "lease_held")}, "r2": {("delete", "sandbox_orphan")}}
+
+
+def test_row2_lease_within_clock_skew_of_expiry_is_held() -> None:
+    live = Keyed(known={"r1": NOW - 29}, complete=True)
+    assert decide(sandbox("r1"), Evidence(leases=live, runs=runs())) == {"r1": {("keep", "lease_held")}}
+
+
+@pytest.mark.parametrize(
+    "lease_evidence",
+    [None, Keyed(known={}, failed=frozenset({"r1"}), complete=True), Keyed(known={}, complete=False)],
+    ids=["source-unreachable", "key-lookup-failed", "listing-incomplete"],
+)
+def test_row3_lease_unknown_reports(lease_evidence) -> None:
+    got = decide(sandbox("r1"), Evidence(leases=lease_evidence, runs=runs()))
+    assert got == {"r1": {("report", "lease_unknown")}}
+
+
+def test_row4_lease_absent_but_run_active_reports() -> None:
+    assert decide(sandbox("r1"), ev(statuses={"r1": "running"})) == {"r1": {("report", "lease_absent_run_active")}}
+
+
+@pytest.mark.parametrize("status", ["", "RUNNING", "queued", "succeeded?"])
+def test_row4_any_non_terminal_status_is_active(status: str) -> None:
+    assert decide(sandbox("r1"), ev(statuses={"r1": status}))["r1"] == {("report", "lease_absent_run_active")}
+
+
+@pytest.mark.parametrize(
+    "store",
+    [None, Keyed(known={}, failed=frozenset({"r1"}), complete=True), Keyed(known={}, complete=False)],
+    ids=["store-down", "batch-failed", "answer-incomplete"],
+)
+def test_row5_store_unknown_reports(store) -> None:
+    got = decide(sandbox("r1"), Evidence(leases=leases(), runs=store))
+    assert got == {"r1": {("report", "store_unknown")}}
+
+
+def test_row6_running_egress_sidecar_reports() -> None:
+    res = sandbox("r1", containers={"sandbox": True, "results-egress": False})
+    assert decide(res, ev(statuses={"r1": "succeeded"})) == {"r1": {("report", "results_egress_in_progress")}}
+
+
+def test_row6_terminated_sidecar_does_not_block() -> None:
+    res = sandbox("r1", containers={"sandbox": True, "results-egress": True})
+    assert decide(res, ev(statuses={"r1": "succeeded"})) == {"r1": {("delete", "sandbox_orphan")}}
+
+
+def test_row6_sidecar_name_follows_config() -> None:
+    res = sandbox("r1", containers={"uploader": False})
+    cfg = settings(k8s={"results_sidecar": "uploader"})
+    assert decide(res, ev(), config=cfg) == {"r1": {("report", "results_egress_in_progress")}}
+
+
+STEP = {"iterion.io/step": "build", "iterion.io/attempt": "2"}
+STEP_CFG = {"k8s": {"step_store": "postgres"}}
+
+
+def _step_run(steps: Keyed | None) -> dict[str, set[tuple[str, str]]]:
+    res = [obj("Pod", "r1", labels=STEP), obj("Secret", "r1")]
+    return decide(res, ev(statuses={"r1": "succeeded"}, steps=steps), config=settings(**STEP_CFG))
+
+
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [
+        (("running", False), ("report", "results_not_durable")),
+        (("succeeded", False), ("report", "results_not_durable")),
+        (("succeeded", True), ("delete", "sandbox_orphan")),
+        (("failed", False), ("delete", "sandbox_orphan")),
+        (("FAILED", False), ("delete", "sandbox_orphan")),
+    ],
+)
+def test_row7_results_durability(row: tuple[str, bool], expected: tuple[str, str]) -> None:
+    assert _step_run(Keyed(known={"r1/build/2": row}, complete=True)) == {"r1": {expected}}
+
+
+def test_row7_step_store_unknown_reports() -> None:
+    assert _step_run(None) == {"r1": {("report", "results_not_durable")}}
+    assert _step_run(Keyed(failed=frozenset({"r1/build/2"}), complete=True)) == {"r1": {("report", "results_not_durable")}}
+
+
+def test_row7_step_row_provably_absent_does_not_block() -> None:
+    assert _step_run(Keyed(complete=True)) == {"r1": {("delete", "sandbox_orphan")}}
+
+
+def test_row7_half_labelled_step_pod_reports() -> None:
+    res = [obj("Pod", "r1", labels={"iterion.io/step": "build"})]
+    got = decide(res, ev(statuses={"r1": "failed"}, steps=Keyed(complete=True)), config=settings(**STEP_CFG))
+    assert got == {"r1": {("report", "results_not_durable")}}
+
+
+def test_row7_is_skipped_without_a_step_store() -> None:
+    res = [obj("Pod", "r1", labels=STEP)]
+    assert decide(res, ev(statuses={"r1": "succeeded"})) == {"r1": {("delete", "sandbox_orphan")}}
+
+
+@pytest.mark.parametrize("status", ["succeeded", "failed", "cancelled", "Cancelled"])
+def test_row8_terminal_run_is_an_orphan(status: str) -> None:
+    assert decide(sandbox("r1"), ev(statuses={"r1": status})) == {"r1": {("delete", "sandbox_orphan")}}
+
+
+def test_row8_provably_missing_run_is_an_orphan() -> None:
+    assert decide(sandbox("r1"), ev()) == {"r1": {("delete", "sandbox_orphan")}}
+
+
+def test_terminal_statuses_follow_config() -> None:
+    cfg = settings(k8s={"terminal_statuses": ["done"]})
+    got = decide(sandbox("r1") + sandbox("r2"), ev(statuses={"r1": "done", "r2": "failed"}), config=cfg)
+    assert got == {"r1": {("delete", "sandbox_orphan")}, "r2": {("report", "lease_absent_run_active")}}
+
+
+def test_all_of_a_runs_resources_share_the_decision() -> None:
+    res = sandbox("r1") + sandbox("r2")
+    p = plan(res, evidence=ev(held=["r2"]))
+    assert {(d.resource.kind, d.action.value) for d in p.decisions if d.resource.labels["iterion.io/run-id"] == "r1"} == {
+        ("Pod", "delete"),
+        ("Secret", "delete"),
+        ("NetworkPolicy", "delete"),
+    }
+    assert len(p.deletes()) == 4
+
+
+def test_run_label_missing_is_reported_never_deleted() -> None:
+    got = decide([obj("Secret", None), obj("Pod", "")], ev())
+    assert got == {"-": {("report", "run_label_missing")}, "": {("report", "run_label_missing")}}
+
+
+def test_unmanaged_objects_are_not_in_the_plan() -> None:
+    assert plan(sandbox("r1") + [obj("Pod", "r2", managed=False)], evidence=ev()).decisions.__len__() == 4
+
+
+def test_opt_out_keeps_that_object() -> None:
+    res = [*sandbox("r1"), obj("Secret", "r1", labels={"reaper.io/keep": "true"})]
+    got = [(d.resource.kind, d.action.value, d.reason) for d in plan(res, evidence=ev()).decisions]
+    assert ("Secret", "keep", "opt_out") in got
+    assert sum(1 for g in got if g[1] == "delete") == 4
+
+
+def test_protected_namespace_is_kept() -> None:
+    res = [obj("Pod", "r1", namespace="kube-system"), obj("Secret", "r1", namespace="kube-system")]
+    assert decide(res, ev()) == {"r1": {("keep", "protected_scope")}}
+
+
+def test_budget_over_runs_holds_the_cluster() -> None:
+    res = sandbox("a") + sandbox("b") + sandbox("c") + sandbox("live")
+    p = plan(res, evidence=ev(held=["live"]))
+    assert not p.deletes()
+    assert p.scopes[0].holds == ("budget_exceeded",)
+    assert {d.reason for d in p.decisions if d.action.value == "report"} == {"budget_exceeded"}
+
+
+def test_budget_is_per_cluster() -> None:
+    res = [o for r in "abc" for o in sandbox(r)]
+    res += [obj("Pod", f"x{i}", cluster="c2") for i in range(4)]
+    p = plan(res, evidence=ev(held=["x1", "x2", "x3"]))
+    assert {d.resource.cluster for d in p.deletes()} == {"c2"}
+
+
+def test_budget_override() -> None:
+    res = [o for r in "abc" for o in sandbox(r)]
+    assert len(plan(res, evidence=ev(), override=Override("cleanup after outage", "bob")).deletes()) == 12
+
+
+def test_incomplete_cluster_listing_holds_deletes() -> None:
+    e = ev(incomplete=frozenset({("k8s", "c1")}))
+    assert decide(sandbox("r1"), e) == {"r1": {("report", "inventory_incomplete")}}
+
+
+def test_report_only_reports_orphans() -> None:
+    assert decide(sandbox("r1"), ev(), phase=Phase.REPORT_ONLY) == {"r1": {("report", "sandbox_orphan")}}
+
+
+@pytest.mark.parametrize("phase", [Phase.TELEMETRY, Phase.TERMINATED_CLEANUP])
+def test_phases_without_the_rule_keep_everything(phase: Phase) -> None:
+    res = sandbox("r1") + [obj("Secret", None)] + sandbox("r2")
+    got = decide(res, ev(statuses={"r2": "running"}), phase=phase)
+    assert {a for v in got.values() for a, _ in v} == {"keep"}
+
+
+def test_global_cap_applies_to_k8s_objects() -> None:
+    res = sandbox("r1") + sandbox("r2") + [o for i in range(6) for o in sandbox(f"l{i}")]
+    p = plan(res, evidence=ev(held=[f"l{i}" for i in range(6)]), config=settings(max_deletions_per_sweep=7))
+    assert not p.deletes() and p.capped == {"k8s": 8}
+
+
+def test_census_counts_runs_by_row() -> None:
+    res = sandbox("a") + sandbox("b") + [obj("Secret", None)]
+    p = plan(res, evidence=ev(held=["a"], statuses={"b": "failed"}))
+    c = p.census["k8s"]["c1"]
+    assert c["objects"] == 9 and c["runs"] == 2
+    assert c["by_kind"] == {"Pod": 2, "Secret": 5, "NetworkPolicy": 2}
+    assert c["by_reason"] == {"lease_held": 1, "sandbox_orphan": 1, "run_label_missing": 1}
+    assert c["lease"] == {"held": 1, "absent": 1}
+
+
+def test_k8s_decision_evidence() -> None:
+    d = plan(sandbox("r1"), evidence=ev(statuses={"r1": "failed"})).decisions[0]
+    assert d.evidence["run"] == "r1" and d.evidence["lease"] == "absent"
+    assert d.evidence["store"] == "terminal" and d.evidence["status"] == "failed"
+
+
+def test_young_unknown_lease_still_keeps() -> None:
+    assert decide(sandbox("r1", age=H / 60), Evidence()) == {"r1": {("keep", "min_age")}}

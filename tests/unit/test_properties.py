@@ -1,0 +1,259 @@
+"""Hypothesis property tests for the invariants of DESIGN.md sections 1, 4, 5 and 6."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import HealthCheck, given, settings as hsettings
+from hypothesis import strategies as st
+
+from reaper.config import Mode
+from reaper.model import Action, Evidence, GceInstance, K8sObject, Keyed, LeaseState, Phase, Plan, StoreState, WriterRecord
+from reaper.policy import evaluate
+from reaper.policy.k8s import lease_state, run_state
+from tests.builders import HB, NOW, NOW_DT, D, H, M, settings
+
+Q = 4 * H
+PHASES = list(Phase)
+MODES = ["off", "report", "delete"]
+# Biased towards enforcement, permissive budgets and caps near the delete count: the corner where a bug deletes.
+phases = st.sampled_from([*PHASES] + [Phase.ENFORCEMENT] * 4)
+modes = st.sampled_from(["delete"] * 4 + ["report", "off"])
+RULES = ("terminated", "heartbeat_stale", "unlabeled_age", "sandbox_orphan")
+PROPS = hsettings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# Ages cluster around the boundaries that matter: quarantine, skew, grace, max age, min age.
+ages = st.one_of(
+    st.sampled_from([0, 1, 5 * M, 10 * M, Q - 1, Q, Q + 1, 3 * D, 3 * D + 1, -5 * M, -5 * M - 1, -D]),
+    st.integers(-2 * D, 10 * D),
+)
+
+
+@st.composite
+def instances(draw) -> GceInstance:
+    labels = {"ci_ephemeral": draw(st.sampled_from(["true", "true", "true", "false"]))}
+    hb = draw(st.one_of(st.none(), ages.map(lambda a: str(int(NOW - a))), st.sampled_from(["", "x", "-1", "1.5"])))
+    if hb is not None:
+        labels[HB] = hb
+    if draw(st.integers(0, 9)) == 0:
+        labels["reaper_keep"] = "true"
+    return GceInstance(
+        project=draw(st.sampled_from(["p1", "p2", "p3"])),
+        zone="z",
+        name=f"vm-{draw(st.uuids())}",
+        id=str(draw(st.integers(1, 10**18))),
+        status=draw(st.sampled_from(["RUNNING", "TERMINATED", "STOPPING", "PROVISIONING", "SUSPENDED"])),
+        labels=labels,
+        created=NOW - draw(ages),
+        last_stop=draw(st.one_of(st.none(), ages.map(lambda a: NOW - a))),
+    )
+
+
+writer_health = st.one_of(
+    st.none(),
+    st.lists(
+        st.builds(
+            WriterRecord,
+            manager=st.sampled_from(["m1", "m2"]),
+            project=st.sampled_from(["p1", "p2", "p3"]),
+            last_pass=ages.map(lambda a: NOW - a),
+            failing=st.booleans(),
+        ),
+        max_size=4,
+    ),
+)
+
+
+@st.composite
+def k8s_fleets(draw) -> tuple[list[K8sObject], Evidence]:
+    """Runs with per-run lease, store and step states drawn directly, so that deletes are common."""
+    old = st.one_of(ages, st.integers(5 * M, 3 * H), st.integers(5 * M, 3 * H))
+    runs = [f"r{i}" for i in range(draw(st.integers(0, 8)))]
+    objects: list[K8sObject] = []
+    lease_known: dict[str, float | None] = {}
+    run_known: dict[str, str] = {}
+    step_known: dict[str, tuple[str, bool]] = {}
+    lease_failed, run_failed = set(), set()
+    for run in runs:
+        lease = draw(st.sampled_from(["held", "expired", "absent", "absent", "absent", "failed"]))
+        if lease == "held":
+            lease_known[run] = draw(st.one_of(st.none(), st.integers(1, 600).map(lambda s: NOW + s)))
+        elif lease == "expired":
+            lease_known[run] = NOW - draw(st.integers(0, 600))
+        elif lease == "failed":
+            lease_failed.add(run)
+        store = draw(st.sampled_from(["succeeded", "failed", "cancelled", "running", "missing", "missing", "error"]))
+        if store == "error":
+            run_failed.add(run)
+        elif store != "missing":
+            run_known[run] = store
+        step = draw(st.one_of(st.none(), st.tuples(st.sampled_from(["running", "succeeded", "failed"]), st.booleans())))
+        if step is not None:
+            step_known[f"{run}/s/1"] = step
+    for run in runs + [None]:
+        for kind in draw(st.lists(st.sampled_from(["Pod", "Secret", "NetworkPolicy"]), min_size=1, max_size=4)):
+            labels = {"iterion.io/managed": "true"}
+            if run:
+                labels["iterion.io/run-id"] = run
+            if kind == "Pod" and draw(st.booleans()):
+                labels.update({"iterion.io/step": "s", "iterion.io/attempt": "1"})
+            if draw(st.integers(0, 9)) == 0:
+                labels["reaper.io/keep"] = "true"
+            containers = {"results-egress": draw(st.booleans())} if kind == "Pod" and draw(st.booleans()) else {}
+            objects.append(
+                K8sObject(
+                    kind=kind,
+                    cluster=draw(st.sampled_from(["c1", "c1", "c2"])),
+                    namespace=draw(st.sampled_from(["ci", "ci", "ci", "kube-system"])),
+                    name=f"{kind}-{draw(st.uuids())}",
+                    uid=str(draw(st.uuids())),
+                    labels=labels,
+                    created=NOW - draw(old),
+                    containers=containers,
+                )
+            )
+
+    def source(known: dict, failed: set) -> Keyed | None:
+        shape = draw(st.sampled_from(["complete"] * 6 + ["partial", "down"]))
+        if shape == "down":
+            return None
+        return Keyed(known=known, failed=frozenset(failed), complete=shape == "complete")
+
+    evidence = Evidence(
+        leases=source(lease_known, lease_failed),
+        runs=source(run_known, run_failed),
+        steps=source(step_known, set()),
+    )
+    return objects, evidence
+
+
+configs = st.builds(
+    lambda modes, cap, min_stale, frac, step: settings(
+        rules=dict(zip(RULES, modes, strict=True)),
+        max_deletions_per_sweep=cap,
+        budget={"min_stale": min_stale, "max_stale_fraction": frac},
+        k8s={"step_store": step},
+    ),
+    st.tuples(*[modes for _ in RULES]),
+    st.one_of(st.just(500), st.integers(0, 4)),
+    st.integers(0, 4),
+    st.sampled_from([1.0, 1.0, 0.5, 0.25, 0.0]),
+    st.sampled_from(["none", "postgres"]),
+)
+
+
+def run(resources, evidence, config, phase) -> Plan:
+    return evaluate(resources, evidence, config, phase, NOW_DT)
+
+
+@PROPS
+@given(st.lists(instances(), max_size=30), writer_health, configs, phases)
+def test_gce_fresh_or_future_heartbeat_is_only_ever_deleted_as_terminated(fleet, writers, config, phase) -> None:
+    plan = run(fleet, Evidence(writer_health=writers), config, phase)
+    for d in plan.deletes():
+        raw = d.resource.labels.get(HB)
+        if raw is not None and raw.isascii() and raw.isdigit() and NOW - int(raw) <= Q:
+            assert d.rule == "terminated" and d.resource.status == "TERMINATED"
+
+
+@PROPS
+@given(st.lists(instances(), max_size=30), writer_health, configs, phases)
+def test_gce_opt_out_and_held_projects_never_delete_heartbeat(fleet, writers, config, phase) -> None:
+    plan = run(fleet, Evidence(writer_health=writers), config, phase)
+    held = {v.scope for v in plan.scopes if v.target == "gce" and set(v.holds) - {"protected_scope"}}
+    for d in plan.deletes():
+        assert d.resource.labels.get("reaper_keep") != "true"
+        if d.rule == "heartbeat_stale":
+            assert d.resource.project not in held
+
+
+@PROPS
+@given(k8s_fleets(), configs, phases)
+def test_k8s_never_deletes_without_positive_evidence(fleet, config, phase) -> None:
+    objects, evidence = fleet
+    plan = run(objects, evidence, config, phase)
+    for d in plan.deletes():
+        obj = d.resource
+        run_key = obj.labels.get("iterion.io/run-id")
+        assert run_key, "an object without a run label was deleted"
+        assert lease_state(run_key, evidence.leases, NOW, 30) is LeaseState.ABSENT
+        assert run_state(run_key, evidence.runs, config.k8s.terminal_statuses)[0] in (
+            StoreState.TERMINAL,
+            StoreState.NOT_FOUND,
+        )
+        assert obj.labels.get("reaper.io/keep") != "true" and obj.namespace != "kube-system"
+        siblings = [o for o in objects if o.labels.get("iterion.io/run-id") == run_key and o.cluster == obj.cluster]
+        assert all(NOW - o.created >= 5 * M for o in siblings)
+        assert not any(o.containers.get("results-egress") is False for o in siblings)
+
+
+@PROPS
+@given(st.lists(instances(), max_size=30), k8s_fleets(), writer_health, configs, phases)
+def test_budget_tripped_scope_has_no_deletes_and_cap_is_respected(fleet, k8s, writers, config, phase) -> None:
+    objects, evidence = k8s
+    plan = run(fleet + objects, Evidence(writer_health=writers, leases=evidence.leases, runs=evidence.runs), config, phase)
+    tripped = {(v.target, v.scope) for v in plan.scopes if "budget_exceeded" in v.holds}
+    for d in plan.deletes():
+        if (d.target, d.scope) in tripped:
+            assert d.target == "gce" and d.rule != "heartbeat_stale"
+    for target in ("gce", "k8s"):
+        assert sum(1 for d in plan.deletes() if d.target == target) <= config.max_deletions_per_sweep
+
+
+def _lower(config, rule: str, mode: str):
+    data = config.model_dump()
+    data["rules"] = {r: str(m) for r, m in data["rules"].items()}
+    data["rules"][rule] = mode
+    for section in ("gce", "k8s"):
+        for key, value in list(data[section].items()):
+            if hasattr(value, "total_seconds"):
+                data[section][key] = f"{value.total_seconds()}s"
+        data[section]["opt_out_label"] = "=".join(data[section]["opt_out_label"])
+    return settings(**data)
+
+
+@PROPS
+@given(
+    st.lists(instances(), max_size=25),
+    k8s_fleets(),
+    writer_health,
+    configs,
+    phases,
+    phases,
+    st.sampled_from(RULES),
+    st.sampled_from(MODES),
+)
+def test_lowering_a_mode_or_the_phase_never_adds_a_delete(fleet, k8s, writers, config, p1, p2, rule, mode) -> None:
+    objects, evidence = k8s
+    ev = Evidence(writer_health=writers, leases=evidence.leases, runs=evidence.runs, steps=evidence.steps)
+    high_phase, low_phase = sorted([p1, p2], key=PHASES.index, reverse=True)
+    low_config = config
+    if Mode[mode.upper()] < getattr(config.rules, rule):
+        low_config = _lower(config, rule, mode)
+    high = run(fleet + objects, ev, config, high_phase)
+    low = run(fleet + objects, ev, low_config, low_phase)
+    high_actions = {(d.target, _uid(d)): d for d in high.decisions}
+    for d in low.deletes():
+        h = high_actions[(d.target, _uid(d))]
+        assert h.action is Action.DELETE or h.reason == "max_deletions_exceeded"
+
+
+def _uid(d) -> str:
+    return d.resource.uid if d.target == "k8s" else d.resource.id
+
+
+def _summary(plan: Plan) -> tuple:
+    decisions = sorted((d.target, _uid(d), d.action.value, d.rule or "", d.reason) for d in plan.decisions)
+    scopes = sorted((v.target, v.scope, v.holds, v.overridden) for v in plan.scopes)
+    return decisions, scopes, plan.capped
+
+
+@PROPS
+@given(st.lists(instances(), max_size=25), k8s_fleets(), writer_health, configs, phases, st.randoms())
+def test_result_does_not_depend_on_input_order(fleet, k8s, writers, config, phase, rnd: random.Random) -> None:
+    objects, evidence = k8s
+    ev = Evidence(writer_health=writers, leases=evidence.leases, runs=evidence.runs, steps=evidence.steps)
+    resources = fleet + objects
+    shuffled = list(resources)
+    rnd.shuffle(shuffled)
+    assert _summary(run(resources, ev, config, phase)) == _summary(run(shuffled, ev, config, phase))
