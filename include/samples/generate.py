@@ -56,8 +56,17 @@ def gce_fleet() -> list[dict[str, object]]:
     ]
     zones = ["us-east1-b", "us-east1-c", "us-east1-d"]
     return [
-        gcloud_instance(project, zones[i % 3], name, 7_100_000_000_000_000_000 + i, status, labels,
-                        NOW - created, None if stop is None else NOW - stop, offset_hours=(-7, 0, 2)[i % 3])
+        gcloud_instance(
+            project,
+            zones[i % 3],
+            name,
+            7_100_000_000_000_000_000 + i,
+            status,
+            labels,
+            NOW - created,
+            None if stop is None else NOW - stop,
+            offset_hours=(-7, 0, 2)[i % 3],
+        )
         for i, (project, name, status, labels, created, stop) in enumerate(rows)
     ]
 
@@ -80,23 +89,31 @@ def k8s_fleet() -> list[dict[str, object]]:
 def main() -> None:
     here = Path(__file__).parent
     _write(here / "gce-instances.json", gce_fleet())
-    _write(here / "k8s-objects.json", {"apiVersion": "v1", "items": k8s_fleet(), "kind": "List",
-                                      "metadata": {"resourceVersion": ""}})
-    _write(here / "runs.json", [
-        {"_id": "run-live", "status": "running"},
-        {"_id": "run-dead", "status": "failed"},
-        {"_id": "run-active", "status": "running"},
-        {"_id": "run-egress", "status": "succeeded"},
-        {"_id": "run-young", "status": "running"},
-        {"_id": "run-protected", "status": "succeeded"},
-    ])
+    _write(
+        here / "k8s-objects.json",
+        {"apiVersion": "v1", "items": k8s_fleet(), "kind": "List", "metadata": {"resourceVersion": ""}},
+    )
+    _write(
+        here / "runs.json",
+        [
+            {"_id": "run-live", "status": "running"},
+            {"_id": "run-dead", "status": "failed"},
+            {"_id": "run-active", "status": "running"},
+            {"_id": "run-egress", "status": "succeeded"},
+            {"_id": "run-young", "status": "running"},
+            {"_id": "run-protected", "status": "succeeded"},
+        ],
+    )
     _write(here / "leases.json", ["run-live"])
-    _write(here / "writer-health.json", [
-        {"manager": "runner-manager-a1", "project": "ci-runners-a", "last_pass": NOW - 4 * M, "failing": False},
-        {"manager": "runner-manager-a2", "project": "ci-runners-a", "last_pass": NOW - 9 * M, "failing": False},
-        {"manager": "runner-manager-b1", "project": "ci-runners-b", "last_pass": NOW - 3 * M, "failing": True},
-        {"manager": "runner-manager-c1", "project": "ci-runners-c", "last_pass": NOW - 2 * M, "failing": False},
-    ])
+    _write(
+        here / "writer-health.json",
+        [
+            {"manager": "runner-manager-a1", "project": "ci-runners-a", "last_pass": NOW - 4 * M, "failing": False},
+            {"manager": "runner-manager-a2", "project": "ci-runners-a", "last_pass": NOW - 9 * M, "failing": False},
+            {"manager": "runner-manager-b1", "project": "ci-runners-b", "last_pass": NOW - 3 * M, "failing": True},
+            {"manager": "runner-manager-c1", "project": "ci-runners-c", "last_pass": NOW - 2 * M, "failing": False},
+        ],
+    )
 
 
 def _write(path: Path, data: object) -> None:

@@ -26,7 +26,9 @@ def _timestamp(text: str) -> datetime:
     try:
         when = datetime.fromisoformat(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an RFC 3339 timestamp such as 2026-11-29T12:00:00Z, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected an RFC 3339 timestamp such as 2026-11-29T12:00:00Z, got {text!r}"
+        ) from None
     if when.tzinfo is None:
         raise argparse.ArgumentTypeError(f"expected a timestamp with an offset (Z or +hh:mm), got {text!r}")
     return when
@@ -38,9 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev = commands.add_parser("evaluate", help="what-if: evaluate a phase's policy on fleet exports")
     ev.add_argument("--config", help="config file (default: $REAPER_CONFIG, else include/reaper.yaml)")
     ev.add_argument("--now", type=_timestamp, help="evaluation time, RFC 3339 (default: the current time)")
-    ev.add_argument(
-        "--phase", choices=[p.value for p in Phase], default=Phase.REPORT_ONLY.value, help="rollout phase"
-    )
+    ev.add_argument("--phase", choices=[p.value for p in Phase], default=Phase.REPORT_ONLY.value, help="rollout phase")
     ev.add_argument("--gce", action="append", default=[], metavar="FILE", help="gcloud instances JSON export")
     ev.add_argument("--k8s", action="append", default=[], metavar="FILE", help="kubectl List JSON export")
     ev.add_argument("--cluster", default="default", help="scope name of the --k8s objects (default: default)")
@@ -138,10 +138,8 @@ def write_table(plan: Plan, out: TextIO) -> None:
         verdict = ",".join(v.holds) or "ok"
         if v.overridden:
             verdict += f" (overridden: {','.join(v.overridden)})"
-        rows.append(
-            (v.target, v.scope, verdict)
-            + tuple(str(counts[(v.target, v.scope, a)]) for a in (Action.KEEP, Action.REPORT, Action.DELETE))
-        )
+        actions = (Action.KEEP, Action.REPORT, Action.DELETE)
+        rows.append((v.target, v.scope, verdict, *(str(counts[v.target, v.scope, a]) for a in actions)))
     _columns(rows, out)
     for target, would_delete in plan.capped.items():
         out.write(f"\n{target}: {would_delete} deletions exceed max_deletions_per_sweep; all reported instead\n")

@@ -161,7 +161,7 @@ class _KeyError(ValueError):
 
 
 _EXPECTED_BY_TYPE = {
-    "string_type": "expected a string (quote values such as \"true\")",
+    "string_type": 'expected a string (quote values such as "true")',
     "int_type": "expected an integer",
     "float_type": "expected a number",
     "bool_type": "expected true or false",

@@ -181,9 +181,7 @@ _KUBECTL = msgspec.json.Decoder(_KubeList)
 def load_k8s(path: str | Path, cluster: str) -> list[K8sObject]:
     """Read a ``kubectl get pods,secrets,networkpolicies -A -o json`` export; other kinds are ignored."""
     listing = _decode(path, "--k8s", _KUBECTL)
-    return _normalize(
-        path, "--k8s", lambda: [k8s_object(i, cluster) for i in listing.items if i.kind in K8S_KINDS]
-    )
+    return _normalize(path, "--k8s", lambda: [k8s_object(i, cluster) for i in listing.items if i.kind in K8S_KINDS])
 
 
 # --- evidence files --------------------------------------------------------------------------

@@ -9,7 +9,7 @@ never mistaken for one that said "gone".
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from typing import Generic, TypeVar
 
 import msgspec
@@ -19,14 +19,14 @@ from reaper.config import Mode
 T = TypeVar("T")
 
 
-class Phase(str, Enum):
+class Phase(StrEnum):
     TELEMETRY = "telemetry"
     TERMINATED_CLEANUP = "terminated-cleanup"
     REPORT_ONLY = "report-only"
     ENFORCEMENT = "enforcement"
 
 
-class Action(str, Enum):
+class Action(StrEnum):
     KEEP = "keep"
     REPORT = "report"
     DELETE = "delete"
@@ -35,13 +35,13 @@ class Action(str, Enum):
 ACTION_OF_MODE = {Mode.OFF: Action.KEEP, Mode.REPORT: Action.REPORT, Mode.DELETE: Action.DELETE}
 
 
-class LeaseState(str, Enum):
+class LeaseState(StrEnum):
     HELD = "held"
     ABSENT = "absent"
     UNKNOWN = "unknown"
 
 
-class StoreState(str, Enum):
+class StoreState(StrEnum):
     """A run's (or a step attempt's) state in its store."""
 
     ACTIVE = "active"

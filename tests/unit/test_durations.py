@@ -28,7 +28,7 @@ def test_accepted_forms(text: str, seconds: int) -> None:
 
 @pytest.mark.parametrize("text", ["-3h", "3", "3 hours", "P", "PT", "P1M", "P1Y", "", "h3", "-PT1H"])
 def test_rejected_forms_name_the_expected_format(text: str) -> None:
-    with pytest.raises(ValueError, match="expected a (non-negative )?duration"):
+    with pytest.raises(ValueError, match=r"expected a (non-negative )?duration"):
         parse_duration(text)
 
 

@@ -219,7 +219,7 @@ def test_budget_hold_is_per_project() -> None:
 
 
 def test_budget_does_not_hold_terminated() -> None:
-    fleet = _fleet(3, 1) + [t := inst(status="TERMINATED", stop_age=D, hb_age=M)]
+    fleet = [*_fleet(3, 1), (t := inst(status="TERMINATED", stop_age=D, hb_age=M))]
     assert [d.resource.name for d in plan(fleet).deletes()] == [t.name]
 
 
@@ -247,7 +247,12 @@ def test_budget_thresholds_follow_config() -> None:
 
 def test_incomplete_listing_holds_every_delete_in_the_project() -> None:
     ev = Evidence(writer_health=healthy("p1", "p2"), incomplete=frozenset({("gce", "p1")}))
-    fleet = [inst(status="TERMINATED", stop_age=D), inst(hb_age=D), inst(created_age=5 * D), inst(hb_age=D, project="p2")]
+    fleet = [
+        inst(status="TERMINATED", stop_age=D),
+        inst(hb_age=D),
+        inst(created_age=5 * D),
+        inst(hb_age=D, project="p2"),
+    ]
     p = plan(fleet, evidence=ev)
     assert [d.resource.project for d in p.deletes()] == ["p2"]
     assert {d.reason for d in p.decisions if d.resource.project == "p1"} == {"inventory_incomplete"}

@@ -115,7 +115,9 @@ def test_row7_results_durability(row: tuple[str, bool], expected: tuple[str, str
 
 def test_row7_step_store_unknown_reports() -> None:
     assert _step_run(None) == {"r1": {("report", "results_not_durable")}}
-    assert _step_run(Keyed(failed=frozenset({"r1/build/2"}), complete=True)) == {"r1": {("report", "results_not_durable")}}
+    assert _step_run(Keyed(failed=frozenset({"r1/build/2"}), complete=True)) == {
+        "r1": {("report", "results_not_durable")}
+    }
 
 
 def test_row7_step_row_provably_absent_does_not_block() -> None:
@@ -151,7 +153,9 @@ def test_terminal_statuses_follow_config() -> None:
 def test_all_of_a_runs_resources_share_the_decision() -> None:
     res = sandbox("r1") + sandbox("r2")
     p = plan(res, evidence=ev(held=["r2"]))
-    assert {(d.resource.kind, d.action.value) for d in p.decisions if d.resource.labels["iterion.io/run-id"] == "r1"} == {
+    assert {
+        (d.resource.kind, d.action.value) for d in p.decisions if d.resource.labels["iterion.io/run-id"] == "r1"
+    } == {
         ("Pod", "delete"),
         ("Secret", "delete"),
         ("NetworkPolicy", "delete"),
@@ -165,7 +169,7 @@ def test_run_label_missing_is_reported_never_deleted() -> None:
 
 
 def test_unmanaged_objects_are_not_in_the_plan() -> None:
-    assert plan(sandbox("r1") + [obj("Pod", "r2", managed=False)], evidence=ev()).decisions.__len__() == 4
+    assert plan([*sandbox("r1"), obj("Pod", "r2", managed=False)], evidence=ev()).decisions.__len__() == 4
 
 
 def test_opt_out_keeps_that_object() -> None:
@@ -211,7 +215,7 @@ def test_report_only_reports_orphans() -> None:
 
 @pytest.mark.parametrize("phase", [Phase.TELEMETRY, Phase.TERMINATED_CLEANUP])
 def test_phases_without_the_rule_keep_everything(phase: Phase) -> None:
-    res = sandbox("r1") + [obj("Secret", None)] + sandbox("r2")
+    res = [*sandbox("r1"), obj("Secret", None), *sandbox("r2")]
     got = decide(res, ev(statuses={"r2": "running"}), phase=phase)
     assert {a for v in got.values() for a, _ in v} == {"keep"}
 

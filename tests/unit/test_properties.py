@@ -4,11 +4,23 @@ from __future__ import annotations
 
 import random
 
-from hypothesis import HealthCheck, given, settings as hsettings
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from reaper.config import Mode
-from reaper.model import Action, Evidence, GceInstance, K8sObject, Keyed, LeaseState, Phase, Plan, StoreState, WriterRecord
+from reaper.model import (
+    Action,
+    Evidence,
+    GceInstance,
+    K8sObject,
+    Keyed,
+    LeaseState,
+    Phase,
+    Plan,
+    StoreState,
+    WriterRecord,
+)
 from reaper.policy import evaluate
 from reaper.policy.k8s import lease_state, run_state
 from tests.builders import HB, NOW, NOW_DT, D, H, M, settings
@@ -90,7 +102,7 @@ def k8s_fleets(draw) -> tuple[list[K8sObject], Evidence]:
         step = draw(st.one_of(st.none(), st.tuples(st.sampled_from(["running", "succeeded", "failed"]), st.booleans())))
         if step is not None:
             step_known[f"{run}/s/1"] = step
-    for run in runs + [None]:
+    for run in [*runs, None]:
         for kind in draw(st.lists(st.sampled_from(["Pod", "Secret", "NetworkPolicy"]), min_size=1, max_size=4)):
             labels = {"iterion.io/managed": "true"}
             if run:
@@ -191,7 +203,9 @@ def test_k8s_never_deletes_without_positive_evidence(fleet, config, phase) -> No
 @given(st.lists(instances(), max_size=30), k8s_fleets(), writer_health, configs, phases)
 def test_budget_tripped_scope_has_no_deletes_and_cap_is_respected(fleet, k8s, writers, config, phase) -> None:
     objects, evidence = k8s
-    plan = run(fleet + objects, Evidence(writer_health=writers, leases=evidence.leases, runs=evidence.runs), config, phase)
+    plan = run(
+        fleet + objects, Evidence(writer_health=writers, leases=evidence.leases, runs=evidence.runs), config, phase
+    )
     tripped = {(v.target, v.scope) for v in plan.scopes if "budget_exceeded" in v.holds}
     for d in plan.deletes():
         if (d.target, d.scope) in tripped:

@@ -79,4 +79,6 @@ def _capped(decision: Decision, limit: int) -> Decision:
     if decision.action is not Action.DELETE:
         return decision
     evidence = {**(decision.evidence or {}), "finding": decision.reason, "max_deletions_per_sweep": limit}
-    return Decision(decision.target, decision.resource, Action.REPORT, decision.rule, "max_deletions_exceeded", evidence)
+    return Decision(
+        decision.target, decision.resource, Action.REPORT, decision.rule, "max_deletions_exceeded", evidence
+    )

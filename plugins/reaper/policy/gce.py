@@ -31,7 +31,7 @@ HEARTBEAT_HOLDS = ("writer_health_unknown", "writer_unhealthy", "budget_exceeded
 
 # Upper bounds (seconds) of the heartbeat-age census buckets; a last "+Inf" bucket is implied.
 AGE_BUCKETS = (600, 1800, 3600, 2 * 3600, 4 * 3600, 8 * 3600, 86400, 3 * 86400, 7 * 86400)
-BUCKET_LABELS = tuple(str(b) for b in AGE_BUCKETS) + ("+Inf",)
+BUCKET_LABELS = (*tuple(str(b) for b in AGE_BUCKETS), "+Inf")
 
 # A candidate is (rule, reason, is_finding, held_by_heartbeat_holds). Anomalies are never findings:
 # their most is a report, and they belong to the heartbeat rule (DESIGN.md section 3).
@@ -179,9 +179,7 @@ def _evaluate_project(
         else:
             append(Decision(TARGET, inst, KEEP, None, "fresh" if age is not None else "no_finding"))
 
-    holds, overridden, details = _project_holds(
-        project, labeled, stale, evidence, writers, config, now, override
-    )
+    holds, overridden, details = _project_holds(project, labeled, stale, evidence, writers, config, now, override)
     incomplete = "inventory_incomplete" in holds
     heartbeat_hold = next((h for h in holds if h in HEARTBEAT_HOLDS), None)
     for inst, candidates, facts in pending:

@@ -220,9 +220,7 @@ def _run_row(
     return ORPHAN, facts  # row 8
 
 
-def _undurable_steps(
-    key: str, pods: list[K8sObject], evidence: Evidence, config: Settings
-) -> dict[str, str]:
+def _undurable_steps(key: str, pods: list[K8sObject], evidence: Evidence, config: Settings) -> dict[str, str]:
     """Step attempts of the run's pods whose results are not proven durable, with their state."""
     k8s = config.k8s
     pending: dict[str, str] = {}

@@ -1,0 +1,45 @@
+# The README's two commands: `make demo` (the main job on the bundled fleet) and `make test` (the whole suite).
+# Both do all set-up themselves: system packages (scripts/bootstrap.sh), the venv, the requirements.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+SAMPLES := include/samples
+SAMPLE_NOW := 2026-11-29T12:00:00Z
+SAMPLE_INPUTS := --gce $(SAMPLES)/gce-instances.json --k8s $(SAMPLES)/k8s-objects.json \
+	--runs $(SAMPLES)/runs.json --leases $(SAMPLES)/leases.json --writer-health $(SAMPLES)/writer-health.json
+
+.PHONY: venv demo test lint bench clean
+
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml scripts/bootstrap.sh
+	PYTHON=$(PYTHON) scripts/bootstrap.sh
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip uv
+	$(BIN)/uv pip install --python $(BIN)/python --quiet -r requirements-dev.txt -e .
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# For now the demo is the offline what-if: every rollout phase on the bundled sample fleet.
+demo: $(STAMP)
+	@for phase in telemetry terminated-cleanup report-only enforcement; do \
+		echo "================ $$phase ================"; \
+		$(BIN)/reaper evaluate --now $(SAMPLE_NOW) --phase $$phase $(SAMPLE_INPUTS) || exit $$?; \
+		echo; \
+	done
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+# pytest exits 5 when a selection (PYTEST_ARGS) collects nothing: that is not a failure of the suite.
+test: lint
+	$(BIN)/python -m pytest $(PYTEST_ARGS); code=$$?; [ $$code -eq 0 ] || [ $$code -eq 5 ] || exit $$code
+
+bench: $(STAMP)
+	$(BIN)/python bench/policy.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,37 @@
+"""``reaper_config_check``: validates the reaper config and logs each phase's effective rule modes.
+
+Manual trigger only. It reads the config file (no connections, no network) and
+never lists or deletes anything; the sweeping DAGs come from the DAG factory.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from airflow.sdk import dag, task
+
+
+@dag(
+    dag_id="reaper_config_check",
+    schedule=None,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    tags=["reaper"],
+    default_args={"retries": 0, "retry_delay": timedelta(seconds=5)},
+    doc_md=__doc__,
+)
+def reaper_config_check() -> None:
+    @task
+    def check_config() -> dict[str, dict[str, str]]:
+        # Imported in the task, not at parse time: parsing a DAG file must do no I/O.
+        from reaper.config import load_config
+        from reaper.model import Phase
+        from reaper.policy.modes import effective_modes
+
+        config = load_config()
+        return {phase.value: {r: str(m) for r, m in effective_modes(config, phase).items()} for phase in Phase}
+
+    check_config()
+
+
+reaper_config_check()

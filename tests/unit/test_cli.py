@@ -1,0 +1,238 @@
+"""``reaper evaluate`` on the bundled realistic exports, for every phase, and on bad input."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reaper.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLES = ROOT / "include" / "samples"
+NOW = "2026-11-29T12:00:00Z"
+INPUTS = [
+    "--gce", str(SAMPLES / "gce-instances.json"),
+    "--k8s", str(SAMPLES / "k8s-objects.json"),
+    "--runs", str(SAMPLES / "runs.json"),
+    "--leases", str(SAMPLES / "leases.json"),
+    "--writer-health", str(SAMPLES / "writer-health.json"),
+]  # fmt: skip
+
+K, R, X = "keep", "report", "delete"
+# name -> action per phase (telemetry, terminated-cleanup, report-only, enforcement)
+GCE_EXPECTED = {
+    "a-fresh": (K, K, K, K),
+    "a-fresh-at-quarantine": (K, K, K, K),
+    "a-stale": (K, K, R, X),
+    "a-terminated": (K, X, X, X),
+    "a-terminated-in-grace": (K, K, K, K),
+    "a-future-heartbeat": (K, K, R, R),
+    "a-malformed-old": (K, K, R, X),
+    "a-unlabeled-old": (K, K, R, X),
+    "a-unlabeled-young": (K, K, K, K),
+    "a-opted-out-stale": (K, K, K, K),
+    "b-fresh": (K, K, K, K),
+    "b-fresh-2": (K, K, K, K),
+    "b-stale-writer-failing": (K, K, R, R),
+    "c-fresh": (K, K, K, K),
+    **{f"c-stale-over-budget-{i}": (K, K, R, R) for i in range(1, 5)},
+}
+RUN_EXPECTED = {
+    "run-live": (K, K, K, K),
+    "run-dead": (K, K, R, X),
+    "run-gone": (K, K, R, X),
+    "run-active": (K, K, R, R),
+    "run-egress": (K, K, R, R),
+    "run-young": (K, K, K, K),
+    "run-protected": (K, K, K, K),
+}
+PHASES = ["telemetry", "terminated-cleanup", "report-only", "enforcement"]
+
+
+def run_cli(*args: str) -> tuple[int, str]:
+    out = io.StringIO()
+    code = main(list(args), out=out)
+    return code, out.getvalue()
+
+
+def evaluate_json(phase: str, *extra: str) -> dict:
+    code, out = run_cli("evaluate", "--now", NOW, "--phase", phase, "--format", "json", *INPUTS, *extra)
+    assert code == 0
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("index", range(4), ids=PHASES)
+def test_samples_give_the_right_answer_for_every_phase(index: int) -> None:
+    result = evaluate_json(PHASES[index])
+    gce = {d["name"]: d["action"] for d in result["decisions"] if d["target"] == "gce"}
+    assert gce == {name: actions[index] for name, actions in GCE_EXPECTED.items()}
+    k8s = {}
+    for d in result["decisions"]:
+        if d["target"] == "k8s":
+            run = next((r for r in RUN_EXPECTED if d["name"].startswith(f"sandbox-{r}")), d["name"])
+            k8s.setdefault(run, set()).add(d["action"])
+    expected = {run: {actions[index]} for run, actions in RUN_EXPECTED.items()}
+    expected["sandbox-stray-secret"] = {K if index < 2 else R}
+    assert k8s == expected
+
+
+def test_sample_reasons_in_enforcement() -> None:
+    reasons = {d["name"]: (d["rule"], d["reason"]) for d in evaluate_json("enforcement")["decisions"]}
+    assert reasons["a-stale"] == ("heartbeat_stale", "heartbeat_stale")
+    assert reasons["a-malformed-old"] == ("unlabeled_age", "unlabeled_age")
+    assert reasons["a-future-heartbeat"] == ("heartbeat_stale", "heartbeat_in_future")
+    assert reasons["b-stale-writer-failing"] == ("heartbeat_stale", "writer_unhealthy")
+    assert reasons["c-stale-over-budget-1"] == ("heartbeat_stale", "budget_exceeded")
+    assert reasons["sandbox-run-active"][1] == "lease_absent_run_active"
+    assert reasons["sandbox-run-egress"][1] == "results_egress_in_progress"
+    assert reasons["sandbox-run-young"][1] == "min_age"
+    assert reasons["sandbox-stray-secret"][1] == "run_label_missing"
+
+
+def test_json_shape() -> None:
+    result = evaluate_json("report-only")
+    assert result["phase"] == "report-only" and result["now"] == NOW
+    assert set(result["decisions"][0]) >= {"target", "scope", "kind", "name", "uid", "action", "rule", "reason"}
+    scopes = {(s["target"], s["scope"]): s for s in result["scopes"]}
+    assert scopes[("gce", "ci-runners-b")]["verdict"] == "writer_unhealthy"
+    assert scopes[("gce", "ci-runners-c")]["verdict"] == "budget_exceeded"
+    assert scopes[("k8s", "default")]["verdict"] == "ok"
+    assert result["census"]["gce"]["ci-runners-a"]["instances"] == 10
+    uids = [d["uid"] for d in result["decisions"]]
+    assert len(uids) == len(set(uids)), "exactly one decision per in-scope resource"
+
+
+def test_out_of_selector_instances_do_not_appear() -> None:
+    names = {d["name"] for d in evaluate_json("enforcement")["decisions"]}
+    assert not names & {"a-unselected-no-labels", "a-unselected-other", "unmanaged-web"}
+
+
+def test_secret_data_is_never_printed() -> None:
+    secret = json.loads((SAMPLES / "k8s-objects.json").read_text())["items"][2]["data"]["credentials.json"]
+    for fmt in ("json", "table"):
+        _, out = run_cli("evaluate", "--now", NOW, "--format", fmt, *INPUTS)
+        assert secret not in out and "credentials.json" not in out
+
+
+def test_missing_evidence_means_unknown_and_keep() -> None:
+    code, out = run_cli(
+        "evaluate", "--now", NOW, "--phase", "enforcement", "--format", "json",
+        "--gce", str(SAMPLES / "gce-instances.json"), "--k8s", str(SAMPLES / "k8s-objects.json"),
+    )  # fmt: skip
+    assert code == 0
+    decisions = json.loads(out)["decisions"]
+    deleted = {d["name"] for d in decisions if d["action"] == "delete"}
+    # Without writer health, no heartbeat delete; without leases, no Kubernetes delete.
+    assert deleted == {"a-terminated", "a-malformed-old", "a-unlabeled-old"}
+    assert {d["reason"] for d in decisions if d["target"] == "k8s" and d["action"] == "report"} == {
+        "lease_unknown",
+        "run_label_missing",
+    }
+
+
+def test_table_lists_scopes_and_actions() -> None:
+    code, out = run_cli("evaluate", "--now", NOW, "--phase", "enforcement", *INPUTS)
+    assert code == 0
+    assert "ci-runners-c  budget_exceeded" in out
+    line = next(line for line in out.splitlines() if " a-stale " in line)
+    assert line.split()[0] == "delete" and line.split()[-1] == "heartbeat_stale"
+
+
+def test_cluster_names_the_k8s_scope() -> None:
+    result = evaluate_json("enforcement", "--cluster", "prod-eu")
+    assert {d["scope"] for d in result["decisions"] if d["target"] == "k8s"} == {"prod-eu"}
+
+
+def test_config_controls_the_policy(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("gce: {protected_projects: [ci-runners-a]}\nk8s: {min_age: 3h}\n")
+    result = evaluate_json("enforcement", "--config", str(cfg))
+    assert not [d for d in result["decisions"] if d["action"] == "delete"]
+
+
+# --- bad input ------------------------------------------------------------------------------
+
+
+def _bad(tmp_path: Path, option: str, content: str, capsys: pytest.CaptureFixture[str]) -> str:
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    code, out = run_cli("evaluate", "--now", NOW, option, str(path))
+    err = capsys.readouterr().err
+    assert code == 2 and out == ""
+    assert str(path) in err and option in err
+    return err
+
+
+@pytest.mark.parametrize(
+    ("option", "content", "expected"),
+    [
+        ("--gce", "[{not json", "not valid JSON"),
+        ("--gce", '{"kind": "List"}', "Expected `array`"),
+        ("--gce", '[{"name": "x"}]', "missing required field"),
+        ("--gce", '[{"name": "x", "id": "1", "status": "RUNNING", "zone": "z", "creationTimestamp": "yesterday"}]',
+         "creationTimestamp"),
+        ("--gce", '[{"name": "x", "id": "1", "status": "RUNNING", "zone": "us-east1-b",'
+                  ' "creationTimestamp": "2026-11-01T00:00:00Z"}]', "no project"),
+        ("--gce", '[{"name": "x", "id": "1", "status": "RUNNING", "zone": "projects/p/zones/z",'
+                  ' "creationTimestamp": "2026-11-01T00:00:00"}]', "with an offset"),
+        ("--gce", '[{"name": "x", "id": "1", "status": "RUNNING", "zone": "projects/p/zones/z",'
+                  ' "creationTimestamp": "2026-11-01T00:00:00Z", "labels": {"a": 1}}]', "$[0].labels"),
+        ("--k8s", '[]', "Expected `object`"),
+        ("--k8s", '{"items": [{"kind": "Pod", "metadata": {"name": "p"}}]}', "$.items[0].metadata"),
+        ("--runs", '[{"_id": "r1"}]', "missing required field `status`"),
+        ("--runs", '{"r1": "failed"}', "Expected `array`"),
+        ("--leases", '[1, 2]', "Expected `str`"),
+        ("--writer-health", '[{"manager": "m", "project": "p", "last_pass": "now", "failing": false}]',
+         "$[0].last_pass"),
+        ("--writer-health", '[{"manager": "m", "project": "p", "last_pass": 1}]', "failing"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_one_clear_message(tmp_path, capsys, option: str, content: str, expected: str) -> None:
+    assert expected in _bad(tmp_path, option, content, capsys)
+
+
+def test_unreadable_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run_cli("evaluate", "--gce", str(tmp_path / "missing.json"))
+    assert code == 2 and out == "" and "cannot read the file" in capsys.readouterr().err
+
+
+def test_bad_config_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("budget: {max_stale_fraction: 2}\n")
+    code, out = run_cli("evaluate", "--config", str(cfg), *INPUTS)
+    err = capsys.readouterr().err
+    assert code == 2 and out == "" and "budget.max_stale_fraction" in err and str(cfg) in err
+
+
+@pytest.mark.parametrize("now", ["yesterday", "2026-11-29T12:00:00"])
+def test_bad_now_exits_2(now: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        run_cli("evaluate", "--now", now)
+    assert info.value.code == 2 and "--now" in capsys.readouterr().err
+
+
+def test_runs_accept_mongoexport_object_ids(tmp_path: Path) -> None:
+    runs = tmp_path / "runs.json"
+    runs.write_text('[{"_id": {"$oid": "run-dead"}, "status": "failed"}]')
+    leases = tmp_path / "leases.json"
+    leases.write_text("[]")
+    code, out = run_cli(
+        "evaluate", "--now", NOW, "--phase", "enforcement", "--format", "json",
+        "--k8s", str(SAMPLES / "k8s-objects.json"), "--runs", str(runs), "--leases", str(leases),
+    )  # fmt: skip
+    assert code == 0
+    status = {d["evidence"]["status"] for d in json.loads(out)["decisions"] if d["name"] == "sandbox-run-dead"}
+    assert status == {"failed"}
+
+
+def test_python_dash_m_and_console_script_agree() -> None:
+    args = ["evaluate", "--now", NOW, "--format", "json", *INPUTS]
+    env_path = {"PYTHONPATH": str(ROOT / "plugins")}
+    via_module = subprocess.run([sys.executable, "-m", "reaper", *args], capture_output=True, text=True,
+                                env=env_path, check=True)  # fmt: skip
+    assert json.loads(via_module.stdout) == evaluate_json("report-only")
