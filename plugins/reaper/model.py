@@ -9,7 +9,9 @@ never mistaken for one that said "gone".
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 from typing import Generic, TypeVar
 
 import msgspec
@@ -204,13 +206,40 @@ class Override(msgspec.Struct, frozen=True):
             raise ValueError("override_reason must be non-empty to override a budget hold")
 
 
-class Plan(msgspec.Struct):
+@dataclass
+class TargetResult:
+    """What one target's rules produce before the global cap: the parts of a :class:`Plan`."""
+
+    acted: list[Decision] = field(default_factory=list)
+    kept: list[tuple[str, str, list[Resource]]] = field(default_factory=list)
+    verdicts: list[ScopeVerdict] = field(default_factory=list)
+    census: dict[str, dict[str, object]] = field(default_factory=dict)
+
+
+@dataclass
+class Plan:
+    """The policy's answer for one sweep.
+
+    ``acted`` holds every decision worth a record: reports, deletes, and keeps
+    that have a rule or evidence (opt-out, rule off, a keep row). Plain keeps
+    with no finding (a fresh heartbeat, a young unlabeled instance, a protected
+    project) are ``kept`` as (target, reason, resources) groups, because a
+    million-instance sweep must not build a million records nobody reads.
+    ``decisions`` materializes all of them: exactly one per in-scope resource.
+    """
+
     phase: Phase
     now: float
-    decisions: list[Decision]
+    acted: list[Decision]
+    kept: list[tuple[str, str, list[Resource]]]
     scopes: list[ScopeVerdict]
     census: dict[str, dict[str, dict[str, object]]]
-    capped: dict[str, int] = {}
+    capped: dict[str, int] = field(default_factory=dict)
+
+    @cached_property
+    def decisions(self) -> list[Decision]:
+        keeps = [Decision(t, r, Action.KEEP, None, reason) for t, reason, group in self.kept for r in group]
+        return self.acted + keeps
 
     def deletes(self) -> list[Decision]:
-        return [d for d in self.decisions if d.action is Action.DELETE]
+        return [d for d in self.acted if d.action is Action.DELETE]

@@ -253,7 +253,7 @@ def test_lowering_a_mode_or_the_phase_never_adds_a_delete(fleet, k8s, writers, c
 
 
 def _uid(d) -> str:
-    return d.resource.uid if d.target == "k8s" else d.resource.id
+    return d.resource.name  # generated from UUIDs: unique, unlike the drawn ids
 
 
 def _summary(plan: Plan) -> tuple:

@@ -46,15 +46,12 @@ def evaluate(
         raise ValueError("now must be timezone-aware")
     at = now.timestamp()
     modes = effective_modes(config, phase)
-    instances: list[GceInstance] = []
-    objects: list[K8sObject] = []
-    for resource in resources:
-        (instances if type(resource) is GceInstance else objects).append(resource)
+    resources = resources if isinstance(resources, list) else list(resources)
+    instances = [r for r in resources if type(r) is GceInstance]
+    # A single-target inventory (the usual sweep) needs no second pass.
+    objects = [r for r in resources if type(r) is K8sObject] if len(instances) < len(resources) else []
 
-    decisions: list[Decision] = []
-    verdicts = []
-    census: dict[str, dict[str, dict[str, object]]] = {}
-    capped: dict[str, int] = {}
+    plan = Plan(phase, at, acted=[], kept=[], scopes=[], census={})
     targets = (
         ("gce", config.gce.enabled, evaluate_gce, instances),
         ("k8s", config.k8s.enabled, evaluate_k8s, objects),
@@ -62,16 +59,16 @@ def evaluate(
     for target, enabled, evaluate_target, items in targets:
         if not enabled:
             continue
-        target_decisions, target_verdicts, census[target] = evaluate_target(
-            items, evidence, config, modes, at, override
-        )
-        deletes = sum(1 for d in target_decisions if d.action is Action.DELETE)
+        result = evaluate_target(items, evidence, config, modes, at, override)
+        deletes = sum(1 for d in result.acted if d.action is Action.DELETE)
         if deletes > config.max_deletions_per_sweep:
-            capped[target] = deletes
-            target_decisions = [_capped(d, config.max_deletions_per_sweep) for d in target_decisions]
-        decisions.extend(target_decisions)
-        verdicts.extend(target_verdicts)
-    return Plan(phase, at, decisions, verdicts, census, capped)
+            plan.capped[target] = deletes
+            result.acted = [_capped(d, config.max_deletions_per_sweep) for d in result.acted]
+        plan.acted += result.acted
+        plan.kept += result.kept
+        plan.scopes += result.verdicts
+        plan.census[target] = result.census
+    return plan
 
 
 def _capped(decision: Decision, limit: int) -> Decision:

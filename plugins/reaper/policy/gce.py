@@ -1,14 +1,15 @@
 """GCE rules (DESIGN.md section 4): heartbeat, TERMINATED and age findings, and the per-project holds.
 
-One pass classifies each in-scope instance and counts the project's census and
-budget numbers; only instances with a finding or anomaly (a small minority in a
-healthy fleet) are resolved in a second pass, once the project's holds are known.
+A first pass sorts each project's instances: the fresh, labeled, running ones
+(nearly all of a healthy fleet) take a few comparisons; the rest are classified
+against every row. Those with a finding or anomaly are resolved once the
+project's holds (writer health, budget, listing) are known.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 
 from reaper.config import Mode, Settings
@@ -20,6 +21,7 @@ from reaper.model import (
     GceInstance,
     Override,
     ScopeVerdict,
+    TargetResult,
     WriterRecord,
 )
 
@@ -31,7 +33,7 @@ HEARTBEAT_HOLDS = ("writer_health_unknown", "writer_unhealthy", "budget_exceeded
 
 # Upper bounds (seconds) of the heartbeat-age census buckets; a last "+Inf" bucket is implied.
 AGE_BUCKETS = (600, 1800, 3600, 2 * 3600, 4 * 3600, 8 * 3600, 86400, 3 * 86400, 7 * 86400)
-BUCKET_LABELS = (*tuple(str(b) for b in AGE_BUCKETS), "+Inf")
+BUCKET_LABELS = tuple(str(b) for b in AGE_BUCKETS)
 
 # A candidate is (rule, reason, is_finding, held_by_heartbeat_holds). Anomalies are never findings:
 # their most is a report, and they belong to the heartbeat rule (DESIGN.md section 3).
@@ -49,29 +51,90 @@ def evaluate_gce(
     modes: dict[str, Mode],
     now: float,
     override: Override | None,
-) -> tuple[list[Decision], list[ScopeVerdict], dict[str, dict[str, object]]]:
-    """Decide every in-scope instance; return decisions, per-project verdicts and census."""
-    selector = tuple(config.gce.selector.items())
-    by_project: dict[str, list[GceInstance]] = defaultdict(list)
+) -> TargetResult:
+    """Decide every in-scope instance: decisions, plain-keep groups, per-project verdicts and census."""
+    thresholds = _Thresholds(config, now)
+    projects = _first_pass(instances, config, thresholds)
+    writers = _writers_by_project(evidence.writer_health)
+    result = TargetResult()
+    for project in sorted(projects):
+        _evaluate_project(project, projects[project], evidence, writers, config, modes, thresholds, override, result)
+    return result
+
+
+class _Project:
+    """One project's in-scope instances as the first pass sorted them."""
+
+    __slots__ = ("beats", "fresh", "opted", "rare", "young")
+
+    def __init__(self) -> None:
+        self.fresh: list[GceInstance] = []  # valid, fresh heartbeat, not TERMINATED
+        self.young: list[GceInstance] = []  # no heartbeat label, younger than the max age, not TERMINATED
+        self.opted: list[GceInstance] = []  # opt-out label
+        self.rare: list[GceInstance] = []  # everything else: classified row by row
+        self.beats: list[int] = []  # the valid heartbeat values, for the budget and the census
+
+    def instances(self) -> list[GceInstance]:
+        return [*self.fresh, *self.young, *self.opted, *self.rare]
+
+
+def _first_pass(instances: Iterable[GceInstance], config: Settings, t: _Thresholds) -> dict[str, _Project]:
+    """Select in-scope instances, group them by project and sort out the ones with nothing to decide.
+
+    This loop touches every instance of the fleet, so it is written for speed: a
+    fresh, labeled, running instance (nearly all of a healthy fleet) costs a few
+    dict lookups and comparisons. Listings arrive project by project, so the
+    project's lists are rebound only when the project changes.
+    """
+    (sel_key, sel_value), *sel_rest = config.gce.selector.items()
+    hb_label, opt_key, opt_value = t.hb_label, t.opt_key, t.opt_value
+    stale_before, future_after, aged_before = t.stale_before, t.future_after, t.aged_before
+    projects: dict[str, _Project] = {}
+    current = None
     for inst in instances:
         labels = inst.labels
-        for key, value in selector:
-            if labels.get(key) != value:
-                break
-        else:
-            by_project[inst.project].append(inst)
+        if labels.get(sel_key) != sel_value or (sel_rest and any(labels.get(k) != v for k, v in sel_rest)):
+            continue
+        if inst.project != current:
+            current = inst.project
+            group = projects.get(current) or projects.setdefault(current, _Project())
+            fresh, young, opted, rare, beats = (
+                group.fresh.append,
+                group.young.append,
+                group.opted.append,
+                group.rare.append,
+                group.beats.append,
+            )
+        if labels.get(opt_key) == opt_value:
+            opted(inst)
+            continue
+        raw = labels.get(hb_label)
+        if raw is None:
+            if inst.created >= aged_before and inst.status != "TERMINATED":
+                young(inst)
+                continue
+        elif raw.isdigit() and raw.isascii():
+            beat = int(raw)
+            if stale_before <= beat <= future_after and inst.status != "TERMINATED":
+                beats(beat)
+                fresh(inst)
+                continue
+        rare(inst)
+    return projects
 
-    writers = _writers_by_project(evidence.writer_health)
-    decisions: list[Decision] = []
-    verdicts: list[ScopeVerdict] = []
-    census: dict[str, dict[str, object]] = {}
-    for project in sorted(by_project):
-        verdict, project_census = _evaluate_project(
-            project, by_project[project], evidence, writers, config, modes, now, override, decisions
-        )
-        verdicts.append(verdict)
-        census[project] = project_census
-    return decisions, verdicts, census
+
+class _Thresholds:
+    """The config's durations turned into absolute unix-second cutoffs for this sweep."""
+
+    def __init__(self, config: Settings, now: float) -> None:
+        gce = config.gce
+        self.now = now
+        self.hb_label = gce.heartbeat_label
+        self.opt_key, self.opt_value = gce.opt_out_label
+        self.stale_before = now - gce.quarantine.total_seconds()  # a beat older than this is stale
+        self.future_after = now + gce.clock_skew.total_seconds()  # a beat newer than this is in the future
+        self.stopped_before = now - gce.terminated_grace.total_seconds()
+        self.aged_before = now - gce.unlabeled_max_age.total_seconds()
 
 
 def _writers_by_project(records: list[WriterRecord] | None) -> dict[str, list[WriterRecord]] | None:
@@ -109,101 +172,94 @@ def writer_hold(
 
 def _evaluate_project(
     project: str,
-    instances: list[GceInstance],
+    group: _Project,
     evidence: Evidence,
     writers: dict[str, list[WriterRecord]] | None,
     config: Settings,
     modes: dict[str, Mode],
-    now: float,
+    t: _Thresholds,
     override: Override | None,
-    out: list[Decision],
-) -> tuple[ScopeVerdict, dict[str, object]]:
-    gce = config.gce
-    hb_label = gce.heartbeat_label
-    opt_key, opt_value = gce.opt_out_label
-    quarantine = gce.quarantine.total_seconds()
-    future_after = now + gce.clock_skew.total_seconds()
-    grace = gce.terminated_grace.total_seconds()
-    max_age = gce.unlabeled_max_age.total_seconds()
-    protected = project in gce.protected_projects
-    append = out.append
-
-    by_status: dict[str, int] = defaultdict(int)
+    result: TargetResult,
+) -> None:
+    fresh, young, opted, rare, beats = group.fresh, group.young, group.opted, group.rare, group.beats
+    instances = group.instances()
     findings: dict[str, int] = defaultdict(int)
-    buckets = [0] * (len(AGE_BUCKETS) + 1)
-    age_sum = 0.0
-    labeled = stale = 0
-    pending: list[tuple[GceInstance, list[tuple[str, str, bool, bool]], dict[str, object]]] = []
-
-    for inst in instances:
-        by_status[inst.status] += 1
-        labels = inst.labels
-        if labels.get(opt_key) == opt_value:
-            findings["opt_out"] += 1
-            append(Decision(TARGET, inst, KEEP, None, "opt_out"))
-            continue
-        candidates = []
-        raw = labels.get(hb_label)
-        age = None
-        unlabeled = raw is None
-        if unlabeled:
-            findings["heartbeat_absent"] += 1
-        elif raw.isascii() and raw.isdigit():
-            beat = int(raw)
-            if beat > future_after:
-                findings["heartbeat_in_future"] += 1
-                candidates.append(_FUTURE)
-            else:
-                labeled += 1
-                age = now - beat
-                age_sum += age
-                buckets[bisect_left(AGE_BUCKETS, age)] += 1
-                if age > quarantine:
-                    stale += 1
-                    findings["heartbeat_stale"] += 1
-                    candidates.append(_STALE)
+    findings["opt_out"] = len(opted)
+    findings["heartbeat_absent"] = len(young)
+    pending = []
+    for inst in rare:
+        candidates, facts, beat = _classify(inst, t, findings)
+        if beat is not None:
+            beats.append(beat)
+        if candidates:
+            pending.append((inst, candidates, facts))
         else:
-            unlabeled = True
-            findings["heartbeat_malformed"] += 1
-            candidates.append(_MALFORMED)
-        if inst.status == "TERMINATED" and now - (inst.last_stop or inst.created) > grace:
-            findings["terminated"] += 1
-            candidates.insert(0, _TERMINATED)
-        if unlabeled and now - inst.created > max_age:
-            findings["unlabeled_age"] += 1
-            candidates.append(_UNLABELED)
-        if protected:
-            append(Decision(TARGET, inst, KEEP, None, "protected_scope"))
-        elif candidates:
-            pending.append((inst, candidates, {"status": inst.status, "heartbeat": raw, "heartbeat_age_s": age}))
-        else:
-            append(Decision(TARGET, inst, KEEP, None, "fresh" if age is not None else "no_finding"))
+            (fresh if beat is not None else young).append(inst)
+    stale = findings.get("heartbeat_stale", 0)
 
-    holds, overridden, details = _project_holds(project, labeled, stale, evidence, writers, config, now, override)
-    incomplete = "inventory_incomplete" in holds
-    heartbeat_hold = next((h for h in holds if h in HEARTBEAT_HOLDS), None)
-    for inst, candidates, facts in pending:
-        append(_resolve(inst, candidates, facts, modes, incomplete, heartbeat_hold, holds))
+    holds, overridden, details = _project_holds(project, len(beats), stale, evidence, writers, config, t.now, override)
+    if "protected_scope" in holds:
+        result.kept.append((TARGET, "protected_scope", instances))
+    else:
+        incomplete = "inventory_incomplete" in holds
+        heartbeat_hold = next((h for h in holds if h in HEARTBEAT_HOLDS), None)
+        for inst, candidates, facts in pending:
+            result.acted.append(_resolve(inst, candidates, facts, modes, incomplete, heartbeat_hold, holds))
+        result.kept += [(TARGET, "fresh", fresh), (TARGET, "no_finding", young), (TARGET, "opt_out", opted)]
 
-    census: dict[str, object] = {
+    result.verdicts.append(ScopeVerdict(TARGET, project, holds, overridden, details))
+    result.census[project] = {
         "instances": len(instances),
-        "by_status": dict(by_status),
-        "by_finding": dict(findings),
-        "heartbeat_age_seconds": {
-            "buckets": dict(zip(BUCKET_LABELS, _cumulative(buckets), strict=True)),
-            "sum": age_sum,
-            "count": labeled,
-        },
+        "by_status": dict(Counter([inst.status for inst in instances])),
+        "by_finding": {k: v for k, v in findings.items() if v},
+        "heartbeat_age_seconds": _age_histogram(beats, t.now),
     }
-    return ScopeVerdict(TARGET, project, holds, overridden, details), census
 
 
-def _cumulative(counts: list[int]) -> list[int]:
-    total, out = 0, []
-    for count in counts:
-        total += count
-        out.append(total)
-    return out
+def _classify(
+    inst: GceInstance, t: _Thresholds, findings: dict[str, int]
+) -> tuple[list[tuple[str, str, bool, bool]], dict[str, object], int | None]:
+    """Every finding and anomaly of one instance (DESIGN.md section 4), the facts, and its valid beat."""
+    candidates = []
+    raw = inst.labels.get(t.hb_label)
+    beat: int | None = None
+    age = None
+    unlabeled = raw is None
+    if unlabeled:
+        findings["heartbeat_absent"] += 1
+    elif raw.isdigit() and raw.isascii():
+        if int(raw) > t.future_after:
+            findings["heartbeat_in_future"] += 1
+            candidates.append(_FUTURE)
+        else:
+            beat = int(raw)
+            age = t.now - beat
+            if beat < t.stale_before:
+                findings["heartbeat_stale"] += 1
+                candidates.append(_STALE)
+    else:
+        unlabeled = True
+        findings["heartbeat_malformed"] += 1
+        candidates.append(_MALFORMED)
+    if inst.status == "TERMINATED" and (inst.last_stop or inst.created) < t.stopped_before:
+        findings["terminated"] += 1
+        candidates.insert(0, _TERMINATED)
+    if unlabeled and inst.created < t.aged_before:
+        findings["unlabeled_age"] += 1
+        candidates.append(_UNLABELED)
+    return candidates, {"status": inst.status, "heartbeat": raw, "heartbeat_age_s": age}, beat
+
+
+def _age_histogram(beats: list[int], now: float) -> dict[str, object]:
+    """Cumulative ``le`` buckets of heartbeat ages, as a Prometheus histogram counts them."""
+    beats.sort()
+    count = len(beats)
+    # age <= bound  <=>  beat >= now - bound
+    buckets = {
+        label: count - bisect_left(beats, now - bound) for label, bound in zip(BUCKET_LABELS, AGE_BUCKETS, strict=True)
+    }
+    buckets["+Inf"] = count
+    return {"buckets": buckets, "sum": count * now - sum(beats), "count": count}
 
 
 def _project_holds(

@@ -22,6 +22,7 @@ from reaper.model import (
     Override,
     ScopeVerdict,
     StoreState,
+    TargetResult,
     step_key,
 )
 from reaper.policy.gce import budget_tripped
@@ -82,23 +83,24 @@ def evaluate_k8s(
     modes: dict[str, Mode],
     now: float,
     override: Override | None,
-) -> tuple[list[Decision], list[ScopeVerdict], dict[str, dict[str, object]]]:
-    """Decide every in-scope object; return decisions, per-cluster verdicts and census."""
+) -> TargetResult:
+    """Decide every in-scope object: decisions, per-cluster verdicts and census."""
     selector = tuple(config.k8s.selector.items())
     by_cluster: dict[str, list[K8sObject]] = defaultdict(list)
     for obj in objects:
-        if all(obj.labels.get(k) == v for k, v in selector):
+        labels = obj.labels
+        for key, value in selector:
+            if labels.get(key) != value:
+                break
+        else:
             by_cluster[obj.cluster].append(obj)
-    decisions: list[Decision] = []
-    verdicts: list[ScopeVerdict] = []
-    census: dict[str, dict[str, object]] = {}
+    result = TargetResult()
     for cluster in sorted(by_cluster):
-        verdict, cluster_census = _evaluate_cluster(
-            cluster, by_cluster[cluster], evidence, config, modes, now, override, decisions
+        verdict, result.census[cluster] = _evaluate_cluster(
+            cluster, by_cluster[cluster], evidence, config, modes, now, override, result.acted
         )
-        verdicts.append(verdict)
-        census[cluster] = cluster_census
-    return decisions, verdicts, census
+        result.verdicts.append(verdict)
+    return result
 
 
 def _evaluate_cluster(
