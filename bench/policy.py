@@ -211,9 +211,7 @@ def part_b(count: int, projects: int) -> dict[str, object]:
         write_export(path, count, projects)
         size_mb = path.stat().st_size / 2**20
         # Baseline RSS: the same interpreter with the same imports, doing nothing.
-        base = subprocess.run(
-            [sys.executable, __file__, "--rss-baseline"], capture_output=True, text=True, check=True
-        )
+        base = subprocess.run([sys.executable, __file__, "--rss-baseline"], capture_output=True, text=True, check=True)
         child = subprocess.run(
             [sys.executable, __file__, "--child", str(path)], capture_output=True, text=True, check=True
         )
