@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "plugins"), str(ROOT)]
 
-from bench.synthetic import gcloud_instance  # noqa: E402
+from include.emulators.shapes import gcloud_instance  # noqa: E402
 from reaper import exports  # noqa: E402
 from reaper.config import parse_settings  # noqa: E402
 from reaper.model import Evidence, GceInstance, K8sObject, Keyed, Phase, WriterRecord  # noqa: E402

@@ -16,6 +16,8 @@ if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
 fi
 # Debian's python3 ships venv and ensurepip separately.
 "$PYTHON" -c 'import venv, ensurepip' 2>/dev/null || missing+=("python3-venv")
+# Prometheus: the writer-health source is tested against a real server; promtool checks the alert rules.
+command -v prometheus >/dev/null 2>&1 || missing+=("prometheus")
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0

@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.synthetic import gcloud_instance, kube_pod, kube_run, kube_secret  # noqa: E402
+from include.emulators.shapes import gcloud_instance, kube_pod, kube_run, kube_secret  # noqa: E402
 
 SAMPLE_NOW = "2026-11-29T12:00:00Z"
 NOW = datetime.fromisoformat(SAMPLE_NOW).timestamp()

@@ -75,8 +75,22 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
+class WriterHealthConfig(_Section):
+    """Where the heartbeat writers' pass records come from (DESIGN.md section 4, writer health)."""
+
+    source: Literal["prometheus", "none"] = "prometheus"
+    prometheus_url: str = "http://127.0.0.1:9090"
+    last_pass_metric: str = "runner_manager_heartbeat_last_pass_timestamp_seconds"
+    failed_passes_metric: str = "runner_manager_heartbeat_failed_passes_total"
+    manager_label: str = "manager"
+    project_label: str = "project"
+    failing_window: Duration = timedelta(minutes=15)
+    timeout: Duration = timedelta(seconds=10)
+
+
 class GceConfig(_Section):
     enabled: bool = True
+    conn_id: str = "google_cloud_default"
     projects: list[str] = []
     selector: Selector = {"ci_ephemeral": "true"}
     heartbeat_label: str = Field("runner_manager_heartbeat", min_length=1)
@@ -88,6 +102,13 @@ class GceConfig(_Section):
     writer_stale_after: Duration = timedelta(minutes=30)
     opt_out_label: LabelPair = ("reaper_keep", "true")
     protected_projects: list[str] = []
+    list_concurrency: int = Field(8, ge=1, le=64)
+    delete_concurrency: int = Field(8, ge=1, le=64)
+    delete_rate_per_project: float = Field(5.0, gt=0)
+    max_retries: int = Field(4, ge=0, le=10)
+    request_timeout: Duration = timedelta(seconds=30)
+    operation_timeout: Duration = timedelta(minutes=5)
+    writer_health: WriterHealthConfig = WriterHealthConfig()
 
     @property
     def quarantine(self) -> timedelta:

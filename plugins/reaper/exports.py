@@ -61,24 +61,49 @@ def _url_part(url: str, collection: str) -> str:
     return ""
 
 
-def gce_instance(raw: GcloudInstance) -> GceInstance:
-    """Normalize one API instance resource; the project comes from ``selfLink`` or ``zone``."""
-    project = _url_part(raw.selfLink, "projects") or _url_part(raw.zone, "projects")
+def instance_record(
+    name: str,
+    instance_id: str | int,
+    status: str,
+    zone_url: str,
+    self_link: str,
+    labels: dict[str, str],
+    created: float,
+    last_stop: float | None,
+) -> GceInstance:
+    """The one normalizer of an instance, for exports and for the Compute SDK alike.
+
+    The project comes from ``selfLink``, else from the ``zone`` URL.
+    """
+    project = _url_part(self_link, "projects") or _url_part(zone_url, "projects")
     if not project:
-        raise ValueError(f"instance {raw.name}: no project in selfLink or zone URL")
-    zone = _url_part(raw.zone, "zones") or raw.zone
-    return GceInstance(
-        project=project,
-        zone=zone,
-        name=raw.name,
-        id=str(raw.id),
-        status=raw.status,
-        labels=raw.labels,
-        created=_aware(raw.creationTimestamp, f"instance {raw.name} creationTimestamp"),
-        last_stop=None
+        raise ValueError(f"instance {name}: no project in selfLink or zone URL")
+    zone = _url_part(zone_url, "zones") or zone_url
+    return GceInstance(project, zone, name, str(instance_id), status, labels, created, last_stop)
+
+
+def gce_instance(raw: GcloudInstance) -> GceInstance:
+    """Normalize one decoded export instance."""
+    return instance_record(
+        raw.name,
+        raw.id,
+        raw.status,
+        raw.zone,
+        raw.selfLink,
+        raw.labels,
+        _aware(raw.creationTimestamp, f"instance {raw.name} creationTimestamp"),
+        None
         if raw.lastStopTimestamp is None
         else _aware(raw.lastStopTimestamp, f"instance {raw.name} lastStopTimestamp"),
     )
+
+
+def rfc3339(text: str, what: str) -> float:
+    """An API timestamp string (``2026-11-01T10:00:00.123-07:00``) as unix seconds; an offset is required."""
+    try:
+        return _aware(datetime.fromisoformat(text), what)
+    except ValueError:
+        raise ValueError(f"{what}: expected an RFC 3339 timestamp, got {text!r}") from None
 
 
 _GCLOUD = msgspec.json.Decoder(list[GcloudInstance])

@@ -16,12 +16,17 @@ ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "include" / "samples"
 NOW = "2026-11-29T12:00:00Z"
 INPUTS = [
-    "--gce", str(SAMPLES / "gce-instances.json"),
-    "--k8s", str(SAMPLES / "k8s-objects.json"),
-    "--runs", str(SAMPLES / "runs.json"),
-    "--leases", str(SAMPLES / "leases.json"),
-    "--writer-health", str(SAMPLES / "writer-health.json"),
-]  # fmt: skip
+    "--gce",
+    str(SAMPLES / "gce-instances.json"),
+    "--k8s",
+    str(SAMPLES / "k8s-objects.json"),
+    "--runs",
+    str(SAMPLES / "runs.json"),
+    "--leases",
+    str(SAMPLES / "leases.json"),
+    "--writer-health",
+    str(SAMPLES / "writer-health.json"),
+]
 
 K, R, X = "keep", "report", "delete"
 # name -> action per phase (telemetry, terminated-cleanup, report-only, enforcement)
@@ -121,9 +126,18 @@ def test_secret_data_is_never_printed() -> None:
 
 def test_missing_evidence_means_unknown_and_keep() -> None:
     code, out = run_cli(
-        "evaluate", "--now", NOW, "--phase", "enforcement", "--format", "json",
-        "--gce", str(SAMPLES / "gce-instances.json"), "--k8s", str(SAMPLES / "k8s-objects.json"),
-    )  # fmt: skip
+        "evaluate",
+        "--now",
+        NOW,
+        "--phase",
+        "enforcement",
+        "--format",
+        "json",
+        "--gce",
+        str(SAMPLES / "gce-instances.json"),
+        "--k8s",
+        str(SAMPLES / "k8s-objects.json"),
+    )
     assert code == 0
     decisions = json.loads(out)["decisions"]
     deleted = {d["name"] for d in decisions if d["action"] == "delete"}
@@ -174,24 +188,42 @@ def _bad(tmp_path: Path, option: str, content: str, capsys: pytest.CaptureFixtur
         ("--gce", "[{not json", "not valid JSON"),
         ("--gce", '{"kind": "List"}', "Expected `array`"),
         ("--gce", '[{"name": "x"}]', "missing required field"),
-        ("--gce", '[{"name": "x", "id": "1", "status": "RUNNING", "zone": "z", "creationTimestamp": "yesterday"}]',
-         "creationTimestamp"),
-        ("--gce", '[{"name": "x", "id": "1", "status": "RUNNING", "zone": "us-east1-b",'
-                  ' "creationTimestamp": "2026-11-01T00:00:00Z"}]', "no project"),
-        ("--gce", '[{"name": "x", "id": "1", "status": "RUNNING", "zone": "projects/p/zones/z",'
-                  ' "creationTimestamp": "2026-11-01T00:00:00"}]', "with an offset"),
-        ("--gce", '[{"name": "x", "id": "1", "status": "RUNNING", "zone": "projects/p/zones/z",'
-                  ' "creationTimestamp": "2026-11-01T00:00:00Z", "labels": {"a": 1}}]', "$[0].labels"),
-        ("--k8s", '[]', "Expected `object`"),
+        (
+            "--gce",
+            '[{"name": "x", "id": "1", "status": "RUNNING", "zone": "z", "creationTimestamp": "yesterday"}]',
+            "creationTimestamp",
+        ),
+        (
+            "--gce",
+            '[{"name": "x", "id": "1", "status": "RUNNING", "zone": "us-east1-b",'
+            ' "creationTimestamp": "2026-11-01T00:00:00Z"}]',
+            "no project",
+        ),
+        (
+            "--gce",
+            '[{"name": "x", "id": "1", "status": "RUNNING", "zone": "projects/p/zones/z",'
+            ' "creationTimestamp": "2026-11-01T00:00:00"}]',
+            "with an offset",
+        ),
+        (
+            "--gce",
+            '[{"name": "x", "id": "1", "status": "RUNNING", "zone": "projects/p/zones/z",'
+            ' "creationTimestamp": "2026-11-01T00:00:00Z", "labels": {"a": 1}}]',
+            "$[0].labels",
+        ),
+        ("--k8s", "[]", "Expected `object`"),
         ("--k8s", '{"items": [{"kind": "Pod", "metadata": {"name": "p"}}]}', "$.items[0].metadata"),
         ("--runs", '[{"_id": "r1"}]', "missing required field `status`"),
         ("--runs", '{"r1": "failed"}', "Expected `array`"),
-        ("--leases", '[1, 2]', "Expected `str`"),
-        ("--writer-health", '[{"manager": "m", "project": "p", "last_pass": "now", "failing": false}]',
-         "$[0].last_pass"),
+        ("--leases", "[1, 2]", "Expected `str`"),
+        (
+            "--writer-health",
+            '[{"manager": "m", "project": "p", "last_pass": "now", "failing": false}]',
+            "$[0].last_pass",
+        ),
         ("--writer-health", '[{"manager": "m", "project": "p", "last_pass": 1}]', "failing"),
     ],
-)  # fmt: skip
+)
 def test_bad_input_is_one_clear_message(tmp_path, capsys, option: str, content: str, expected: str) -> None:
     assert expected in _bad(tmp_path, option, content, capsys)
 
@@ -222,9 +254,20 @@ def test_runs_accept_mongoexport_object_ids(tmp_path: Path) -> None:
     leases = tmp_path / "leases.json"
     leases.write_text("[]")
     code, out = run_cli(
-        "evaluate", "--now", NOW, "--phase", "enforcement", "--format", "json",
-        "--k8s", str(SAMPLES / "k8s-objects.json"), "--runs", str(runs), "--leases", str(leases),
-    )  # fmt: skip
+        "evaluate",
+        "--now",
+        NOW,
+        "--phase",
+        "enforcement",
+        "--format",
+        "json",
+        "--k8s",
+        str(SAMPLES / "k8s-objects.json"),
+        "--runs",
+        str(runs),
+        "--leases",
+        str(leases),
+    )
     assert code == 0
     status = {d["evidence"]["status"] for d in json.loads(out)["decisions"] if d["name"] == "sandbox-run-dead"}
     assert status == {"failed"}
@@ -233,6 +276,7 @@ def test_runs_accept_mongoexport_object_ids(tmp_path: Path) -> None:
 def test_python_dash_m_and_console_script_agree() -> None:
     args = ["evaluate", "--now", NOW, "--format", "json", *INPUTS]
     env_path = {"PYTHONPATH": str(ROOT / "plugins")}
-    via_module = subprocess.run([sys.executable, "-m", "reaper", *args], capture_output=True, text=True,
-                                env=env_path, check=True)  # fmt: skip
+    via_module = subprocess.run(
+        [sys.executable, "-m", "reaper", *args], capture_output=True, text=True, env=env_path, check=True
+    )
     assert json.loads(via_module.stdout) == evaluate_json("report-only")

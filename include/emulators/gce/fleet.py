@@ -1,0 +1,236 @@
+"""The emulated Compute state: instances per project and zone, zone operations, faults and counters.
+
+Thread-safe (one lock): the HTTP handler threads, the test code and the manager
+simulator all touch it. Instances are stored in the API's own JSON shape, so
+what the SDK receives is what the real API would send.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import random
+import threading
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from include.emulators.shapes import COMPUTE, gcloud_instance
+
+
+class ApiError(Exception):
+    """An error the emulator answers with, in the Compute error shape."""
+
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
+
+    def body(self) -> dict[str, object]:
+        return {
+            "error": {
+                "code": self.code,
+                "message": self.message,
+                "errors": [{"domain": "global", "reason": self.reason, "message": self.message}],
+            }
+        }
+
+
+@dataclass
+class Faults:
+    """Injected faults. ``rates`` maps a request kind to {"429"|"503"|"timeout": probability}."""
+
+    latency: float = 0.0
+    rates: dict[str, dict[str, float]] = field(default_factory=dict)
+    timeout_delay: float = 2.0
+    unreachable: set[tuple[str, str]] = field(default_factory=set)  # (project, zone)
+    failing_pages: set[tuple[str, int]] = field(default_factory=set)  # (project, page index) -> 503
+    deny_set_labels: set[str] = field(default_factory=set)  # projects whose setLabels answer 403
+    failing_operations: set[str] = field(default_factory=set)  # instance names whose delete op ends in error
+    fail_next: dict[str, list[str]] = field(default_factory=dict)  # kind -> faults for its next requests, in order
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        self._random = random.Random(self.seed)
+
+    def roll(self, kind: str) -> str | None:
+        queued = self.fail_next.get(kind)
+        if queued:
+            return queued.pop(0)
+        for fault, rate in self.rates.get(kind, {}).items():
+            if rate and self._random.random() < rate:
+                return fault
+        return None
+
+
+def fingerprint(labels: dict[str, str]) -> str:
+    return hashlib.sha1(json.dumps(labels, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class Fleet:
+    """Projects -> zones -> instance name -> instance resource (API JSON)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.projects: dict[str, dict[str, dict[str, dict[str, object]]]] = defaultdict(dict)
+        self.operations: dict[str, dict[str, object]] = {}
+        self.faults = Faults()
+        self.counters: Counter[str] = Counter()
+        self.mutations: list[tuple[float, str, str]] = []  # (time, project, kind)
+        self.requests: list[tuple[str, str]] = []  # (method, path with query), for asserting on requests
+        self.inflight: Counter[str] = Counter()  # requests being served now, per kind
+        self.max_inflight: Counter[str] = Counter()  # the most ever served at once, per kind
+        self._op_ids = itertools.count(1)
+
+    # --- seeding ---------------------------------------------------------------------------
+
+    def add(self, instance: dict[str, object]) -> None:
+        """Add one instance resource; project and zone come from its URLs."""
+        zone_url = str(instance["zone"])
+        project = zone_url.split("/projects/")[1].split("/")[0]
+        zone = zone_url.rstrip("/").split("/")[-1]
+        instance.setdefault("labels", {})
+        instance["labelFingerprint"] = fingerprint(instance["labels"])  # type: ignore[arg-type]
+        with self.lock:
+            self.projects[project].setdefault(zone, {})[str(instance["name"])] = instance
+
+    def add_zone(self, project: str, zone: str) -> None:
+        with self.lock:
+            self.projects[project].setdefault(zone, {})
+
+    def load_gcloud_json(self, path: str | Path) -> int:
+        """Seed from a ``gcloud compute instances list --format=json`` export."""
+        instances = json.loads(Path(path).read_text())
+        for instance in instances:
+            self.add(instance)
+        return len(instances)
+
+    def generate(
+        self,
+        projects: int,
+        zones: int,
+        per_project: int,
+        now: float,
+        orphaned: float = 0.02,
+        heartbeat_label: str = "runner_manager_heartbeat",
+        stale_age: float = 6 * 3600,
+        seed: int = 7,
+    ) -> list[tuple[str, str, str]]:
+        """A synthetic fleet; returns the (project, zone, name) of the orphaned (stale) instances."""
+        rnd = random.Random(seed)
+        stale = []
+        ids = itertools.count(5_000_000_000_000_000_000)
+        for p in range(projects):
+            project = f"ci-project-{p:03d}"
+            zone_names = [f"us-east1-{chr(ord('b') + z)}" for z in range(zones)]
+            for zone in zone_names:
+                self.add_zone(project, zone)
+            for i in range(per_project):
+                zone = zone_names[i % zones]
+                name = f"runner-{p:03d}-{i:06d}"
+                orphan = rnd.random() < orphaned
+                beat = now - (stale_age + rnd.randint(0, 3600) if orphan else rnd.randint(0, 600))
+                labels = {"ci_ephemeral": "true", heartbeat_label: str(int(beat))}
+                self.add(gcloud_instance(project, zone, name, next(ids), "RUNNING", labels, now - 86400))
+                if orphan:
+                    stale.append((project, zone, name))
+        return stale
+
+    # --- reads and mutations used by the HTTP layer ------------------------------------------
+
+    def zones(self, project: str) -> dict[str, dict[str, dict[str, object]]]:
+        if project not in self.projects:
+            raise ApiError(404, "notFound", f"The resource 'projects/{project}' was not found")
+        return self.projects[project]
+
+    def instance(self, project: str, zone: str, name: str) -> dict[str, object]:
+        found = self.zones(project).get(zone, {}).get(name)
+        if found is None:
+            raise ApiError(
+                404, "notFound", f"The resource 'projects/{project}/zones/{zone}/instances/{name}' was not found"
+            )
+        return found
+
+    def set_labels(self, project: str, zone: str, name: str, body: dict[str, object]) -> dict[str, object]:
+        with self.lock:
+            if project in self.faults.deny_set_labels:
+                raise ApiError(403, "forbidden", f"Required 'compute.instances.setLabels' permission for '{name}'")
+            instance = self.instance(project, zone, name)
+            if body.get("labelFingerprint") != instance["labelFingerprint"]:
+                raise ApiError(
+                    412, "conditionNotMet", "Labels fingerprint either invalid or resource labels have changed"
+                )
+            labels = dict(body.get("labels") or {})  # type: ignore[call-overload]
+            instance["labels"] = labels
+            instance["labelFingerprint"] = fingerprint(labels)
+            self.mutations.append((time.monotonic(), project, "setLabels"))
+            return self._operation(project, zone, name, "setLabels", done=True)
+
+    def delete(self, project: str, zone: str, name: str) -> dict[str, object]:
+        with self.lock:
+            instance = self.instance(project, zone, name)
+            instance["status"] = "STOPPING"
+            self.mutations.append((time.monotonic(), project, "delete"))
+            return self._operation(project, zone, name, "delete", done=False)
+
+    def _operation(self, project: str, zone: str, name: str, kind: str, done: bool) -> dict[str, object]:
+        op_name = f"operation-{next(self._op_ids)}-{kind}"
+        zone_url = f"{COMPUTE}/projects/{project}/zones/{zone}"
+        op: dict[str, object] = {
+            "kind": "compute#operation",
+            "id": str(abs(hash(op_name)) % 10**18),
+            "name": op_name,
+            "operationType": kind,
+            "status": "DONE" if done else "PENDING",
+            "progress": 100 if done else 0,
+            "targetLink": f"{zone_url}/instances/{name}",
+            "zone": zone_url,
+            "selfLink": f"{zone_url}/operations/{op_name}",
+            "insertTime": time.strftime("%Y-%m-%dT%H:%M:%S.000-00:00", time.gmtime()),
+        }
+        self.operations[op_name] = {"op": op, "project": project, "zone": zone, "instance": name}
+        return op
+
+    def poll_operation(self, project: str, zone: str, op_name: str, wait: bool) -> dict[str, object]:
+        """GET advances PENDING -> RUNNING -> DONE; ``wait`` runs it to DONE. A delete takes effect at DONE."""
+        with self.lock:
+            entry = self.operations.get(op_name)
+            if entry is None or entry["project"] != project or entry["zone"] != zone:
+                raise ApiError(
+                    404,
+                    "notFound",
+                    f"The resource 'projects/{project}/zones/{zone}/operations/{op_name}' was not found",
+                )
+            op = entry["op"]
+            if op["status"] != "DONE":
+                op["status"] = "DONE" if wait or op["status"] == "RUNNING" else "RUNNING"
+                if op["status"] == "DONE":
+                    self._finish(entry)
+            return op
+
+    def _finish(self, entry: dict[str, object]) -> None:
+        op = entry["op"]
+        op["progress"] = 100
+        name = str(entry["instance"])
+        if name in self.faults.failing_operations:
+            op["error"] = {"errors": [{"code": "RESOURCE_IN_USE_BY_ANOTHER_RESOURCE", "message": f"{name} is in use"}]}
+            self.instance(str(entry["project"]), str(entry["zone"]), name)["status"] = "RUNNING"
+            return
+        if op["operationType"] == "delete":
+            self.projects[str(entry["project"])][str(entry["zone"])].pop(name, None)
+
+    # --- for tests and benchmarks ------------------------------------------------------------
+
+    def names(self, project: str | None = None) -> set[str]:
+        with self.lock:
+            projects = [project] if project else list(self.projects)
+            return {n for p in projects for zone in self.projects.get(p, {}).values() for n in zone}
+
+    def stats(self) -> dict[str, object]:
+        with self.lock:
+            return {
+                "counters": dict(self.counters),
+                "max_inflight": dict(self.max_inflight),
+                "mutations": len(self.mutations),
+            }

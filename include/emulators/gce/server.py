@@ -1,0 +1,253 @@
+"""HTTP server speaking the subset of the Compute Engine v1 REST API that the reaper and the manager use.
+
+Paths (under ``/compute/v1``): ``projects/P/aggregated/instances`` (``maxResults``,
+``pageToken``, ``filter`` of label equalities joined by AND, per-zone warnings),
+``projects/P/zones/Z/instances`` (list), ``.../instances/NAME`` (get, delete),
+``.../instances/NAME/setLabels`` (with ``labelFingerprint``: 412 when stale),
+``projects/P/zones/Z/operations/OP`` (get) and ``.../OP/wait``. Plus
+``/_emulator/stats`` (GET) and ``/_emulator/faults`` (POST JSON) for tools.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+from include.emulators.gce.fleet import ApiError, Fleet
+
+MAX_RESULTS = 500
+_ROUTES: list[tuple[str, re.Pattern[str], str]] = [
+    ("GET", re.compile(r"^/compute/v1/projects/([^/]+)/aggregated/instances$"), "aggregated_list"),
+    ("GET", re.compile(r"^/compute/v1/projects/([^/]+)/zones/([^/]+)/instances$"), "list"),
+    ("GET", re.compile(r"^/compute/v1/projects/([^/]+)/zones/([^/]+)/instances/([^/]+)$"), "get"),
+    ("DELETE", re.compile(r"^/compute/v1/projects/([^/]+)/zones/([^/]+)/instances/([^/]+)$"), "delete"),
+    ("POST", re.compile(r"^/compute/v1/projects/([^/]+)/zones/([^/]+)/instances/([^/]+)/setLabels$"), "set_labels"),
+    ("GET", re.compile(r"^/compute/v1/projects/([^/]+)/zones/([^/]+)/operations/([^/]+)$"), "operation_get"),
+    ("POST", re.compile(r"^/compute/v1/projects/([^/]+)/zones/([^/]+)/operations/([^/]+)/wait$"), "operation_wait"),
+]
+_TERM = re.compile(r'^\(?\s*labels\.([A-Za-z0-9_.\-/]+)\s*=\s*(?:"([^"]*)"|([^\s")]+))\s*\)?$')
+
+
+def parse_filter(text: str) -> dict[str, str]:
+    """``labels.a = "x" AND labels.b = y`` -> {a: x, b: y}; anything else is a 400, as the API would say."""
+    if not text.strip():
+        return {}
+    wanted = {}
+    for term in re.split(r"\s+AND\s+|\)\s+\(", text.strip()):
+        match = _TERM.match(term.strip())
+        if not match:
+            raise ApiError(
+                400, "invalid", f"Invalid value for field 'filter': '{text}'. Invalid list filter expression."
+            )
+        wanted[match.group(1)] = match.group(2) if match.group(2) is not None else match.group(3)
+    return wanted
+
+
+def _token(offset: int) -> str:
+    return base64.urlsafe_b64encode(f"offset:{offset}".encode()).decode()
+
+
+def _offset(token: str) -> int:
+    try:
+        return int(base64.urlsafe_b64decode(token.encode()).decode().split(":")[1])
+    except (ValueError, IndexError):
+        raise ApiError(400, "invalid", "Invalid value for field 'pageToken'") from None
+
+
+def _page_args(query: dict[str, list[str]]) -> tuple[dict[str, str], int, int]:
+    wanted = parse_filter(query.get("filter", [""])[0])
+    size = min(int(query.get("maxResults", [str(MAX_RESULTS)])[0]), MAX_RESULTS)
+    offset = _offset(query["pageToken"][0]) if query.get("pageToken", [""])[0] else 0
+    return wanted, size, offset
+
+
+def _matches(instance: dict[str, object], wanted: dict[str, str]) -> bool:
+    labels = instance.get("labels") or {}
+    return all(labels.get(k) == v for k, v in wanted.items())  # type: ignore[union-attr]
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    fleet: Fleet  # set on the subclass made by serve()
+
+    def log_message(self, format: str, *args: object) -> None:  # silence per-request logging
+        pass
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_DELETE(self) -> None:
+        self._dispatch("DELETE")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def _send(self, code: int, body: object) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json; charset=UTF-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _body(self) -> dict[str, object]:
+        length = int(self.headers.get("Content-Length") or 0)
+        return json.loads(self.rfile.read(length) or b"{}") if length else {}
+
+    def _dispatch(self, method: str) -> None:
+        url = urlsplit(self.path)
+        query = parse_qs(url.query)
+        fleet = self.fleet
+        try:
+            if url.path.startswith("/_emulator/"):
+                self._send(200, self._admin(method, url.path))
+                return
+            kind, args = _route(method, url.path)
+            with fleet.lock:
+                fleet.counters[kind] += 1
+                fleet.requests.append((method, self.path))
+                fleet.inflight[kind] += 1
+                fleet.max_inflight[kind] = max(fleet.max_inflight[kind], fleet.inflight[kind])
+            try:
+                self._send(200, self._serve(kind, args, query))
+            finally:
+                with fleet.lock:
+                    fleet.inflight[kind] -= 1
+        except ApiError as exc:
+            self._send(exc.code, exc.body())
+
+    def _serve(self, kind: str, args: tuple[str, ...], query: dict[str, list[str]]) -> object:
+        """Injected latency and faults first, then the real answer."""
+        faults = self.fleet.faults
+        if faults.latency:
+            time.sleep(faults.latency)
+        fault = faults.roll(kind)
+        if fault == "timeout":
+            time.sleep(faults.timeout_delay)
+            raise ApiError(503, "backendError", "injected timeout")
+        if fault:
+            raise ApiError(int(fault), "rateLimitExceeded" if fault == "429" else "backendError", f"injected {fault}")
+        return self._handle(kind, args, query)
+
+    def _handle(self, kind: str, args: tuple[str, ...], query: dict[str, list[str]]) -> object:
+        fleet = self.fleet
+        if kind == "aggregated_list":
+            return self._aggregated(args[0], query)
+        if kind == "list":
+            return self._list(*args, query)
+        if kind == "get":
+            with fleet.lock:
+                return fleet.instance(*args)
+        if kind == "delete":
+            return fleet.delete(*args)
+        if kind == "set_labels":
+            return fleet.set_labels(*args, self._body())
+        return fleet.poll_operation(*args, wait=kind == "operation_wait")
+
+    def _aggregated(self, project: str, query: dict[str, list[str]]) -> object:
+        fleet = self.fleet
+        wanted, size, offset = _page_args(query)
+        if (project, offset // size) in fleet.faults.failing_pages:
+            raise ApiError(503, "backendError", f"injected failure of page {offset // size}")
+        with fleet.lock:
+            zones = fleet.zones(project)
+            unreachable = {z for p, z in fleet.faults.unreachable if p == project}
+            rows = sorted(
+                (zone, name, inst)
+                for zone, instances in zones.items()
+                if zone not in unreachable
+                for name, inst in instances.items()
+                if _matches(inst, wanted)
+            )
+            page = rows[offset : offset + size]
+            items: dict[str, object] = {}
+            for zone in sorted(zones):
+                on_page = [inst for z, _, inst in page if z == zone]
+                if zone in unreachable:
+                    items[f"zones/{zone}"] = _warning("UNREACHABLE", f"Zone {zone} is unreachable", zone)
+                elif on_page:
+                    items[f"zones/{zone}"] = {"instances": json.loads(json.dumps(on_page))}
+                else:
+                    items[f"zones/{zone}"] = _warning("NO_RESULTS_ON_PAGE", "There are no results for scope", zone)
+        body: dict[str, object] = {
+            "kind": "compute#instanceAggregatedList",
+            "id": f"projects/{project}/aggregated/instances",
+            "items": items,
+            "selfLink": f"https://www.googleapis.com/compute/v1/projects/{project}/aggregated/instances",
+        }
+        if offset + size < len(rows):
+            body["nextPageToken"] = _token(offset + size)
+        return body
+
+    def _list(self, project: str, zone: str, query: dict[str, list[str]]) -> object:
+        fleet = self.fleet
+        wanted, size, offset = _page_args(query)
+        with fleet.lock:
+            if (project, zone) in fleet.faults.unreachable:
+                raise ApiError(503, "backendError", f"Zone {zone} is unreachable")
+            rows = sorted((n, i) for n, i in fleet.zones(project).get(zone, {}).items() if _matches(i, wanted))
+            body: dict[str, object] = {
+                "kind": "compute#instanceList",
+                "items": json.loads(json.dumps([i for _, i in rows[offset : offset + size]])),
+            }
+        if offset + size < len(rows):
+            body["nextPageToken"] = _token(offset + size)
+        return body
+
+    def _admin(self, method: str, path: str) -> object:
+        fleet = self.fleet
+        if method == "GET" and path == "/_emulator/stats":
+            return fleet.stats()
+        if method == "POST" and path == "/_emulator/faults":
+            body = self._body()
+            with fleet.lock:
+                faults = fleet.faults
+                faults.latency = float(body.get("latency", faults.latency))  # type: ignore[arg-type]
+                faults.rates.update(body.get("rates", {}))  # type: ignore[arg-type]
+                faults.unreachable |= {tuple(pz) for pz in body.get("unreachable", [])}  # type: ignore[attr-defined]
+                faults.deny_set_labels |= set(body.get("deny_set_labels", []))  # type: ignore[arg-type]
+            return {"ok": True}
+        raise ApiError(404, "notFound", f"No such emulator path {method} {path}")
+
+
+def _route(method: str, path: str) -> tuple[str, tuple[str, ...]]:
+    for route_method, pattern, kind in _ROUTES:
+        match = pattern.match(path)
+        if match and route_method == method:
+            return kind, match.groups()
+    raise ApiError(404, "notFound", f"No such path {method} {path}")
+
+
+def _warning(code: str, message: str, zone: str) -> dict[str, object]:
+    return {"warning": {"code": code, "message": message, "data": [{"key": "scope", "value": f"zones/{zone}"}]}}
+
+
+class Emulator:
+    """A running emulator: ``endpoint`` is what ``client_options.api_endpoint`` takes."""
+
+    def __init__(self, fleet: Fleet | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.fleet = fleet or Fleet()
+        handler = type("BoundHandler", (Handler,), {"fleet": self.fleet})
+        self.server = ThreadingHTTPServer((host, port), handler)
+        self.server.daemon_threads = True
+        self.endpoint = f"http://{host}:{self.server.server_port}"
+        self._thread = threading.Thread(target=self.server.serve_forever, name="gce-emulator", daemon=True)
+
+    def __enter__(self) -> Emulator:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> Emulator:
+        return self.__enter__()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,0 +1,114 @@
+"""Listing in-scope instances per project, with completeness proven rather than assumed.
+
+One ``aggregated_list`` per page (``max_results=500``), the selector pushed down
+as a server-side label filter, every page token followed to the end. A page that
+fails after its retries, a zone entry with a warning other than "no results",
+an ``unreachables`` entry or an instance that cannot be normalized marks the
+project's listing incomplete: the policy then holds every delete there.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from google.cloud import compute_v1
+
+from reaper.exports import instance_record, rfc3339
+from reaper.gce.clients import ComputeClients, transient
+from reaper.model import GceInstance
+from reaper.retry import Backoff
+
+PAGE_SIZE = 500
+HARMLESS_WARNINGS = ("NO_RESULTS_ON_PAGE",)
+
+
+@dataclass
+class ProjectListing:
+    project: str
+    instances: list[GceInstance] = field(default_factory=list)
+    pages: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return not self.problems
+
+
+def label_filter(selector: dict[str, str]) -> str:
+    """The Compute list filter for label equalities: ``labels.k = "v" AND ...``."""
+    return " AND ".join(f'labels.{key} = "{value}"' for key, value in sorted(selector.items()))
+
+
+def normalize(inst: compute_v1.Instance) -> GceInstance:
+    """An SDK instance as the policy's record (the same normalizer as for ``gcloud`` exports)."""
+    name = inst.name
+    return instance_record(
+        name,
+        inst.id,
+        inst.status,
+        inst.zone,
+        inst.self_link,
+        dict(inst.labels),
+        rfc3339(inst.creation_timestamp, f"instance {name} creationTimestamp"),
+        rfc3339(inst.last_stop_timestamp, f"instance {name} lastStopTimestamp") if inst.last_stop_timestamp else None,
+    )
+
+
+def list_project(
+    clients: ComputeClients, project: str, selector: dict[str, str], backoff: Backoff, timeout: float
+) -> ProjectListing:
+    listing = ProjectListing(project)
+    request = compute_v1.AggregatedListInstancesRequest(
+        project=project, filter=label_filter(selector), max_results=PAGE_SIZE
+    )
+    seen_tokens: set[str] = set()
+
+    def one_page() -> compute_v1.InstanceAggregatedList:
+        # The pager fetches exactly one page when created; we follow tokens ourselves so each page
+        # gets its own bounded retry and a failure is attributed to that page.
+        pager = clients.instances.aggregated_list(request=request, retry=None, timeout=timeout)
+        return next(iter(pager.pages))
+
+    while True:
+        try:
+            page = backoff.call(one_page, transient)
+        except Exception as exc:
+            listing.problems.append(f"page {listing.pages + 1}: {type(exc).__name__}: {exc}")
+            return listing
+        listing.pages += 1
+        for scope, scoped in page.items.items():
+            if "warning" in scoped and scoped.warning.code not in HARMLESS_WARNINGS:
+                listing.problems.append(f"{scope}: {scoped.warning.code}: {scoped.warning.message}")
+            for inst in scoped.instances:
+                try:
+                    listing.instances.append(normalize(inst))
+                except ValueError as exc:
+                    listing.problems.append(str(exc))
+        listing.problems += [f"unreachable: {u}" for u in getattr(page, "unreachables", [])]
+        token = page.next_page_token
+        if not token:
+            return listing
+        if token in seen_tokens:
+            listing.problems.append(f"page {listing.pages}: the API repeated a page token")
+            return listing
+        seen_tokens.add(token)
+        request.page_token = token
+
+
+def list_projects(
+    clients: ComputeClients,
+    projects: list[str],
+    selector: dict[str, str],
+    concurrency: int,
+    backoff: Backoff,
+    timeout: float,
+) -> list[ProjectListing]:
+    """Every project's listing, ``concurrency`` projects at a time, in the order given."""
+    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="gce-list") as pool:
+        return list(pool.map(lambda p: list_project(clients, p, selector, backoff, timeout), projects))
+
+
+def incomplete_scopes(listings: list[ProjectListing]) -> frozenset[tuple[str, str]]:
+    """The ``Evidence.incomplete`` entries of these listings: no delete is sent in those projects."""
+    return frozenset(("gce", listing.project) for listing in listings if not listing.complete)

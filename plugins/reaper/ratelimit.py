@@ -1,0 +1,55 @@
+"""A token bucket per scope: deletions share the scope's API quota with the system being cleaned.
+
+GCE mutations count against the project's operation quota, which autoscaling
+needs to create instances; the reaper must never starve it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+
+class TokenBucket:
+    """``rate`` tokens per second, at most ``burst`` banked. ``acquire`` blocks until a token is free."""
+
+    def __init__(
+        self,
+        rate: float,
+        burst: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if rate <= 0:
+            raise ValueError("rate must be positive")
+        self.rate, self.burst, self._clock, self._sleep = rate, burst, clock, sleep
+        self._tokens = burst
+        self._last = clock()
+        self._lock = threading.Lock()
+
+    def acquire(self) -> None:
+        while True:
+            with self._lock:
+                now = self._clock()
+                self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate)
+                self._last = now
+                if self._tokens >= 1:
+                    self._tokens -= 1
+                    return
+                wait = (1 - self._tokens) / self.rate
+            self._sleep(wait)
+
+
+class BucketsPerScope:
+    """One :class:`TokenBucket` per scope, created on first use."""
+
+    def __init__(self, rate: float, burst: float = 1.0) -> None:
+        self.rate, self.burst = rate, burst
+        self._buckets: dict[str, TokenBucket] = {}
+        self._lock = threading.Lock()
+
+    def acquire(self, scope: str) -> None:
+        with self._lock:
+            bucket = self._buckets.get(scope) or self._buckets.setdefault(scope, TokenBucket(self.rate, self.burst))
+        bucket.acquire()

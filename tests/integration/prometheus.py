@@ -1,0 +1,67 @@
+"""Starts a real Prometheus (Debian's ``prometheus``) on loopback for a test, scraping given targets."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import requests
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Prometheus:
+    def __init__(self, workdir: Path, targets: list[str], scrape_interval: str = "1s") -> None:
+        binary = shutil.which("prometheus")
+        if binary is None:
+            raise RuntimeError("prometheus is not installed: run scripts/bootstrap.sh (make test does)")
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = workdir / "prometheus.yml"
+        config.write_text(
+            f"global: {{scrape_interval: {scrape_interval}, evaluation_interval: {scrape_interval}}}\n"
+            f"scrape_configs:\n  - job_name: managers\n    static_configs:\n      - targets: {targets!r}\n"
+        )
+        self.process = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=(workdir / "prometheus.log").open("w"),
+        )
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                if requests.get(f"{self.url}/-/ready", timeout=1).ok:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"prometheus did not become ready; see {workdir / 'prometheus.log'}")
+
+    def wait_for(self, query: str, predicate, timeout: float = 20.0):  # type: ignore[no-untyped-def]
+        """Poll an instant query until ``predicate(result)`` holds; return the result."""
+        deadline = time.time() + timeout
+        result = None
+        while time.time() < deadline:
+            body = requests.get(f"{self.url}/api/v1/query", params={"query": query}, timeout=5).json()
+            result = body["data"]["result"]
+            if predicate(result):
+                return result
+            time.sleep(0.3)
+        raise AssertionError(f"{query}: condition not met within {timeout}s, last result {result}")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=10)

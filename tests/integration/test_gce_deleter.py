@@ -1,0 +1,136 @@
+"""The deletion executor through the real compute_v1 client against the GCE emulator."""
+
+from __future__ import annotations
+
+import time
+
+from reaper.config import parse_settings
+from reaper.gce.deleter import GceDeleter
+from reaper.gce.inventory import list_project
+from reaper.model import GceInstance
+from tests.integration.conftest import HB, add_instance, fast_backoff
+
+SELECTOR = {"ci_ephemeral": "true"}
+
+
+def planned(clients, project: str = "p") -> dict[str, GceInstance]:
+    """The instances as the plan saw them (listed through the same adapter)."""
+    return {i.name: i for i in list_project(clients, project, SELECTOR, fast_backoff(), 10).instances}
+
+
+def deleter(clients, **gce) -> GceDeleter:
+    config = parse_settings({"gce": {"delete_rate_per_project": 1000.0, **gce}}, "test")
+    return GceDeleter(clients, config, fast_backoff())
+
+
+def results(outcomes) -> dict[str, str]:
+    return {o.name: o.result for o in outcomes}
+
+
+def test_stale_instances_are_deleted_when_the_operation_is_done(gce) -> None:
+    fleet, clients = gce
+    for i in range(5):
+        add_instance(fleet, "p", "us-east1-b", f"stale-{i}", heartbeat_age=86400)
+    seen = planned(clients)
+    outcomes = deleter(clients).delete(list(seen.values()))
+    assert results(outcomes) == dict.fromkeys(seen, "deleted")
+    assert fleet.names("p") == set()
+    assert fleet.counters["get"] == 5 and fleet.counters["delete"] == 5 and fleet.counters["operation_wait"] == 5
+
+
+def test_404_on_get_or_delete_is_already_gone(gce) -> None:
+    fleet, clients = gce
+    add_instance(fleet, "p", "us-east1-b", "gone-before-get", heartbeat_age=86400)
+    add_instance(fleet, "p", "us-east1-b", "gone-before-delete", heartbeat_age=86400)
+    seen = planned(clients)
+    with fleet.lock:
+        fleet.projects["p"]["us-east1-b"].pop("gone-before-get")
+    fleet.faults.fail_next["delete"] = ["404"]
+    outcomes = {o.name: o for o in deleter(clients).delete([seen["gone-before-get"], seen["gone-before-delete"]])}
+    assert (outcomes["gone-before-get"].result, outcomes["gone-before-get"].detail) == ("already_gone", "404 on get")
+    assert (outcomes["gone-before-delete"].result, outcomes["gone-before-delete"].detail) == (
+        "already_gone",
+        "404 on delete",
+    )
+
+
+def test_429_and_503_are_retried_then_succeed(gce) -> None:
+    fleet, clients = gce
+    add_instance(fleet, "p", "us-east1-b", "vm", heartbeat_age=86400)
+    fleet.faults.fail_next.update({"get": ["503"], "delete": ["429", "503"], "operation_wait": ["429"]})
+    assert results(deleter(clients).delete(list(planned(clients).values()))) == {"vm": "deleted"}
+    assert fleet.counters["delete"] == 3 and fleet.counters["get"] == 2 and fleet.counters["operation_wait"] == 2
+
+
+def test_retries_are_bounded_and_only_that_instance_fails(gce) -> None:
+    fleet, clients = gce
+    add_instance(fleet, "p", "us-east1-b", "a", heartbeat_age=86400)
+    add_instance(fleet, "p", "us-east1-b", "b", heartbeat_age=86400)
+    seen = planned(clients)
+    fleet.faults.fail_next["delete"] = ["503"] * 5  # first try + 4 retries of the first delete
+    out = {o.name: o for o in deleter(clients, delete_concurrency=1).delete([seen["a"], seen["b"]])}
+    assert out["a"].result == "failed" and "ServiceUnavailable" in out["a"].detail
+    assert out["b"].result == "deleted"
+    assert fleet.names("p") == {"a"}
+
+
+def test_recreated_instance_with_a_new_id_is_not_deleted(gce) -> None:
+    fleet, clients = gce
+    add_instance(fleet, "p", "us-east1-b", "vm", heartbeat_age=86400, instance_id=111)
+    seen = planned(clients)
+    add_instance(fleet, "p", "us-east1-b", "vm", heartbeat_age=86400, instance_id=222)  # same name, new VM
+    outcome = deleter(clients).delete([seen["vm"]])[0]
+    assert outcome.result == "changed_since_plan" and "id 111 -> 222" in outcome.detail
+    assert fleet.counters["delete"] == 0 and fleet.names("p") == {"vm"}
+
+
+def test_refreshed_heartbeat_is_not_deleted(gce) -> None:
+    fleet, clients = gce
+    inst = add_instance(fleet, "p", "us-east1-b", "vm", heartbeat_age=86400)
+    seen = planned(clients)
+    with fleet.lock:
+        inst["labels"] = {**inst["labels"], HB: str(int(time.time()))}  # its manager came back
+    outcome = deleter(clients).delete([seen["vm"]])[0]
+    assert outcome.result == "changed_since_plan" and outcome.detail.startswith("heartbeat ")
+    assert fleet.counters["delete"] == 0
+
+
+def test_restarted_terminated_instance_is_not_deleted(gce) -> None:
+    fleet, clients = gce
+    inst = add_instance(fleet, "p", "us-east1-b", "vm", status="TERMINATED")
+    seen = planned(clients)
+    with fleet.lock:
+        inst["status"] = "RUNNING"
+    outcome = deleter(clients).delete([seen["vm"]])[0]
+    assert outcome.result == "changed_since_plan" and "status TERMINATED -> RUNNING" in outcome.detail
+
+
+def test_operation_finishing_with_an_error_is_a_failed_delete(gce) -> None:
+    fleet, clients = gce
+    add_instance(fleet, "p", "us-east1-b", "vm", heartbeat_age=86400)
+    fleet.faults.failing_operations.add("vm")
+    outcome = deleter(clients).delete(list(planned(clients).values()))[0]
+    assert outcome.result == "failed" and "RESOURCE_IN_USE_BY_ANOTHER_RESOURCE" in outcome.detail
+    assert fleet.names("p") == {"vm"}
+
+
+def test_rate_limit_per_project_and_bounded_concurrency(gce) -> None:
+    fleet, clients = gce
+    for project in ("p1", "p2"):
+        for i in range(12):
+            add_instance(fleet, project, "us-east1-b", f"{project}-{i}", heartbeat_age=86400)
+    seen = [*planned(clients, "p1").values(), *planned(clients, "p2").values()]
+    fleet.faults.latency = 0.05
+    config = parse_settings({"gce": {"delete_rate_per_project": 5.0, "delete_concurrency": 4}}, "test")
+    started = time.monotonic()
+    outcomes = GceDeleter(clients, config, fast_backoff()).delete(seen)
+    elapsed = time.monotonic() - started
+    assert {o.result for o in outcomes} == {"deleted"}
+    for project in ("p1", "p2"):
+        times = sorted(t for t, p, kind in fleet.mutations if p == project and kind == "delete")
+        assert len(times) == 12
+        worst = max(sum(1 for u in times if t <= u <= t + 1.0) for t in times)
+        assert worst <= 5 + 1, f"{project}: {worst} deletes in one second"  # rate 5/s, a bucket of one
+    assert elapsed >= 11 / 5  # 12 deletes in a project at 5/s need at least 2.2 s
+    stats = fleet.stats()["max_inflight"]
+    assert 2 <= max(stats.values()) <= 4
