@@ -134,3 +134,10 @@ def test_rate_limit_per_project_and_bounded_concurrency(gce) -> None:
     assert elapsed >= 11 / 5  # 12 deletes in a project at 5/s need at least 2.2 s
     stats = fleet.stats()["max_inflight"]
     assert 2 <= max(stats.values()) <= 4
+
+
+def test_interleave_round_robins_projects_keeping_their_order() -> None:
+    from reaper.gce.deleter import interleave
+
+    items = ["a1", "a2", "a3", "b1", "c1", "c2"]
+    assert interleave(items, key=lambda s: s[0]) == ["a1", "b1", "c1", "a2", "c2", "a3"]

@@ -13,9 +13,12 @@ are retried with backoff, then that instance alone fails and the sweep goes on.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import zip_longest
+from typing import TypeVar
 
 from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
@@ -26,6 +29,8 @@ from reaper.model import GceInstance
 from reaper.ratelimit import BucketsPerScope
 from reaper.retry import Backoff
 
+T = TypeVar("T")
+GET_FIELD_MASK = "id,name,status,labels"  # what re-validation compares
 DELETED, ALREADY_GONE, CHANGED, FAILED = "deleted", "already_gone", "changed_since_plan", "failed"
 _DONE = compute_v1.Operation.Status.DONE
 
@@ -40,6 +45,14 @@ class Outcome:
     id: str
     result: str
     detail: str = ""
+
+
+def interleave(items: Iterable[T], key: Callable[[T], str]) -> list[T]:
+    """Round-robin over the groups of ``items`` (by ``key``), each group in its own order."""
+    groups: dict[str, list[T]] = defaultdict(list)
+    for item in items:
+        groups[key(item)].append(item)
+    return [item for row in zip_longest(*groups.values()) for item in row if item is not None]
 
 
 def status_class(status: str) -> str:
@@ -59,9 +72,15 @@ class GceDeleter:
         self.buckets = BucketsPerScope(gce.delete_rate_per_project)
 
     def delete(self, planned: Sequence[GceInstance]) -> list[Outcome]:
-        """Delete every planned instance that is still what the plan saw; one outcome each, in order."""
+        """Delete every planned instance that is still what the plan saw; one outcome each, in order.
+
+        Work is interleaved across projects: plans come project by project, and workers that all
+        took the same project would queue on its rate limit while the others sit idle.
+        """
+        order = interleave(range(len(planned)), key=lambda i: planned[i].project)
         with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="gce-delete") as pool:
-            return list(pool.map(self._delete_one, planned))
+            done = dict(zip(order, pool.map(lambda i: self._delete_one(planned[i]), order), strict=True))
+        return [done[i] for i in range(len(planned))]
 
     def _outcome(self, inst: GceInstance, result: str, detail: str = "") -> Outcome:
         return Outcome(inst.project, inst.zone, inst.name, inst.id, result, detail)
@@ -70,7 +89,10 @@ class GceDeleter:
         target = {"project": inst.project, "zone": inst.zone, "instance": inst.name}
         try:
             current = self.backoff.call(
-                lambda: self.clients.instances.get(**target, retry=None, timeout=self.timeout), transient
+                lambda: self.clients.instances.get(
+                    **target, retry=None, timeout=self.timeout, metadata=[("x-goog-fieldmask", GET_FIELD_MASK)]
+                ),
+                transient,
             )
         except gexc.NotFound:
             return self._outcome(inst, ALREADY_GONE, "404 on get")

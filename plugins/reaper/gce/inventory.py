@@ -21,6 +21,9 @@ from reaper.retry import Backoff
 
 PAGE_SIZE = 500
 HARMLESS_WARNINGS = ("NO_RESULTS_ON_PAGE",)
+# Partial response: only what the rules read. A full instance is ~3 KB of JSON the SDK would parse.
+INSTANCE_FIELDS = "name,id,status,zone,selfLink,labels,creationTimestamp,lastStopTimestamp"
+LIST_FIELD_MASK = f"items/*/instances({INSTANCE_FIELDS}),items/*/warning,nextPageToken,unreachables"
 
 
 @dataclass
@@ -40,18 +43,23 @@ def label_filter(selector: dict[str, str]) -> str:
     return " AND ".join(f'labels.{key} = "{value}"' for key, value in sorted(selector.items()))
 
 
-def normalize(inst: compute_v1.Instance) -> GceInstance:
-    """An SDK instance as the policy's record (the same normalizer as for ``gcloud`` exports)."""
-    name = inst.name
+def normalize(pb: object) -> GceInstance:
+    """A raw protobuf ``Instance`` as the policy's record (the same normalizer as for ``gcloud`` exports).
+
+    Raw protobuf, not the proto-plus wrapper: the wrapper's attribute access costs more than
+    everything else per instance in a 100,000-instance listing.
+    """
+    name = pb.name  # type: ignore[attr-defined]
+    stopped = pb.last_stop_timestamp  # type: ignore[attr-defined]
     return instance_record(
         name,
-        inst.id,
-        inst.status,
-        inst.zone,
-        inst.self_link,
-        dict(inst.labels),
-        rfc3339(inst.creation_timestamp, f"instance {name} creationTimestamp"),
-        rfc3339(inst.last_stop_timestamp, f"instance {name} lastStopTimestamp") if inst.last_stop_timestamp else None,
+        pb.id,  # type: ignore[attr-defined]
+        pb.status,  # type: ignore[attr-defined]
+        pb.zone,  # type: ignore[attr-defined]
+        pb.self_link,  # type: ignore[attr-defined]
+        dict(pb.labels),  # type: ignore[attr-defined]
+        rfc3339(pb.creation_timestamp, f"instance {name} creationTimestamp"),  # type: ignore[attr-defined]
+        rfc3339(stopped, f"instance {name} lastStopTimestamp") if stopped else None,
     )
 
 
@@ -67,7 +75,9 @@ def list_project(
     def one_page() -> compute_v1.InstanceAggregatedList:
         # The pager fetches exactly one page when created; we follow tokens ourselves so each page
         # gets its own bounded retry and a failure is attributed to that page.
-        pager = clients.instances.aggregated_list(request=request, retry=None, timeout=timeout)
+        pager = clients.instances.aggregated_list(
+            request=request, retry=None, timeout=timeout, metadata=[("x-goog-fieldmask", LIST_FIELD_MASK)]
+        )
         return next(iter(pager.pages))
 
     while True:
@@ -77,15 +87,16 @@ def list_project(
             listing.problems.append(f"page {listing.pages + 1}: {type(exc).__name__}: {exc}")
             return listing
         listing.pages += 1
-        for scope, scoped in page.items.items():
-            if "warning" in scoped and scoped.warning.code not in HARMLESS_WARNINGS:
+        raw = compute_v1.InstanceAggregatedList.pb(page)
+        for scope, scoped in raw.items.items():
+            if scoped.HasField("warning") and scoped.warning.code not in HARMLESS_WARNINGS:
                 listing.problems.append(f"{scope}: {scoped.warning.code}: {scoped.warning.message}")
             for inst in scoped.instances:
                 try:
                     listing.instances.append(normalize(inst))
                 except ValueError as exc:
                     listing.problems.append(str(exc))
-        listing.problems += [f"unreachable: {u}" for u in getattr(page, "unreachables", [])]
+        listing.problems += [f"unreachable: {u}" for u in raw.unreachables]
         token = page.next_page_token
         if not token:
             return listing
