@@ -40,6 +40,7 @@ test: lint
 
 bench: $(STAMP)
 	$(BIN)/python bench/policy.py
+	$(BIN)/python bench/gce_sweep.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
