@@ -46,7 +46,7 @@ def main() -> None:
     print(f"GCE emulator on {emulator.endpoint} ({len(fleet.names())} instances)", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: emulator.close())
     try:
-        emulator._thread.join()
+        emulator.thread.join()
     except KeyboardInterrupt:
         emulator.close()
 

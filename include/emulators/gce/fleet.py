@@ -11,76 +11,38 @@ import hashlib
 import itertools
 import json
 import random
-import threading
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from include.emulators.http import ApiError, Faults, State
 from include.emulators.shapes import COMPUTE, gcloud_instance
 
 
-class ApiError(Exception):
-    """An error the emulator answers with, in the Compute error shape."""
-
-    def __init__(self, code: int, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.code, self.reason, self.message = code, reason, message
-
-    def body(self) -> dict[str, object]:
-        return {
-            "error": {
-                "code": self.code,
-                "message": self.message,
-                "errors": [{"domain": "global", "reason": self.reason, "message": self.message}],
-            }
-        }
-
-
 @dataclass
-class Faults:
-    """Injected faults. ``rates`` maps a request kind to {"429"|"503"|"timeout": probability}."""
+class GceFaults(Faults):
+    """The shared faults plus the Compute-specific ones."""
 
-    latency: float = 0.0
-    rates: dict[str, dict[str, float]] = field(default_factory=dict)
-    timeout_delay: float = 2.0
     unreachable: set[tuple[str, str]] = field(default_factory=set)  # (project, zone)
     failing_pages: set[tuple[str, int]] = field(default_factory=set)  # (project, page index) -> 503
     deny_set_labels: set[str] = field(default_factory=set)  # projects whose setLabels answer 403
     failing_operations: set[str] = field(default_factory=set)  # instance names whose delete op ends in error
-    fail_next: dict[str, list[str]] = field(default_factory=dict)  # kind -> faults for its next requests, in order
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        self._random = random.Random(self.seed)
-
-    def roll(self, kind: str) -> str | None:
-        queued = self.fail_next.get(kind)
-        if queued:
-            return queued.pop(0)
-        for fault, rate in self.rates.get(kind, {}).items():
-            if rate and self._random.random() < rate:
-                return fault
-        return None
 
 
 def fingerprint(labels: dict[str, str]) -> str:
     return hashlib.sha1(json.dumps(labels, sort_keys=True).encode()).hexdigest()[:16]
 
 
-class Fleet:
+class Fleet(State):
     """Projects -> zones -> instance name -> instance resource (API JSON)."""
 
     def __init__(self) -> None:
-        self.lock = threading.RLock()
+        super().__init__()
         self.projects: dict[str, dict[str, dict[str, dict[str, object]]]] = defaultdict(dict)
         self.operations: dict[str, dict[str, object]] = {}
-        self.faults = Faults()
-        self.counters: Counter[str] = Counter()
+        self.faults: GceFaults = GceFaults()
         self.mutations: list[tuple[float, str, str]] = []  # (time, project, kind)
-        self.requests: list[tuple[str, str]] = []  # (method, path with query), for asserting on requests
-        self.inflight: Counter[str] = Counter()  # requests being served now, per kind
-        self.max_inflight: Counter[str] = Counter()  # the most ever served at once, per kind
         self._op_ids = itertools.count(1)
 
     # --- seeding ---------------------------------------------------------------------------
@@ -229,8 +191,4 @@ class Fleet:
 
     def stats(self) -> dict[str, object]:
         with self.lock:
-            return {
-                "counters": dict(self.counters),
-                "max_inflight": dict(self.max_inflight),
-                "mutations": len(self.mutations),
-            }
+            return {**super().stats(), "mutations": len(self.mutations)}

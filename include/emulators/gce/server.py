@@ -14,13 +14,10 @@ from __future__ import annotations
 import base64
 import json
 import re
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlsplit
 
 from include.emulators.gce import fieldmask
-from include.emulators.gce.fleet import ApiError, Fleet
+from include.emulators.gce.fleet import Fleet
+from include.emulators.http import ApiError, Handler, Server
 
 MAX_RESULTS = 500
 _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
@@ -31,6 +28,7 @@ _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     ("POST", re.compile(r"^/compute/v1/projects/([^/]+)/zones/([^/]+)/instances/([^/]+)/setLabels$"), "set_labels"),
     ("GET", re.compile(r"^/compute/v1/projects/([^/]+)/zones/([^/]+)/operations/([^/]+)$"), "operation_get"),
     ("POST", re.compile(r"^/compute/v1/projects/([^/]+)/zones/([^/]+)/operations/([^/]+)/wait$"), "operation_wait"),
+    ("POST", re.compile(r"^/_emulator/faults$"), "emulator_faults"),
 ]
 _TERM = re.compile(r'^\(?\s*labels\.([A-Za-z0-9_.\-/]+)\s*=\s*(?:"([^"]*)"|([^\s")]+))\s*\)?$')
 
@@ -73,81 +71,31 @@ def _matches(instance: dict[str, object], wanted: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in wanted.items())  # type: ignore[union-attr]
 
 
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    # Headers and body go out as separate writes; with Nagle's algorithm the body waits for the
-    # client's delayed ACK (~40 ms a response), which would swamp every latency we measure.
-    disable_nagle_algorithm = True
-    fleet: Fleet  # set on the subclass made by serve()
+class GceHandler(Handler):
+    routes = _ROUTES
+    state: Fleet
 
-    def log_message(self, format: str, *args: object) -> None:  # silence per-request logging
-        pass
+    def error_body(self, error: ApiError) -> object:
+        return {
+            "error": {
+                "code": error.code,
+                "message": error.message,
+                "errors": [{"domain": "global", "reason": error.reason, "message": error.message}],
+            }
+        }
 
-    def do_GET(self) -> None:
-        self._dispatch("GET")
-
-    def do_DELETE(self) -> None:
-        self._dispatch("DELETE")
-
-    def do_POST(self) -> None:
-        self._dispatch("POST")
-
-    def _send(self, code: int, body: object) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json; charset=UTF-8")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _body(self) -> dict[str, object]:
-        length = int(self.headers.get("Content-Length") or 0)
-        return json.loads(self.rfile.read(length) or b"{}") if length else {}
-
-    def _dispatch(self, method: str) -> None:
-        url = urlsplit(self.path)
-        query = parse_qs(url.query)
-        fleet = self.fleet
-        try:
-            if url.path.startswith("/_emulator/"):
-                self._send(200, self._admin(method, url.path))
-                return
-            kind, args = _route(method, url.path)
-            with fleet.lock:
-                fleet.counters[kind] += 1
-                fleet.requests.append((method, self.path))
-                fleet.inflight[kind] += 1
-                fleet.max_inflight[kind] = max(fleet.max_inflight[kind], fleet.inflight[kind])
+    def render(self, kind: str, body: object, query: dict[str, list[str]]) -> bytes:
+        """Partial responses: the ``X-Goog-FieldMask`` header or ``fields`` parameter, as the real API."""
+        mask = self.headers.get("X-Goog-FieldMask") or query.get("fields", [""])[0]
+        if mask:
             try:
-                body = self._serve(kind, args, query)
-                mask = self.headers.get("X-Goog-FieldMask") or query.get("fields", [""])[0]
-                if mask:
-                    try:
-                        body = fieldmask.apply(body, fieldmask.parse(mask))
-                    except ValueError as exc:
-                        raise ApiError(400, "invalidParameter", str(exc)) from None
-                self._send(200, body)
-            finally:
-                with fleet.lock:
-                    fleet.inflight[kind] -= 1
-        except ApiError as exc:
-            self._send(exc.code, exc.body())
+                body = fieldmask.apply(body, fieldmask.parse(mask))
+            except ValueError as exc:
+                raise ApiError(400, "invalidParameter", str(exc)) from None
+        return super().render(kind, body, query)
 
-    def _serve(self, kind: str, args: tuple[str, ...], query: dict[str, list[str]]) -> object:
-        """Injected latency and faults first, then the real answer."""
-        faults = self.fleet.faults
-        if faults.latency:
-            time.sleep(faults.latency)
-        fault = faults.roll(kind)
-        if fault == "timeout":
-            time.sleep(faults.timeout_delay)
-            raise ApiError(503, "backendError", "injected timeout")
-        if fault:
-            raise ApiError(int(fault), "rateLimitExceeded" if fault == "429" else "backendError", f"injected {fault}")
-        return self._handle(kind, args, query)
-
-    def _handle(self, kind: str, args: tuple[str, ...], query: dict[str, list[str]]) -> object:
-        fleet = self.fleet
+    def handle_api(self, kind: str, args: tuple[str, ...], query: dict[str, list[str]]) -> object:
+        fleet = self.state
         if kind == "aggregated_list":
             return self._aggregated(args[0], query)
         if kind == "list":
@@ -158,11 +106,13 @@ class Handler(BaseHTTPRequestHandler):
         if kind == "delete":
             return fleet.delete(*args)
         if kind == "set_labels":
-            return fleet.set_labels(*args, self._body())
+            return fleet.set_labels(*args, self.body())
+        if kind == "emulator_faults":
+            return self._set_faults(self.body())
         return fleet.poll_operation(*args, wait=kind == "operation_wait")
 
     def _aggregated(self, project: str, query: dict[str, list[str]]) -> object:
-        fleet = self.fleet
+        fleet = self.state
         wanted, size, offset = _page_args(query)
         if (project, offset // size) in fleet.faults.failing_pages:
             raise ApiError(503, "backendError", f"injected failure of page {offset // size}")
@@ -197,7 +147,7 @@ class Handler(BaseHTTPRequestHandler):
         return body
 
     def _list(self, project: str, zone: str, query: dict[str, list[str]]) -> object:
-        fleet = self.fleet
+        fleet = self.state
         wanted, size, offset = _page_args(query)
         with fleet.lock:
             if (project, zone) in fleet.faults.unreachable:
@@ -211,55 +161,24 @@ class Handler(BaseHTTPRequestHandler):
             body["nextPageToken"] = _token(offset + size)
         return body
 
-    def _admin(self, method: str, path: str) -> object:
-        fleet = self.fleet
-        if method == "GET" and path == "/_emulator/stats":
-            return fleet.stats()
-        if method == "POST" and path == "/_emulator/faults":
-            body = self._body()
-            with fleet.lock:
-                faults = fleet.faults
-                faults.latency = float(body.get("latency", faults.latency))  # type: ignore[arg-type]
-                faults.rates.update(body.get("rates", {}))  # type: ignore[arg-type]
-                faults.unreachable |= {tuple(pz) for pz in body.get("unreachable", [])}  # type: ignore[attr-defined]
-                faults.deny_set_labels |= set(body.get("deny_set_labels", []))  # type: ignore[arg-type]
-            return {"ok": True}
-        raise ApiError(404, "notFound", f"No such emulator path {method} {path}")
-
-
-def _route(method: str, path: str) -> tuple[str, tuple[str, ...]]:
-    for route_method, pattern, kind in _ROUTES:
-        match = pattern.match(path)
-        if match and route_method == method:
-            return kind, match.groups()
-    raise ApiError(404, "notFound", f"No such path {method} {path}")
+    def _set_faults(self, body: dict[str, object]) -> object:
+        fleet = self.state
+        with fleet.lock:
+            faults = fleet.faults
+            faults.latency = float(body.get("latency", faults.latency))  # type: ignore[arg-type]
+            faults.rates.update(body.get("rates", {}))  # type: ignore[arg-type]
+            faults.unreachable |= {tuple(pz) for pz in body.get("unreachable", [])}  # type: ignore[attr-defined]
+            faults.deny_set_labels |= set(body.get("deny_set_labels", []))  # type: ignore[arg-type]
+        return {"ok": True}
 
 
 def _warning(code: str, message: str, zone: str) -> dict[str, object]:
     return {"warning": {"code": code, "message": message, "data": [{"key": "scope", "value": f"zones/{zone}"}]}}
 
 
-class Emulator:
-    """A running emulator: ``endpoint`` is what ``client_options.api_endpoint`` takes."""
+class Emulator(Server):
+    """A running GCE emulator: ``endpoint`` is what ``client_options.api_endpoint`` takes."""
 
     def __init__(self, fleet: Fleet | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.fleet = fleet or Fleet()
-        handler = type("BoundHandler", (Handler,), {"fleet": self.fleet})
-        self.server = ThreadingHTTPServer((host, port), handler)
-        self.server.daemon_threads = True
-        self.endpoint = f"http://{host}:{self.server.server_port}"
-        self._thread = threading.Thread(target=self.server.serve_forever, name="gce-emulator", daemon=True)
-
-    def __enter__(self) -> Emulator:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def start(self) -> Emulator:
-        return self.__enter__()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(GceHandler, fleet or Fleet(), host, port)
+        self.fleet: Fleet = self.state  # type: ignore[assignment]

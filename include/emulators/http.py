@@ -1,0 +1,187 @@
+"""What the GCE and Kubernetes emulators share: fault injection, request counters, dispatch, the server.
+
+Each emulator supplies its routes, its handling and its error shape; this module
+does the rest the same way for both, so a test injects faults and reads
+counters identically whichever API it drives.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
+from urllib.parse import parse_qs, urlsplit
+
+Route = tuple[str, re.Pattern[str], str]  # (method, path pattern, kind)
+
+
+class ApiError(Exception):
+    """An error the emulator answers with; each API renders it in its own shape."""
+
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
+
+
+@dataclass
+class Faults:
+    """Injected faults, per request kind.
+
+    ``rates`` maps a kind to {"429"|"503"|"410"|"timeout": probability}; ``fail_next``
+    maps a kind to the exact faults of its next requests, in order (for tests).
+    """
+
+    latency: float = 0.0
+    rates: dict[str, dict[str, float]] = field(default_factory=dict)
+    fail_next: dict[str, list[str]] = field(default_factory=dict)
+    timeout_delay: float = 2.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        self._random = random.Random(self.seed)
+
+    def roll(self, kind: str) -> str | None:
+        queued = self.fail_next.get(kind)
+        if queued:
+            return queued.pop(0)
+        for fault, rate in self.rates.get(kind, {}).items():
+            if rate and self._random.random() < rate:
+                return fault
+        return None
+
+
+class State:
+    """Counters and faults every emulator state has; subclasses add the resources."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.faults = Faults()
+        self.counters: Counter[str] = Counter()
+        self.requests: list[tuple[str, str]] = []  # (method, path with query), for asserting on requests
+        self.inflight: Counter[str] = Counter()  # requests being served now, per kind
+        self.max_inflight: Counter[str] = Counter()  # the most ever served at once, per kind
+
+    def stats(self) -> dict[str, object]:
+        with self.lock:
+            return {"counters": dict(self.counters), "max_inflight": dict(self.max_inflight)}
+
+
+class Handler(BaseHTTPRequestHandler):
+    """Routes a request, counts it, applies latency and faults, and answers JSON."""
+
+    protocol_version = "HTTP/1.1"
+    # Headers and body go out as separate writes; with Nagle's algorithm the body waits for the
+    # client's delayed ACK (~40 ms a response), which would swamp every latency we measure.
+    disable_nagle_algorithm = True
+    routes: ClassVar[list[Route]] = []
+    state: State  # set on the subclass made by Server
+
+    def log_message(self, format: str, *args: object) -> None:  # silence per-request logging
+        pass
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def do_DELETE(self) -> None:
+        self._dispatch("DELETE")
+
+    # --- for subclasses --------------------------------------------------------------------
+
+    def handle_api(self, kind: str, args: tuple[str, ...], query: dict[str, list[str]]) -> object:
+        raise NotImplementedError
+
+    def error_body(self, error: ApiError) -> object:
+        raise NotImplementedError
+
+    def render(self, kind: str, body: object, query: dict[str, list[str]]) -> bytes:
+        """The response bytes; emulators override it to shape responses (e.g. partial responses)."""
+        return json.dumps(body).encode()
+
+    def body(self) -> dict[str, object]:
+        length = int(self.headers.get("Content-Length") or 0)
+        return json.loads(self.rfile.read(length)) if length else {}
+
+    # --- the shared part ---------------------------------------------------------------------
+
+    def _send(self, code: int, data: bytes) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _route(self, method: str, path: str) -> tuple[str, tuple[str, ...]]:
+        for route_method, pattern, kind in self.routes:
+            match = pattern.match(path)
+            if match and route_method == method:
+                return kind, match.groups()
+        raise ApiError(404, "NotFound", f"No such path {method} {path}")
+
+    def _dispatch(self, method: str) -> None:
+        url = urlsplit(self.path)
+        query = parse_qs(url.query)
+        state = self.state
+        try:
+            if url.path == "/_emulator/stats" and method == "GET":
+                self._send(200, json.dumps(state.stats()).encode())
+                return
+            kind, args = self._route(method, url.path)
+            with state.lock:
+                state.counters[kind] += 1
+                state.requests.append((method, self.path))
+                state.inflight[kind] += 1
+                state.max_inflight[kind] = max(state.max_inflight[kind], state.inflight[kind])
+            try:
+                self._inject(kind)
+                self._send(200, self.render(kind, self.handle_api(kind, args, query), query))
+            finally:
+                with state.lock:
+                    state.inflight[kind] -= 1
+        except ApiError as exc:
+            self._send(exc.code, json.dumps(self.error_body(exc)).encode())
+
+    def _inject(self, kind: str) -> None:
+        faults = self.state.faults
+        if faults.latency:
+            time.sleep(faults.latency)
+        fault = faults.roll(kind)
+        if fault == "timeout":
+            time.sleep(faults.timeout_delay)
+            raise ApiError(503, "ServiceUnavailable", "injected timeout")
+        if fault:
+            raise ApiError(int(fault), "TooManyRequests" if fault == "429" else "Injected", f"injected {fault}")
+
+
+class Server:
+    """A running emulator on loopback: ``endpoint`` is its base URL."""
+
+    def __init__(self, handler: type[Handler], state: State, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.state = state
+        bound = type(f"Bound{handler.__name__}", (handler,), {"state": state})
+        self.server = ThreadingHTTPServer((host, port), bound)
+        self.server.daemon_threads = True
+        self.endpoint = f"http://{host}:{self.server.server_port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, name=handler.__name__, daemon=True)
+
+    def __enter__(self):  # type: ignore[no-untyped-def]
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self):  # type: ignore[no-untyped-def]
+        return self.__enter__()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
