@@ -18,12 +18,27 @@ fi
 "$PYTHON" -c 'import venv, ensurepip' 2>/dev/null || missing+=("python3-venv")
 # Prometheus: the writer-health source is tested against a real server; promtool checks the alert rules.
 command -v prometheus >/dev/null 2>&1 || missing+=("prometheus")
+# NATS with JetStream (lease source) and PostgreSQL (step-run store) are real servers in the tests.
+command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || missing+=("nats-server")
+command -v pg_ctlcluster >/dev/null 2>&1 || missing+=("postgresql")
 
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
-fi
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
-echo "bootstrap: installing ${missing[*]}"
-$sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "bootstrap: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
+fi
+
+# A PostgreSQL server on 127.0.0.1:5432 that the tests can log in to as postgres/postgres.
+if ! "$PYTHON" - <<'PY' 2>/dev/null
+import socket; socket.create_connection(("127.0.0.1", 5432), timeout=2).close()
+PY
+then
+  version=$(ls /etc/postgresql 2>/dev/null | sort -V | tail -n 1)
+  if [ -n "$version" ]; then
+    echo "bootstrap: starting PostgreSQL $version"
+    $sudo pg_ctlcluster --skip-systemctl-redirect "$version" main start
+    $sudo runuser -u postgres -- psql -q -c "ALTER USER postgres PASSWORD 'postgres'" >/dev/null
+  fi
+fi

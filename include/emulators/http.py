@@ -107,8 +107,8 @@ class Handler(BaseHTTPRequestHandler):
         return json.dumps(body).encode()
 
     def body(self) -> dict[str, object]:
-        length = int(self.headers.get("Content-Length") or 0)
-        return json.loads(self.rfile.read(length)) if length else {}
+        """The request's JSON body (read by ``_dispatch`` before anything can fail)."""
+        return json.loads(self._raw_body) if self._raw_body else {}
 
     # --- the shared part ---------------------------------------------------------------------
 
@@ -127,6 +127,10 @@ class Handler(BaseHTTPRequestHandler):
         raise ApiError(404, "NotFound", f"No such path {method} {path}")
 
     def _dispatch(self, method: str) -> None:
+        # Read the body first, whatever happens next: an unread body left on a keep-alive
+        # connection would be taken for the start of the next request.
+        length = int(self.headers.get("Content-Length") or 0)
+        self._raw_body = self.rfile.read(length) if length else b""
         url = urlsplit(self.path)
         query = parse_qs(url.query)
         state = self.state

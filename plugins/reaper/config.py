@@ -116,6 +116,58 @@ class GceConfig(_Section):
         return self.max_job_timeout + self.slack
 
 
+class MongoRunStoreConfig(_Section):
+    """The run store: one document per run, ``{key_field: run key, status_field: status}``."""
+
+    conn_id: str = "mongo_default"
+    database: str = "iterion"
+    collection: str = "runs"
+    key_field: str = "_id"
+    status_field: str = "status"
+    batch_size: int = Field(1000, ge=1, le=1000)
+    timeout: Duration = timedelta(seconds=5)
+
+
+class MongoLeaseConfig(_Section):
+    """Leases as documents ``{_id: run key, expires_at: datetime or unix seconds}``."""
+
+    conn_id: str = "mongo_default"
+    database: str = "iterion"
+    collection: str = "run_leases"
+    batch_size: int = Field(1000, ge=1, le=1000)
+    timeout: Duration = timedelta(seconds=5)
+
+
+class NatsLeaseConfig(_Section):
+    """Leases as keys of a JetStream KV bucket; ``key_template`` maps a run key to a KV key."""
+
+    conn_id: str = "nats_default"
+    bucket: str = "run_leases"
+    key_template: str = "{run}"
+    timeout: Duration = timedelta(seconds=5)
+
+    @field_validator("key_template")
+    @classmethod
+    def _has_run(cls, template: str) -> str:
+        if template.count("{run}") != 1:
+            raise ValueError(f"expected a template containing {{run}} exactly once, got {template!r}")
+        return template
+
+
+class PostgresStepStoreConfig(_Section):
+    """The step-run store: ``table (run_id, step, attempt, status, results)``, names configurable."""
+
+    conn_id: str = "postgres_default"
+    table: str = Field("step_runs", pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$")
+    run_column: str = Field("run_id", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    step_column: str = Field("step", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    attempt_column: str = Field("attempt", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    status_column: str = Field("status", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    results_column: str = Field("results", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    batch_size: int = Field(1000, ge=1, le=10000)
+    timeout: Duration = timedelta(seconds=5)
+
+
 class K8sConfig(_Section):
     enabled: bool = True
     clusters: list[str] = ["kubernetes_default"]
@@ -133,6 +185,14 @@ class K8sConfig(_Section):
     step_label: str = "iterion.io/step"
     attempt_label: str = "iterion.io/attempt"
     step_failed_statuses: list[str] = ["failed"]
+    mongo_run_store: MongoRunStoreConfig = MongoRunStoreConfig()
+    mongo_leases: MongoLeaseConfig = MongoLeaseConfig()
+    nats_leases: NatsLeaseConfig = NatsLeaseConfig()
+    postgres_step_store: PostgresStepStoreConfig = PostgresStepStoreConfig()
+    delete_concurrency: int = Field(8, ge=1, le=64)
+    delete_rate_per_cluster: float = Field(20.0, gt=0)
+    max_retries: int = Field(4, ge=0, le=10)
+    request_timeout: Duration = timedelta(seconds=30)
 
     @field_validator("terminal_statuses", "step_failed_statuses")
     @classmethod

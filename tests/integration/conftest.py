@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 
@@ -45,3 +46,126 @@ def add_instance(
     )
     fleet.add(inst)
     return inst
+
+
+# --- Kubernetes emulator -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def kube():
+    """A running Kubernetes API emulator and a real ``kubernetes`` ApiClient from its kubeconfig."""
+    from kubernetes import config as kconfig
+
+    from include.emulators.k8s import K8sEmulator
+
+    with K8sEmulator() as emulator:
+        yield emulator.cluster, kconfig.new_client_from_config_dict(emulator.kubeconfig()), emulator
+
+
+# --- real servers -------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_port(port: int, process, what: str, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    import socket
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    process.kill()
+    raise RuntimeError(f"{what} did not listen on {port}")
+
+
+class Daemon:
+    """A server process the test owns: it can be stopped mid-test to simulate an outage."""
+
+    def __init__(self, argv: list[str], port: int, what: str) -> None:
+        import subprocess
+
+        self.port, self.what = port, what
+        self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _wait_port(port, self.process, what)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=15)
+
+
+@pytest.fixture(scope="session")
+def mongo_server() -> Iterator[Daemon]:
+    """SecantusDB (a MongoDB wire-protocol server) on a free port, in memory."""
+    import shutil
+    import sys
+    from pathlib import Path
+
+    port = _free_port()
+    binary = shutil.which("secantusd-py") or str(Path(sys.executable).parent / "secantusd-py")
+    daemon = Daemon([binary, "--host", "127.0.0.1", "--port", str(port), "--storage-path", ":memory:",
+                     "--log-level", "ERROR"], port, "SecantusDB")  # fmt: skip
+    yield daemon
+    daemon.stop()
+
+
+@pytest.fixture
+def mongo(mongo_server: Daemon):
+    """A pymongo client and a database of this test's own, dropped afterwards."""
+    import uuid
+
+    from pymongo import MongoClient
+
+    client = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/", serverSelectionTimeoutMS=3000)
+    name = f"reaper_test_{uuid.uuid4().hex[:12]}"
+    yield client, name
+    client.drop_database(name)
+    client.close()
+
+
+def nats_binary() -> str:
+    import shutil
+
+    binary = shutil.which("nats-server") or "/usr/sbin/nats-server"
+    if not os.path.exists(binary):
+        raise RuntimeError("nats-server is not installed: run scripts/bootstrap.sh (make test does)")
+    return binary
+
+
+@pytest.fixture
+def nats_server(tmp_path) -> Iterator[Daemon]:  # type: ignore[no-untyped-def]
+    """A NATS server with JetStream of this test's own (so a test can stop it)."""
+    port = _free_port()
+    daemon = Daemon([nats_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(tmp_path / "js")], port,
+                    "nats-server")  # fmt: skip
+    yield daemon
+    daemon.stop()
+
+
+POSTGRES_DSN = os.environ.get("REAPER_TEST_POSTGRES", "postgresql://postgres:postgres@127.0.0.1:5432/postgres")
+
+
+@pytest.fixture
+def postgres() -> Iterator[str]:
+    """The DSN of a database of this test's own on the local PostgreSQL, dropped afterwards."""
+    import uuid
+
+    import psycopg
+
+    name = f"reaper_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    yield POSTGRES_DSN.rsplit("/", 1)[0] + f"/{name}"
+    with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')

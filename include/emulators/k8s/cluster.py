@@ -1,0 +1,139 @@
+"""The emulated cluster state: Pods, Secrets and NetworkPolicies as the API stores them.
+
+Every object gets a ``uid``, a ``resourceVersion`` and a ``creationTimestamp``.
+Deleting an object deletes its dependents (``ownerReferences``) in the
+background unless the propagation policy is ``Orphan``, as the garbage collector
+does. The cluster remembers whether a Secret's ``data`` was ever served, so
+tests can prove the reaper never asked for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from include.emulators.http import ApiError, Faults, State
+
+# resource -> (kind, apiVersion)
+RESOURCES = {
+    "pods": ("Pod", "v1"),
+    "secrets": ("Secret", "v1"),
+    "networkpolicies": ("NetworkPolicy", "networking.k8s.io/v1"),
+}
+RESOURCE_OF_KIND = {kind: resource for resource, (kind, _) in RESOURCES.items()}
+
+
+@dataclass
+class K8sFaults(Faults):
+    """The shared faults plus: answer 410 Gone to this many requests that carry a continue token."""
+
+    expire_continue_tokens: int = 0
+    cascade_delay: float = 0.0
+
+
+class Cluster(State):
+    def __init__(self) -> None:
+        super().__init__()
+        self.faults: K8sFaults = K8sFaults()
+        self.objects: dict[tuple[str, str, str], dict[str, object]] = {}  # (resource, namespace, name)
+        self.secret_data_served = False
+        self.deletes: list[tuple[float, str, str, str]] = []  # (time, resource, namespace, name)
+        self._versions = itertools.count(1000)
+
+    def _version(self) -> str:
+        return str(next(self._versions))
+
+    # --- API operations ----------------------------------------------------------------------
+
+    def create(self, resource: str, namespace: str, obj: dict[str, object]) -> dict[str, object]:
+        kind, api_version = RESOURCES[resource]
+        meta = dict(obj.get("metadata") or {})  # type: ignore[call-overload]
+        name = meta.get("name")
+        if not name:
+            raise ApiError(422, "Invalid", f"{kind} is invalid: metadata.name: Required value")
+        with self.lock:
+            key = (resource, namespace, str(name))
+            if key in self.objects:
+                raise ApiError(409, "AlreadyExists", f'{resource} "{name}" already exists')
+            meta.update(namespace=namespace, uid=meta.get("uid") or str(uuid.uuid4()), resourceVersion=self._version())
+            meta.setdefault("creationTimestamp", datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+            stored = {**obj, "kind": kind, "apiVersion": api_version, "metadata": meta}
+            self.objects[key] = stored
+            return stored
+
+    def get(self, resource: str, namespace: str, name: str) -> dict[str, object]:
+        with self.lock:
+            found = self.objects.get((resource, namespace, name))
+            if found is None:
+                raise ApiError(404, "NotFound", f'{resource} "{name}" not found')
+            return found
+
+    def delete(self, resource: str, namespace: str, name: str, options: dict[str, object]) -> dict[str, object]:
+        with self.lock:
+            obj = self.get(resource, namespace, name)
+            meta: dict[str, object] = obj["metadata"]  # type: ignore[assignment]
+            pre = options.get("preconditions") or {}
+            if pre.get("uid") and pre["uid"] != meta["uid"]:  # type: ignore[union-attr,index]
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f"Operation cannot be fulfilled on {resource} {name!r}: Precondition failed: "
+                    f"UID in precondition: {pre['uid']}, UID in object meta: {meta['uid']}",  # type: ignore[index]
+                )
+            if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:  # type: ignore[union-attr,index]
+                raise ApiError(409, "Conflict", f"Precondition failed: resourceVersion of {resource} {name!r}")
+            del self.objects[(resource, namespace, name)]
+            self.deletes.append((time.monotonic(), resource, namespace, name))
+        if options.get("propagationPolicy") != "Orphan":
+            self._cascade(str(meta["uid"]))
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "status": "Success",
+            "details": {"name": name, "kind": resource, "uid": meta["uid"]},
+        }
+
+    def _cascade(self, owner_uid: str) -> None:
+        """The garbage collector: dependents of a deleted owner go too, in the background."""
+
+        def collect() -> None:
+            with self.lock:
+                dependents = [
+                    key
+                    for key, obj in self.objects.items()
+                    if any(ref.get("uid") == owner_uid for ref in obj["metadata"].get("ownerReferences", []))  # type: ignore[union-attr]
+                ]
+            for resource, namespace, name in dependents:
+                with contextlib.suppress(ApiError):  # already gone
+                    self.delete(resource, namespace, name, {"propagationPolicy": "Background"})
+
+        timer = threading.Timer(self.faults.cascade_delay, collect)
+        timer.daemon = True
+        timer.start()
+
+    def select(self, resource: str, namespace: str | None, matches) -> list[dict[str, object]]:  # type: ignore[no-untyped-def]
+        """The objects of a list, in a stable order (namespace, name), filtered by ``matches(labels)``."""
+        with self.lock:
+            rows = [
+                obj
+                for (res, ns, _), obj in sorted(self.objects.items())
+                if res == resource
+                and (namespace is None or ns == namespace)
+                and matches(obj["metadata"].get("labels") or {})  # type: ignore[union-attr]
+            ]
+            return rows
+
+    # --- for tests ---------------------------------------------------------------------------
+
+    def names(self, resource: str | None = None) -> set[str]:
+        with self.lock:
+            return {name for (res, _, name) in self.objects if resource is None or res == resource}
+
+    def stats(self) -> dict[str, object]:
+        with self.lock:
+            return {**super().stats(), "deletes": len(self.deletes), "secret_data_served": self.secret_data_served}

@@ -1,0 +1,153 @@
+"""HTTP server speaking the Kubernetes API subset the reaper uses: Pods, Secrets, NetworkPolicies.
+
+``/api/v1/{pods,secrets}`` and ``/apis/networking.k8s.io/v1/networkpolicies``, all
+namespaces or one: list (``labelSelector`` with equality- and set-based terms,
+``limit``/``continue``, ``PartialObjectMetadataList`` when the ``Accept`` header
+asks for it), get, create, delete (``preconditions``: 409 on mismatch;
+``propagationPolicy``). Errors are ``Status`` objects, as the API returns them.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Callable
+
+from include.emulators.http import ApiError, Handler, Route, Server
+from include.emulators.k8s.cluster import RESOURCES, Cluster
+
+_PREFIX = r"^/(?:api/v1|apis/networking\.k8s\.io/v1)"
+_ROUTES: list[Route] = [
+    ("GET", re.compile(_PREFIX + r"/(pods|secrets|networkpolicies)$"), "list"),
+    ("GET", re.compile(_PREFIX + r"/namespaces/([^/]+)/(pods|secrets|networkpolicies)$"), "list_namespaced"),
+    ("POST", re.compile(_PREFIX + r"/namespaces/([^/]+)/(pods|secrets|networkpolicies)$"), "create"),
+    ("GET", re.compile(_PREFIX + r"/namespaces/([^/]+)/(pods|secrets|networkpolicies)/([^/]+)$"), "get"),
+    ("DELETE", re.compile(_PREFIX + r"/namespaces/([^/]+)/(pods|secrets|networkpolicies)/([^/]+)$"), "delete"),
+]
+_REASONS = {404: "NotFound", 409: "Conflict", 410: "Expired", 422: "Invalid", 429: "TooManyRequests"}
+_METADATA_ONLY = "as=PartialObjectMetadataList"
+
+
+def parse_selector(text: str) -> Callable[[dict[str, str]], bool]:
+    """A label selector (``a=b,c!=d,e in (x,y),f notin (z),g,!h``) as a predicate over labels."""
+    terms = [t.strip() for t in re.split(r",(?![^()]*\))", text) if t.strip()]
+    tests: list[Callable[[dict[str, str]], bool]] = []
+    for term in terms:
+        if m := re.fullmatch(r"([\w./-]+)\s+(in|notin)\s+\(([^)]*)\)", term):
+            key, op, values = m.group(1), m.group(2), {v.strip() for v in m.group(3).split(",")}
+            if op == "in":
+                tests.append(lambda labels, k=key, vs=values: labels.get(k) in vs)
+            else:
+                tests.append(lambda labels, k=key, vs=values: labels.get(k) not in vs)
+        elif m := re.fullmatch(r"([\w./-]+)\s*(==|=|!=)\s*([\w./-]*)", term):
+            key, op, value = m.groups()
+            if op == "!=":
+                tests.append(lambda labels, k=key, v=value: labels.get(k) != v)
+            else:
+                tests.append(lambda labels, k=key, v=value: labels.get(k) == v)
+        elif m := re.fullmatch(r"(!?)([\w./-]+)", term):
+            negate, key = m.group(1) == "!", m.group(2)
+            tests.append(lambda labels, k=key, n=negate: (k in labels) != n)
+        else:
+            raise ApiError(400, "BadRequest", f"unable to parse requirement: {term!r}")
+    return lambda labels: all(test(labels) for test in tests)
+
+
+def _continue_token(offset: int, version: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"offset": offset, "rv": version}).encode()).decode()
+
+
+def _metadata_only(obj: dict[str, object]) -> dict[str, object]:
+    return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]}
+
+
+class K8sHandler(Handler):
+    routes = _ROUTES
+    state: Cluster
+
+    def error_body(self, error: ApiError) -> object:
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": error.message,
+            "reason": _REASONS.get(error.code, error.reason),
+            "code": error.code,
+        }
+
+    def handle_api(self, kind: str, args: tuple[str, ...], query: dict[str, list[str]]) -> object:
+        cluster = self.state
+        if kind == "list":
+            return self._list(args[0], None, query)
+        if kind == "list_namespaced":
+            return self._list(args[1], args[0], query)
+        namespace, resource = args[0], args[1]
+        if kind == "create":
+            return cluster.create(resource, namespace, self.body())
+        if kind == "get":
+            return self._serve_objects(resource, [cluster.get(resource, namespace, args[2])])[0]
+        return cluster.delete(resource, namespace, args[2], self.body())
+
+    def _serve_objects(self, resource: str, objects: list[dict[str, object]]) -> list[dict[str, object]]:
+        if _METADATA_ONLY in (self.headers.get("Accept") or ""):
+            return [_metadata_only(o) for o in objects]
+        if resource == "secrets" and any("data" in o or "stringData" in o for o in objects):
+            with self.state.lock:
+                self.state.secret_data_served = True
+        return objects
+
+    def _list(self, resource: str, namespace: str | None, query: dict[str, list[str]]) -> object:
+        cluster = self.state
+        matches = parse_selector(query.get("labelSelector", [""])[0])
+        limit = int(query.get("limit", ["0"])[0] or 0)
+        token = query.get("continue", [""])[0]
+        offset = 0
+        if token:
+            with cluster.lock:
+                if cluster.faults.expire_continue_tokens > 0:
+                    cluster.faults.expire_continue_tokens -= 1
+                    raise ApiError(
+                        410,
+                        "Expired",
+                        "The provided continue parameter is too old to display a "
+                        "consistent list result. You can start a new list without the continue parameter.",
+                    )
+            try:
+                offset = json.loads(base64.urlsafe_b64decode(token.encode()))["offset"]
+            except (ValueError, KeyError):
+                raise ApiError(400, "BadRequest", "continue key is not valid") from None
+        rows = cluster.select(resource, namespace, matches)
+        page = rows[offset : offset + limit] if limit else rows[offset:]
+        version = str(next(cluster._versions))
+        kind, api_version = RESOURCES[resource]
+        metadata_only = _METADATA_ONLY in (self.headers.get("Accept") or "")
+        body: dict[str, object] = {
+            "kind": "PartialObjectMetadataList" if metadata_only else f"{kind}List",
+            "apiVersion": "meta.k8s.io/v1" if metadata_only else api_version,
+            "metadata": {"resourceVersion": version},
+            "items": self._serve_objects(resource, page),
+        }
+        if limit and offset + limit < len(rows):
+            body["metadata"]["continue"] = _continue_token(offset + limit, version)  # type: ignore[index]
+            body["metadata"]["remainingItemCount"] = len(rows) - offset - limit  # type: ignore[index]
+        return body
+
+
+class K8sEmulator(Server):
+    """A running Kubernetes API emulator; ``kubeconfig()`` points a client at it."""
+
+    def __init__(self, cluster: Cluster | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
+        super().__init__(K8sHandler, cluster or Cluster(), host, port)
+        self.cluster: Cluster = self.state  # type: ignore[assignment]
+
+    def kubeconfig(self, name: str = "emulator") -> dict[str, object]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": name, "cluster": {"server": self.endpoint}}],
+            "users": [{"name": name, "user": {"token": "emulator"}}],
+            "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+            "current-context": name,
+        }

@@ -1,0 +1,1 @@
+"""The Kubernetes target's I/O: API clients, inventory listing and the grouped deletion executor."""

@@ -1,0 +1,113 @@
+"""Listing managed Pods, Secrets (metadata only) and NetworkPolicies of a cluster, completely or not at all.
+
+Cluster-wide lists with the label selector, ``limit=500`` and ``continue``
+tokens to the end. A ``410 Gone`` (the continue token expired) restarts that
+list once; a second one, or any failure after retries, marks the cluster
+incomplete, which holds every delete in it. Hygiene findings (Pods without
+``activeDeadlineSeconds``, objects without ``ownerReferences``) are collected
+for the report: the seed design's two other defences.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import msgspec
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from reaper.exports import KubeItem, k8s_object
+from reaper.k8s.client import METADATA_ONLY, PATHS, call, selector_string, transient
+from reaper.model import K8sObject
+from reaper.retry import Backoff
+
+PAGE_SIZE = 500
+
+
+class _ListMeta(msgspec.Struct):
+    # "continue" is a Python keyword.
+    next: str = msgspec.field(default="", name="continue")
+
+
+class _Page(msgspec.Struct):
+    items: list[KubeItem] = []
+    metadata: _ListMeta = msgspec.field(default_factory=_ListMeta)
+
+
+_PAGE = msgspec.json.Decoder(_Page)
+
+
+@dataclass
+class ClusterListing:
+    cluster: str
+    objects: list[K8sObject] = field(default_factory=list)
+    pages: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return not self.problems
+
+    def hygiene(self) -> list[dict[str, str]]:
+        """Report-only findings: the cluster's own defences missing on managed objects."""
+        findings = []
+        for obj in self.objects:
+            where = {"kind": obj.kind, "namespace": obj.namespace, "name": obj.name}
+            if obj.kind == "Pod" and obj.active_deadline_seconds is None:
+                findings.append({**where, "finding": "pod_without_active_deadline"})
+            if obj.owner_references == 0:
+                findings.append({**where, "finding": "no_owner_reference"})
+        return findings
+
+
+def list_kind(
+    api: k8s.ApiClient, cluster: str, kind: str, selector: dict[str, str], backoff: Backoff, timeout: float
+) -> tuple[list[K8sObject], int, str | None]:
+    """All objects of one kind: (objects, pages, problem or None). Secrets are metadata only."""
+    prefix, resource = PATHS[kind]
+    accept = METADATA_ONLY if kind == "Secret" else "application/json"
+    restarts = 0
+    while True:
+        objects: list[K8sObject] = []
+        pages, token = 0, ""
+        try:
+            while True:
+                query: list[tuple[str, object]] = [("labelSelector", selector_string(selector)), ("limit", PAGE_SIZE)]
+                if token:
+                    query.append(("continue", token))
+                raw = backoff.call(
+                    lambda q=query: call(api, "GET", f"{prefix}/{resource}", timeout, q, accept=accept), transient
+                )
+                page = _PAGE.decode(raw)
+                pages += 1
+                objects += [k8s_object(item, cluster, kind) for item in page.items]
+                token = page.metadata.next
+                if not token:
+                    return objects, pages, None
+        except ApiException as exc:
+            if exc.status == 410 and token and restarts == 0:
+                restarts += 1
+                continue  # the continue token expired: start this list again, once
+            return objects, pages, f"{kind}: HTTP {exc.status} {exc.reason}"
+        except (msgspec.DecodeError, ValueError) as exc:
+            return objects, pages, f"{kind}: undecodable answer: {exc}"
+        except Exception as exc:
+            return objects, pages, f"{kind}: {type(exc).__name__}: {exc}"
+
+
+def list_cluster(
+    api: k8s.ApiClient, cluster: str, selector: dict[str, str], backoff: Backoff, timeout: float
+) -> ClusterListing:
+    listing = ClusterListing(cluster)
+    for kind in PATHS:
+        objects, pages, problem = list_kind(api, cluster, kind, selector, backoff, timeout)
+        listing.objects += objects
+        listing.pages += pages
+        if problem:
+            listing.problems.append(problem)
+    return listing
+
+
+def incomplete_scopes(listings: list[ClusterListing]) -> frozenset[tuple[str, str]]:
+    """The ``Evidence.incomplete`` entries of these listings: no delete is sent in those clusters."""
+    return frozenset(("k8s", listing.cluster) for listing in listings if not listing.complete)

@@ -1,0 +1,23 @@
+"""Seeding the Kubernetes emulator with sandbox runs shaped like the real driver's."""
+
+from __future__ import annotations
+
+import time
+
+from include.emulators.k8s import RESOURCE_OF_KIND, Cluster
+from include.emulators.shapes import kube_pod, kube_run
+
+MANAGED = {"iterion.io/managed": "true"}
+NOW = time.time()
+
+
+def seed_run(cluster: Cluster, run: str, age: float = 3600, namespace: str = "ci", **pod: object) -> list[dict]:
+    """A run's Pod, two Secrets and NetworkPolicy in the emulator; returns the stored objects."""
+    return [
+        cluster.create(RESOURCE_OF_KIND[obj["kind"]], namespace, obj)
+        for obj in kube_run(run, namespace, NOW - age, MANAGED, **pod)
+    ]
+
+
+def seed_pod(cluster: Cluster, name: str, labels: dict[str, str], age: float = 3600, **pod: object) -> dict:
+    return cluster.create("pods", "ci", kube_pod(name, "ci", f"{name}-uid", labels, NOW - age, **pod))

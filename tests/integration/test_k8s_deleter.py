@@ -1,0 +1,114 @@
+"""Grouped deletion through the real ``kubernetes`` client against the emulator."""
+
+from __future__ import annotations
+
+import time
+
+from reaper.config import parse_settings
+from reaper.k8s.deleter import K8sDeleter
+from reaper.k8s.inventory import list_cluster
+from tests.integration.conftest import fast_backoff
+from tests.integration.k8s_helpers import MANAGED, seed_run
+
+CONFIG = parse_settings({"k8s": {"delete_rate_per_cluster": 1000.0}}, "test")
+
+
+def planned(api, run: str | None = None):  # type: ignore[no-untyped-def]
+    objects = list_cluster(api, "c1", MANAGED, fast_backoff(), 10).objects
+    return [o for o in objects if run is None or o.labels.get("iterion.io/run-id") == run]
+
+
+def delete(api, objects):  # type: ignore[no-untyped-def]
+    return K8sDeleter(lambda _: api, CONFIG, fast_backoff()).delete(objects)
+
+
+def test_a_run_is_deleted_pod_first_then_secrets_then_networkpolicy(kube) -> None:
+    cluster, api, _ = kube
+    seed_run(cluster, "dead")
+    seed_run(cluster, "live")
+    outcomes = delete(api, planned(api, "dead"))
+    assert [o.result for o in outcomes] == ["deleted"] * 4
+    assert [resource for _, resource, _, _ in cluster.deletes] == ["pods", "secrets", "secrets", "networkpolicies"]
+    assert cluster.names() == {"sandbox-live", "sandbox-live-egress-ca", "sandbox-live-files"}
+    bodies = [p for m, p in cluster.requests if m == "DELETE"]
+    assert len(bodies) == 4
+
+
+def test_recreated_object_is_not_deleted_and_the_rest_of_its_run_waits(kube) -> None:
+    cluster, api, _ = kube
+    seed_run(cluster, "r1")
+    plan = planned(api, "r1")
+    with cluster.lock:  # the pod is recreated under the same name for a new run
+        cluster.objects[("pods", "ci", "sandbox-r1")]["metadata"]["uid"] = "new-uid"
+    out = {o.kind + "/" + o.name: o for o in delete(api, plan)}
+    assert out["Pod/sandbox-r1"].result == "changed_since_plan"
+    assert {o.result for k, o in out.items() if not k.startswith("Pod")} == {"not_attempted"}
+    assert len(cluster.objects) == 4
+
+
+def test_404_is_already_gone_and_transient_errors_are_retried(kube) -> None:
+    cluster, api, _ = kube
+    seed_run(cluster, "r1")
+    plan = planned(api, "r1")
+    with cluster.lock:
+        del cluster.objects[("secrets", "ci", "sandbox-r1-files")]
+    cluster.faults.fail_next["delete"] = ["429", "503"]
+    results = {(o.kind, o.name): o.result for o in delete(api, plan)}
+    assert results == {
+        ("Pod", "sandbox-r1"): "deleted",
+        ("Secret", "sandbox-r1-egress-ca"): "deleted",
+        ("Secret", "sandbox-r1-files"): "already_gone",
+        ("NetworkPolicy", "sandbox-r1"): "deleted",
+    }
+    assert cluster.names() == set()
+    assert cluster.counters["delete"] == 4 + 2
+
+
+def test_a_partially_deleted_run_is_finished_by_the_next_sweep(kube) -> None:
+    cluster, api, _ = kube
+    seed_run(cluster, "r1")
+    plan = planned(api, "r1")
+    # The Pod and first Secret go; the second Secret keeps failing; the NetworkPolicy waits.
+    original = cluster.delete
+
+    def flaky(resource, namespace, name, options):  # type: ignore[no-untyped-def]
+        if name == "sandbox-r1-files":
+            from include.emulators.http import ApiError
+
+            raise ApiError(503, "ServiceUnavailable", "etcd leader changed")
+        return original(resource, namespace, name, options)
+
+    cluster.delete = flaky  # type: ignore[method-assign]
+    first = {(o.kind, o.name): o.result for o in delete(api, plan)}
+    assert first[("Pod", "sandbox-r1")] == "deleted" and first[("Secret", "sandbox-r1-files")] == "failed"
+    assert first[("NetworkPolicy", "sandbox-r1")] == "not_attempted"
+    cluster.delete = original  # type: ignore[method-assign]
+    second = {o.name: o.result for o in delete(api, planned(api, "r1"))}
+    assert set(second.values()) == {"deleted"} and cluster.names() == set()
+
+
+def test_owner_reference_cascade_leaves_the_reaper_nothing(kube) -> None:
+    cluster, api, _ = kube
+    runner = cluster.create("pods", "ci", {"metadata": {"name": "runner-0"}, "spec": {"containers": []}})
+    owner = [{"apiVersion": "v1", "kind": "Pod", "name": "runner-0", "uid": runner["metadata"]["uid"]}]
+    for obj in seed_run(cluster, "r1"):
+        obj["metadata"]["ownerReferences"] = owner
+    assert len(planned(api)) == 4
+    cluster.delete("pods", "ci", "runner-0", {"propagationPolicy": "Background"})
+    deadline = time.time() + 5
+    while cluster.names() and time.time() < deadline:
+        time.sleep(0.05)
+    assert cluster.names() == set()
+    assert planned(api) == []
+
+
+def test_deletes_are_rate_limited_per_cluster(kube) -> None:
+    cluster, api, _ = kube
+    for r in range(3):
+        seed_run(cluster, f"r{r}")
+    config = parse_settings({"k8s": {"delete_rate_per_cluster": 10.0}}, "test")
+    started = time.monotonic()
+    K8sDeleter(lambda _: api, config, fast_backoff()).delete(planned(api))
+    assert time.monotonic() - started >= 11 / 10  # 12 deletes at 10/s
+    times = sorted(t for t, *_ in cluster.deletes)
+    assert max(sum(1 for u in times if t <= u <= t + 1.0) for t in times) <= 10 + 1
