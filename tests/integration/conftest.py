@@ -105,17 +105,34 @@ class Daemon:
             self.process.wait(timeout=15)
 
 
-@pytest.fixture(scope="session")
-def mongo_server() -> Iterator[Daemon]:
-    """SecantusDB (a MongoDB wire-protocol server) on a free port, in memory."""
+def mongo_binary() -> str:
     import shutil
     import sys
     from pathlib import Path
 
+    return shutil.which("secantusd-py") or str(Path(sys.executable).parent / "secantusd-py")
+
+
+@pytest.fixture(scope="session")
+def mongo_server() -> Iterator[Daemon]:
+    """SecantusDB (a MongoDB wire-protocol server) on a free port, in memory."""
+
     port = _free_port()
-    binary = shutil.which("secantusd-py") or str(Path(sys.executable).parent / "secantusd-py")
-    daemon = Daemon([binary, "--host", "127.0.0.1", "--port", str(port), "--storage-path", ":memory:",
-                     "--log-level", "ERROR"], port, "SecantusDB")  # fmt: skip
+    daemon = Daemon(
+        [
+            mongo_binary(),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--storage-path",
+            ":memory:",
+            "--log-level",
+            "ERROR",
+        ],
+        port,
+        "SecantusDB",
+    )
     yield daemon
     daemon.stop()
 
@@ -147,8 +164,9 @@ def nats_binary() -> str:
 def nats_server(tmp_path) -> Iterator[Daemon]:  # type: ignore[no-untyped-def]
     """A NATS server with JetStream of this test's own (so a test can stop it)."""
     port = _free_port()
-    daemon = Daemon([nats_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(tmp_path / "js")], port,
-                    "nats-server")  # fmt: skip
+    daemon = Daemon(
+        [nats_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(tmp_path / "js")], port, "nats-server"
+    )
     yield daemon
     daemon.stop()
 

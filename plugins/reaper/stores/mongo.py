@@ -2,7 +2,7 @@
 
 A batch's keys that the successful query did not return are provably absent; any
 error, timeout or undecodable document makes that whole batch's keys unknown.
-Each batch is one round trip: the cursor's batch size is the batch's size.
+Each batch is one round trip: the cursor's first batch holds every document it can match.
 """
 
 from __future__ import annotations
@@ -50,7 +50,9 @@ def batched_lookup(
     for start in range(0, len(wanted), batch_size):
         batch = wanted[start : start + batch_size]
         try:
-            docs = collection.find({key_field: {"$in": batch}}, projection).batch_size(len(batch))
+            # One more than the batch can match: a full first batch would leave the cursor open and
+            # cost an empty getMore round trip.
+            docs = collection.find({key_field: {"$in": batch}}, projection).batch_size(len(batch) + 1)
             found = {}
             for doc in docs:
                 key = doc.get(key_field)

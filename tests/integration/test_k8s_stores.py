@@ -1,0 +1,205 @@
+"""Evidence stores against real servers: SecantusDB (MongoDB wire protocol), NATS JetStream, PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime, timedelta
+
+import nats
+import psycopg
+import requests
+from pymongo import MongoClient, monitoring
+
+from reaper.config import (
+    MongoLeaseConfig,
+    MongoRunStoreConfig,
+    NatsLeaseConfig,
+    PostgresStepStoreConfig,
+    parse_settings,
+)
+from reaper.model import LeaseState, StoreState
+from reaper.policy.k8s import lease_state, run_state, step_state
+from reaper.stores.mongo import MongoLeases, MongoRunStore
+from reaper.stores.nats import NatsLeases
+from reaper.stores.postgres import PostgresStepStore
+from tests.integration.conftest import Daemon, _free_port, nats_binary
+
+TERMINAL = ["succeeded", "failed", "cancelled"]
+
+
+class CommandCounter(monitoring.CommandListener):
+    def __init__(self) -> None:
+        self.commands: list[str] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if event.command_name in ("find", "getMore", "aggregate"):
+            self.commands.append(event.command_name)
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+# --- MongoDB run store -----------------------------------------------------------------------
+
+
+def test_run_store_states_and_round_trips(mongo_server, mongo) -> None:
+    client, db = mongo
+    runs = client[db]["runs"]
+    runs.insert_many([{"_id": f"run-{i:05d}", "status": TERMINAL[i % 3] if i % 2 else "running"} for i in range(5000)])
+    counter = CommandCounter()
+    counted = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/", event_listeners=[counter])
+    store = MongoRunStore(counted, MongoRunStoreConfig(database=db))
+    keys = [f"run-{i:05d}" for i in range(0, 4998)] + ["run-gone-1", "run-gone-2"]  # 5,000 runs
+    answer = store.read(keys)
+    assert counter.commands == ["find"] * 5
+    assert run_state("run-00001", answer, TERMINAL) == (StoreState.TERMINAL, "failed")
+    assert run_state("run-00000", answer, TERMINAL) == (StoreState.ACTIVE, "running")
+    assert run_state("run-gone-1", answer, TERMINAL) == (StoreState.NOT_FOUND, None)
+    assert len(answer.known) == 4998 and not answer.failed
+
+
+def test_run_store_custom_fields(mongo) -> None:
+    client, db = mongo
+    client[db]["jobs"].insert_one({"_id": 1, "run_key": "r1", "state": "Succeeded"})
+    config = MongoRunStoreConfig(database=db, collection="jobs", key_field="run_key", status_field="state")
+    answer = MongoRunStore(client, config).read(["r1", "r2"])
+    assert run_state("r1", answer, TERMINAL)[0] is StoreState.TERMINAL
+    assert run_state("r2", answer, TERMINAL)[0] is StoreState.NOT_FOUND
+
+
+def test_undecodable_document_makes_its_batch_unknown(mongo) -> None:
+    client, db = mongo
+    client[db]["runs"].insert_many([{"_id": "bad", "status": 7}, {"_id": "good", "status": "failed"}])
+    config = MongoRunStoreConfig(database=db, batch_size=1)
+    answer = MongoRunStore(client, config).read(["bad", "good", "missing"])
+    assert run_state("bad", answer, TERMINAL)[0] is StoreState.UNKNOWN
+    assert run_state("good", answer, TERMINAL)[0] is StoreState.TERMINAL
+    assert run_state("missing", answer, TERMINAL)[0] is StoreState.NOT_FOUND
+
+
+def test_mongo_down_makes_every_key_unknown(tmp_path) -> None:
+    port = _free_port()
+    from tests.integration.conftest import mongo_binary
+
+    daemon = Daemon(
+        [mongo_binary(), "--host", "127.0.0.1", "--port", str(port), "--storage-path", ":memory:"], port, "SecantusDB"
+    )
+    client = MongoClient(f"mongodb://127.0.0.1:{port}/", serverSelectionTimeoutMS=1000, socketTimeoutMS=1000)
+    client["iterion"]["runs"].insert_one({"_id": "r1", "status": "failed"})
+    daemon.stop()
+    answer = MongoRunStore(client, MongoRunStoreConfig()).read(["r1", "r2"])
+    assert answer.failed == {"r1", "r2"}
+    assert run_state("r1", answer, TERMINAL)[0] is StoreState.UNKNOWN
+
+
+def test_mongo_leases(mongo) -> None:
+    client, db = mongo
+    now = datetime.now(UTC)
+    client[db]["run_leases"].insert_many(
+        [
+            {"_id": "live", "expires_at": now + timedelta(seconds=60)},
+            {"_id": "expired", "expires_at": now - timedelta(minutes=5)},
+            {"_id": "unix", "expires_at": time.time() + 60},
+            {"_id": "odd", "expires_at": "tomorrow"},
+        ]
+    )
+    answer = MongoLeases(client, MongoLeaseConfig(database=db, batch_size=1)).read(
+        ["live", "expired", "unix", "odd", "none"]
+    )
+    t = time.time()
+    assert lease_state("live", answer, t, 30) is LeaseState.HELD
+    assert lease_state("unix", answer, t, 30) is LeaseState.HELD
+    assert lease_state("expired", answer, t, 30) is LeaseState.ABSENT
+    assert lease_state("none", answer, t, 30) is LeaseState.ABSENT
+    assert lease_state("odd", answer, t, 30) is LeaseState.UNKNOWN
+
+
+# --- NATS KV leases ----------------------------------------------------------------------------
+
+
+async def _put(url: str, bucket: str, keys: list[str]) -> None:
+    client = await nats.connect(url)
+    js = client.jetstream()
+    kv = await js.create_key_value(bucket=bucket)
+    for key in keys:
+        await kv.put(key, b"runner-7")
+    if keys:
+        await kv.delete(keys[-1])  # a released lease
+    await client.close()
+
+
+def test_nats_leases_one_listing_for_all_runs(tmp_path) -> None:
+    port, monitor = _free_port(), _free_port()
+    daemon = Daemon(
+        [nats_binary(), "-a", "127.0.0.1", "-p", str(port), "-m", str(monitor), "-js", "-sd", str(tmp_path / "js")],
+        port,
+        "nats-server",
+    )
+    try:
+        url = f"nats://127.0.0.1:{port}"
+        asyncio.run(_put(url, "small", ["lease.r1", "lease.r2", "other", "lease.r3"]))
+        asyncio.run(_put(url, "large", [f"lease.run-{i}" for i in range(5001)]))
+        cfg = NatsLeaseConfig(key_template="lease.{run}")
+
+        def messages_for(bucket: str) -> tuple[object, int]:
+            before = requests.get(f"http://127.0.0.1:{monitor}/varz", timeout=5).json()["in_msgs"]
+            answer = NatsLeases(url, cfg.model_copy(update={"bucket": bucket})).read()
+            return answer, requests.get(f"http://127.0.0.1:{monitor}/varz", timeout=5).json()["in_msgs"] - before
+
+        small, small_msgs = messages_for("small")
+        assert set(small.known) == {"r1", "r2"}  # r3 released; "other" is not a lease key
+        assert lease_state("r1", small, time.time(), 30) is LeaseState.HELD
+        assert lease_state("r3", small, time.time(), 30) is LeaseState.ABSENT
+        large, large_msgs = messages_for("large")
+        assert len(large.known) == 5000
+        assert large_msgs == small_msgs, "requests grew with the number of runs"
+    finally:
+        daemon.stop()
+
+
+def test_nats_down_or_missing_bucket_means_every_lease_unknown(nats_server) -> None:
+    url = f"nats://127.0.0.1:{nats_server.port}"
+    assert NatsLeases(url, NatsLeaseConfig(bucket="nope", timeout="2s")).read() is None
+    asyncio.run(_put(url, "run_leases", ["r1", "r2"]))
+    assert NatsLeases(url, NatsLeaseConfig(timeout="2s")).read() is not None
+    nats_server.stop()
+    assert NatsLeases(url, NatsLeaseConfig(timeout="1s")).read() is None
+
+
+# --- Postgres step runs ------------------------------------------------------------------------
+
+
+def test_step_store_states(postgres) -> None:
+    with psycopg.connect(postgres, autocommit=True) as conn:
+        conn.execute("CREATE TABLE step_runs (run_id text, step text, attempt int, status text, results jsonb)")
+        conn.execute(
+            "INSERT INTO step_runs VALUES ('r1','build',1,'succeeded','{\"a\":1}'), ('r1','test',2,'succeeded',NULL),"
+            " ('r2','build',1,'failed',NULL), ('r3','build',1,'running',NULL)"
+        )
+    store = PostgresStepStore(lambda: psycopg.connect(postgres), PostgresStepStoreConfig(batch_size=2))
+    wanted = [("r1", "build", "1"), ("r1", "test", "2"), ("r2", "build", "1"), ("r3", "build", "1"), ("r4", "x", "1")]
+    answer = store.read(wanted)
+    config = parse_settings({}, "test")
+    states = {f"{r}/{s}/{a}": step_state(f"{r}/{s}/{a}", answer, config) for r, s, a in wanted}
+    assert states == {
+        "r1/build/1": StoreState.TERMINAL,
+        "r1/test/2": StoreState.ACTIVE,  # succeeded but its results are not durable yet
+        "r2/build/1": StoreState.TERMINAL,  # failed: no results to wait for
+        "r3/build/1": StoreState.ACTIVE,
+        "r4/x/1": StoreState.NOT_FOUND,
+    }
+
+
+def test_step_store_errors_mean_unknown(postgres) -> None:
+    store = PostgresStepStore(lambda: psycopg.connect(postgres), PostgresStepStoreConfig())
+    answer = store.read([("r1", "build", "1")])  # no such table
+    assert answer.failed == {"r1/build/1"}
+    dead = PostgresStepStore(
+        lambda: psycopg.connect(f"postgresql://postgres@127.0.0.1:{_free_port()}/x", connect_timeout=1),
+        PostgresStepStoreConfig(),
+    )
+    assert dead.read([("r1", "build", "1")]).failed == {"r1/build/1"}

@@ -1,0 +1,149 @@
+"""DESIGN.md section 5 end to end: emulated cluster, real NATS, real MongoDB protocol, real Postgres."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+
+import nats
+import psycopg
+from pymongo import MongoClient
+
+from reaper.config import parse_settings
+from reaper.k8s.deleter import K8sDeleter
+from reaper.k8s.evidence import gather
+from reaper.k8s.inventory import incomplete_scopes, list_cluster
+from reaper.model import Phase
+from reaper.policy import evaluate
+from reaper.stores.mongo import MongoRunStore
+from reaper.stores.nats import NatsLeases
+from reaper.stores.postgres import PostgresStepStore
+from tests.integration.conftest import Daemon, _free_port, fast_backoff, mongo_binary
+from tests.integration.k8s_helpers import MANAGED, seed_pod, seed_run
+
+STEP = {"iterion.io/step": "build", "iterion.io/attempt": "1"}
+
+
+def sweep(api, config, nats_url: str, mongo: MongoClient, postgres_dsn: str | None):  # type: ignore[no-untyped-def]
+    """One enforcement sweep through every adapter; returns (plan, outcomes)."""
+    listing = list_cluster(api, "c1", config.k8s.selector, fast_backoff(), 10)
+    leases = NatsLeases(nats_url, config.k8s.nats_leases)
+    runs = MongoRunStore(mongo, config.k8s.mongo_run_store)
+    steps = (
+        PostgresStepStore(lambda: psycopg.connect(postgres_dsn), config.k8s.postgres_step_store)
+        if postgres_dsn
+        else None
+    )
+    evidence = gather(
+        listing.objects, config, leases.read, runs.read, steps.read if steps else None, incomplete_scopes([listing])
+    )
+    plan = evaluate(listing.objects, evidence, config, Phase.ENFORCEMENT, datetime.now(UTC))
+    outcomes = K8sDeleter(lambda _: api, config, fast_backoff()).delete([d.resource for d in plan.deletes()])
+    return plan, outcomes
+
+
+def runs_by_reason(plan) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    return {d.evidence["run"]: d.reason for d in plan.decisions if d.evidence and "run" in d.evidence}
+
+
+async def _leases(url: str, held: list[str]) -> None:
+    client = await nats.connect(url)
+    kv = await client.jetstream().create_key_value(bucket="run_leases")
+    for key in held:
+        await kv.put(key, b"runner")
+    await client.close()
+
+
+def _config(mongo_db: str, step_store: bool) -> object:
+    return parse_settings(
+        {
+            "k8s": {
+                "step_store": "postgres" if step_store else "none",
+                "mongo_run_store": {"database": mongo_db},
+                "delete_rate_per_cluster": 1000.0,
+            },
+            "budget": {"min_stale": 100},
+        },
+        "test",
+    )
+
+
+def test_every_row_end_to_end(kube, nats_server, mongo, postgres) -> None:
+    cluster, api, _ = kube
+    client, db = mongo
+    url = f"nats://127.0.0.1:{nats_server.port}"
+    seed_run(cluster, "held")
+    seed_run(cluster, "young", age=60)
+    seed_run(cluster, "active")
+    seed_run(cluster, "terminal")
+    seed_run(cluster, "gone")
+    seed_run(cluster, "egress", sidecar="results-egress", sidecar_terminated=False)
+    seed_pod(cluster, "step-pending", {**MANAGED, "iterion.io/run-id": "stepped", **STEP})
+    seed_pod(cluster, "step-done", {**MANAGED, "iterion.io/run-id": "durable", **STEP})
+    asyncio.run(_leases(url, ["held"]))
+    client[db]["runs"].insert_many(
+        [
+            {"_id": "held", "status": "running"},
+            {"_id": "young", "status": "running"},
+            {"_id": "active", "status": "running"},
+            {"_id": "terminal", "status": "failed"},
+            {"_id": "egress", "status": "succeeded"},
+            {"_id": "stepped", "status": "succeeded"},
+            {"_id": "durable", "status": "succeeded"},
+        ]
+    )
+    with psycopg.connect(postgres, autocommit=True) as conn:
+        conn.execute("CREATE TABLE step_runs (run_id text, step text, attempt int, status text, results jsonb)")
+        conn.execute(
+            "INSERT INTO step_runs VALUES ('stepped','build',1,'succeeded',NULL),"
+            " ('durable','build',1,'succeeded','{\"ok\":true}')"
+        )
+
+    plan, outcomes = sweep(api, _config(db, True), url, client, postgres)
+    assert runs_by_reason(plan) == {
+        "held": "lease_held",
+        "young": "min_age",
+        "active": "lease_absent_run_active",
+        "terminal": "sandbox_orphan",
+        "gone": "sandbox_orphan",
+        "egress": "results_egress_in_progress",
+        "stepped": "results_not_durable",
+        "durable": "sandbox_orphan",
+    }
+    assert {o.result for o in outcomes} == {"deleted"} and len(outcomes) == 4 + 4 + 1
+    survivors = {obj["metadata"]["labels"]["iterion.io/run-id"] for obj in cluster.objects.values()}
+    assert survivors == {"held", "young", "active", "egress", "stepped"}
+    assert cluster.secret_data_served is False
+
+    # The step's results become durable: the next sweep reaps it.
+    with psycopg.connect(postgres, autocommit=True) as conn:
+        conn.execute("UPDATE step_runs SET results = '{\"ok\":true}' WHERE run_id = 'stepped'")
+    plan, outcomes = sweep(api, _config(db, True), url, client, postgres)
+    assert [o.name for o in outcomes] == ["step-pending"]
+
+
+def test_mongo_outage_mid_sweep_reaps_nothing(kube, nats_server, tmp_path) -> None:
+    cluster, api, _ = kube
+    url = f"nats://127.0.0.1:{nats_server.port}"
+    asyncio.run(_leases(url, []))
+    port = _free_port()
+    daemon = Daemon(
+        [mongo_binary(), "--host", "127.0.0.1", "--port", str(port), "--storage-path", ":memory:"], port, "SecantusDB"
+    )
+    client = MongoClient(f"mongodb://127.0.0.1:{port}/", serverSelectionTimeoutMS=1000, socketTimeoutMS=1000)
+    client["iterion"]["runs"].insert_many([{"_id": "r1", "status": "failed"}, {"_id": "r2", "status": "failed"}])
+    seed_run(cluster, "r1")
+    seed_run(cluster, "r2")
+    daemon.stop()  # MongoDB goes down after the runs ended, before the sweep reads them
+    plan, outcomes = sweep(api, _config("iterion", False), url, client, None)
+    assert outcomes == [] and len(cluster.objects) == 8
+    assert set(runs_by_reason(plan).values()) == {"store_unknown"}
+
+
+def test_nats_unreachable_reaps_nothing(kube, nats_server, mongo) -> None:
+    cluster, api, _ = kube
+    client, db = mongo
+    seed_run(cluster, "r1")
+    nats_server.stop()
+    plan, outcomes = sweep(api, _config(db, False), f"nats://127.0.0.1:{nats_server.port}", client, None)
+    assert outcomes == [] and runs_by_reason(plan) == {"r1": "lease_unknown"}
