@@ -41,6 +41,7 @@ test: lint
 bench: $(STAMP)
 	$(BIN)/python bench/policy.py
 	$(BIN)/python bench/gce_sweep.py
+	$(BIN)/python bench/k8s_sweep.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from include.emulators.k8s import RESOURCE_OF_KIND
 from reaper.config import parse_settings
 from reaper.k8s.deleter import K8sDeleter
 from reaper.k8s.inventory import list_cluster
@@ -90,9 +91,9 @@ def test_a_partially_deleted_run_is_finished_by_the_next_sweep(kube) -> None:
 def test_owner_reference_cascade_leaves_the_reaper_nothing(kube) -> None:
     cluster, api, _ = kube
     runner = cluster.create("pods", "ci", {"metadata": {"name": "runner-0"}, "spec": {"containers": []}})
-    owner = [{"apiVersion": "v1", "kind": "Pod", "name": "runner-0", "uid": runner["metadata"]["uid"]}]
     for obj in seed_run(cluster, "r1"):
-        obj["metadata"]["ownerReferences"] = owner
+        meta = obj["metadata"]
+        cluster.adopt((RESOURCE_OF_KIND[obj["kind"]], meta["namespace"], meta["name"]), runner["metadata"]["uid"])
     assert len(planned(api)) == 4
     cluster.delete("pods", "ci", "runner-0", {"propagationPolicy": "Background"})
     deadline = time.time() + 5

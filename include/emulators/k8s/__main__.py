@@ -8,9 +8,11 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import time
 from pathlib import Path
 
 from include.emulators.k8s import RESOURCE_OF_KIND, K8sEmulator
+from include.emulators.shapes import kube_run
 
 
 def main() -> None:
@@ -19,6 +21,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8086)
     parser.add_argument("--seed", action="append", default=[], metavar="FILE", help="kubectl List JSON export")
     parser.add_argument("--kubeconfig", metavar="FILE", help="write a kubeconfig pointing at the emulator here")
+    parser.add_argument("--generate", type=int, default=0, metavar="RUNS", help="sandbox runs (4 objects each)")
     parser.add_argument("--latency", type=float, default=0.0, help="seconds added to every request")
     args = parser.parse_args()
 
@@ -28,6 +31,10 @@ def main() -> None:
             resource = RESOURCE_OF_KIND.get(item.get("kind", ""))
             if resource:
                 emulator.cluster.create(resource, item["metadata"].get("namespace", "default"), item)
+    created = time.time() - 3600
+    for r in range(args.generate):
+        for obj in kube_run(f"run-{r:06d}", "ci", created, {"iterion.io/managed": "true"}):
+            emulator.cluster.create(RESOURCE_OF_KIND[obj["kind"]], "ci", obj)
     emulator.cluster.faults.latency = args.latency
     if args.kubeconfig:
         Path(args.kubeconfig).write_text(json.dumps(emulator.kubeconfig(), indent=2))

@@ -14,6 +14,8 @@ import itertools
 import threading
 import time
 import uuid
+from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -44,6 +46,9 @@ class Cluster(State):
         self.secret_data_served = False
         self.deletes: list[tuple[float, str, str, str]] = []  # (time, resource, namespace, name)
         self._versions = itertools.count(1000)
+        # Indexes, so a list page and a delete cost what they would on a real API server, not a scan:
+        self._sorted: dict[str, list[tuple[str, str, str]]] = {}  # resource -> keys in list order (lazy)
+        self._dependents: dict[str, set[tuple[str, str, str]]] = {}  # owner uid -> dependent keys
 
     def _version(self) -> str:
         return str(next(self._versions))
@@ -64,7 +69,17 @@ class Cluster(State):
             meta.setdefault("creationTimestamp", datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
             stored = {**obj, "kind": kind, "apiVersion": api_version, "metadata": meta}
             self.objects[key] = stored
+            self._sorted.pop(resource, None)
+            for ref in meta.get("ownerReferences") or []:
+                self._dependents.setdefault(str(ref.get("uid")), set()).add(key)
             return stored
+
+    def adopt(self, key: tuple[str, str, str], owner_uid: str) -> None:
+        """Add an owner reference to a stored object (tests build cascades with it)."""
+        with self.lock:
+            meta = self.objects[key]["metadata"]
+            meta.setdefault("ownerReferences", []).append({"uid": owner_uid})  # type: ignore[union-attr]
+            self._dependents.setdefault(owner_uid, set()).add(key)
 
     def get(self, resource: str, namespace: str, name: str) -> dict[str, object]:
         with self.lock:
@@ -88,9 +103,11 @@ class Cluster(State):
             if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:  # type: ignore[union-attr,index]
                 raise ApiError(409, "Conflict", f"Precondition failed: resourceVersion of {resource} {name!r}")
             del self.objects[(resource, namespace, name)]
+            self._sorted.pop(resource, None)
             self.deletes.append((time.monotonic(), resource, namespace, name))
-        if options.get("propagationPolicy") != "Orphan":
-            self._cascade(str(meta["uid"]))
+            dependents = self._dependents.pop(str(meta["uid"]), set())
+        if dependents and options.get("propagationPolicy") != "Orphan":
+            self._cascade(dependents)
         return {
             "kind": "Status",
             "apiVersion": "v1",
@@ -98,17 +115,11 @@ class Cluster(State):
             "details": {"name": name, "kind": resource, "uid": meta["uid"]},
         }
 
-    def _cascade(self, owner_uid: str) -> None:
+    def _cascade(self, dependents: set[tuple[str, str, str]]) -> None:
         """The garbage collector: dependents of a deleted owner go too, in the background."""
 
         def collect() -> None:
-            with self.lock:
-                dependents = [
-                    key
-                    for key, obj in self.objects.items()
-                    if any(ref.get("uid") == owner_uid for ref in obj["metadata"].get("ownerReferences", []))  # type: ignore[union-attr]
-                ]
-            for resource, namespace, name in dependents:
+            for resource, namespace, name in sorted(dependents):
                 with contextlib.suppress(ApiError):  # already gone
                     self.delete(resource, namespace, name, {"propagationPolicy": "Background"})
 
@@ -116,17 +127,32 @@ class Cluster(State):
         timer.daemon = True
         timer.start()
 
-    def select(self, resource: str, namespace: str | None, matches) -> list[dict[str, object]]:  # type: ignore[no-untyped-def]
-        """The objects of a list, in a stable order (namespace, name), filtered by ``matches(labels)``."""
+    def select(
+        self,
+        resource: str,
+        namespace: str | None,
+        matches: Callable[[dict[str, str]], bool],
+        after: tuple[str, str] | None,
+        limit: int,
+    ) -> tuple[list[dict[str, object]], tuple[str, str] | None]:
+        """One page in list order (namespace, name) after ``after``: (objects, key to continue after or None)."""
         with self.lock:
-            rows = [
-                obj
-                for (res, ns, _), obj in sorted(self.objects.items())
-                if res == resource
-                and (namespace is None or ns == namespace)
-                and matches(obj["metadata"].get("labels") or {})  # type: ignore[union-attr]
-            ]
-            return rows
+            keys = self._sorted.get(resource)
+            if keys is None:
+                keys = self._sorted[resource] = sorted(k for k in self.objects if k[0] == resource)
+            start = bisect_right(keys, (resource, *after)) if after else 0
+            page: list[dict[str, object]] = []
+            for key in itertools.islice(keys, start, None):
+                if namespace is not None and key[1] != namespace:
+                    continue
+                obj = self.objects[key]
+                if not matches(obj["metadata"].get("labels") or {}):  # type: ignore[union-attr]
+                    continue
+                if limit and len(page) == limit:
+                    last = page[-1]["metadata"]
+                    return page, (last["namespace"], last["name"])  # type: ignore[index]
+                page.append(obj)
+            return page, None
 
     # --- for tests ---------------------------------------------------------------------------
 

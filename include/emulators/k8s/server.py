@@ -54,8 +54,9 @@ def parse_selector(text: str) -> Callable[[dict[str, str]], bool]:
     return lambda labels: all(test(labels) for test in tests)
 
 
-def _continue_token(offset: int, version: str) -> str:
-    return base64.urlsafe_b64encode(json.dumps({"offset": offset, "rv": version}).encode()).decode()
+def _continue_token(after: tuple[str, str], version: str) -> str:
+    """Like the API server's: the key to resume after, and the list's resource version."""
+    return base64.urlsafe_b64encode(json.dumps({"after": after, "rv": version}).encode()).decode()
 
 
 def _metadata_only(obj: dict[str, object]) -> dict[str, object]:
@@ -103,7 +104,7 @@ class K8sHandler(Handler):
         matches = parse_selector(query.get("labelSelector", [""])[0])
         limit = int(query.get("limit", ["0"])[0] or 0)
         token = query.get("continue", [""])[0]
-        offset = 0
+        after = None
         if token:
             with cluster.lock:
                 if cluster.faults.expire_continue_tokens > 0:
@@ -111,15 +112,14 @@ class K8sHandler(Handler):
                     raise ApiError(
                         410,
                         "Expired",
-                        "The provided continue parameter is too old to display a "
-                        "consistent list result. You can start a new list without the continue parameter.",
+                        "The provided continue parameter is too old to display a consistent list result. "
+                        "You can start a new list without the continue parameter.",
                     )
             try:
-                offset = json.loads(base64.urlsafe_b64decode(token.encode()))["offset"]
-            except (ValueError, KeyError):
+                after = tuple(json.loads(base64.urlsafe_b64decode(token.encode()))["after"])
+            except (ValueError, KeyError, TypeError):
                 raise ApiError(400, "BadRequest", "continue key is not valid") from None
-        rows = cluster.select(resource, namespace, matches)
-        page = rows[offset : offset + limit] if limit else rows[offset:]
+        page, resume = cluster.select(resource, namespace, matches, after, limit)  # type: ignore[arg-type]
         version = str(next(cluster._versions))
         kind, api_version = RESOURCES[resource]
         metadata_only = _METADATA_ONLY in (self.headers.get("Accept") or "")
@@ -129,9 +129,8 @@ class K8sHandler(Handler):
             "metadata": {"resourceVersion": version},
             "items": self._serve_objects(resource, page),
         }
-        if limit and offset + limit < len(rows):
-            body["metadata"]["continue"] = _continue_token(offset + limit, version)  # type: ignore[index]
-            body["metadata"]["remainingItemCount"] = len(rows) - offset - limit  # type: ignore[index]
+        if resume:
+            body["metadata"]["continue"] = _continue_token(resume, version)  # type: ignore[index]
         return body
 
 

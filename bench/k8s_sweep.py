@@ -1,0 +1,246 @@
+"""Benchmark of a Kubernetes sweep (``python bench/k8s_sweep.py``; ``make bench``).
+
+20,000 runs (80,000 objects) in the emulator (its own process, 10 ms latency),
+5% orphaned: their lease is absent from a real NATS KV bucket and their run is
+``failed`` in a real MongoDB-protocol store (SecantusDB); the rest hold a lease.
+Lists through the real ``kubernetes`` client, gathers evidence, evaluates the
+enforcement policy and deletes. Prints API calls by kind against the lower bound
+(list pages per kind; exactly one delete per reaped object), store and lease
+round trips, and wall time against the I/O and rate-limit lower bounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "plugins"), str(ROOT)]
+
+import nats  # noqa: E402
+import requests  # noqa: E402
+from kubernetes import config as kconfig  # noqa: E402
+from pymongo import MongoClient, monitoring  # noqa: E402
+
+from reaper.config import parse_settings  # noqa: E402
+from reaper.k8s.deleter import K8sDeleter  # noqa: E402
+from reaper.k8s.evidence import gather  # noqa: E402
+from reaper.k8s.inventory import PAGE_SIZE, incomplete_scopes, list_cluster  # noqa: E402
+from reaper.model import Phase  # noqa: E402
+from reaper.policy import evaluate  # noqa: E402
+from reaper.retry import Backoff  # noqa: E402
+from reaper.stores.mongo import MongoRunStore  # noqa: E402
+from reaper.stores.nats import NatsLeases  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int) -> None:
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"nothing listens on {port}")
+
+
+class Finds(monitoring.CommandListener):
+    count = 0
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if event.command_name in ("find", "getMore"):
+            Finds.count += 1
+
+    def succeeded(self, event: object) -> None:
+        pass
+
+    def failed(self, event: object) -> None:
+        pass
+
+
+async def put_leases(url: str, keys: list[str]) -> None:
+    client = await nats.connect(url)
+    kv = await client.jetstream().create_key_value(bucket="run_leases")
+    for start in range(0, len(keys), 500):
+        await asyncio.gather(*(kv.put(k, b"runner") for k in keys[start : start + 500]))
+    await client.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20_000)
+    parser.add_argument("--orphaned", type=float, default=0.05)
+    parser.add_argument("--latency", type=float, default=0.010)
+    parser.add_argument("--rate", type=float, default=1000.0, help="deletes/s per cluster for this run")
+    args = parser.parse_args()
+    runs = [f"run-{r:06d}" for r in range(args.runs)]
+    orphans = set(runs[:: round(1 / args.orphaned)])
+    config = parse_settings(
+        {"k8s": {"delete_rate_per_cluster": args.rate}, "max_deletions_per_sweep": 100_000}, "bench"
+    )
+    procs: list[subprocess.Popen[bytes]] = []
+    work = Path(tempfile.mkdtemp(prefix="reaper-bench-"))
+    try:
+        k8s_port, mongo_port, nats_port, nats_monitor = free_port(), free_port(), free_port(), free_port()
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "include.emulators.k8s",
+                    "--port",
+                    str(k8s_port),
+                    "--generate",
+                    str(args.runs),
+                    "--latency",
+                    str(args.latency),
+                ],
+                cwd=ROOT,
+                stdout=subprocess.DEVNULL,
+            )
+        )
+        mongo_bin = shutil.which("secantusd-py") or str(Path(sys.executable).parent / "secantusd-py")
+        procs.append(
+            subprocess.Popen(
+                [
+                    mongo_bin,
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(mongo_port),
+                    "--storage-path",
+                    ":memory:",
+                    "--log-level",
+                    "ERROR",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+        nats_bin = shutil.which("nats-server") or "/usr/sbin/nats-server"
+        procs.append(
+            subprocess.Popen(
+                [
+                    nats_bin,
+                    "-a",
+                    "127.0.0.1",
+                    "-p",
+                    str(nats_port),
+                    "-m",
+                    str(nats_monitor),
+                    "-js",
+                    "-sd",
+                    str(work / "js"),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+        for port in (k8s_port, mongo_port, nats_port):
+            wait_port(port)
+        nats_url = f"nats://127.0.0.1:{nats_port}"
+        asyncio.run(put_leases(nats_url, [r for r in runs if r not in orphans]))
+        mongo = MongoClient(f"mongodb://127.0.0.1:{mongo_port}/", event_listeners=[Finds()])
+        docs = [{"_id": r, "status": "failed" if r in orphans else "running"} for r in runs]
+        mongo["iterion"]["runs"].insert_many(docs)
+        api = kconfig.new_client_from_config_dict(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "e",
+                "clusters": [{"name": "e", "cluster": {"server": f"http://127.0.0.1:{k8s_port}"}}],
+                "users": [{"name": "e", "user": {"token": "x"}}],
+                "contexts": [{"name": "e", "context": {"cluster": "e", "user": "e"}}],
+            }
+        )
+        varz = f"http://127.0.0.1:{nats_monitor}/varz"
+        finds_before, nats_before = Finds.count, requests.get(varz, timeout=5).json()["in_msgs"]
+
+        started = time.perf_counter()
+        listing = list_cluster(api, "c1", config.k8s.selector, Backoff(4), 60)
+        listed = time.perf_counter()
+        leases = NatsLeases(nats_url, config.k8s.nats_leases)
+        store = MongoRunStore(mongo, config.k8s.mongo_run_store)
+        spent: dict[str, float] = {}
+
+        def timed(name, read):  # type: ignore[no-untyped-def]
+            def run(keys):  # type: ignore[no-untyped-def]
+                t = time.perf_counter()
+                try:
+                    return read(keys)
+                finally:
+                    spent[name] = time.perf_counter() - t
+
+            return run
+
+        evidence = gather(
+            listing.objects,
+            config,
+            timed("NATS leases", leases.read),
+            timed("run store", store.read),
+            None,
+            incomplete_scopes([listing]),
+        )
+        gathered = time.perf_counter()
+        plan = evaluate(listing.objects, evidence, config, Phase.ENFORCEMENT, datetime.now(UTC))
+        evaluated = time.perf_counter()
+        outcomes = K8sDeleter(lambda _: api, config).delete([d.resource for d in plan.deletes()])
+        deleted = time.perf_counter()
+        finds = Finds.count - finds_before
+        nats_msgs = requests.get(varz, timeout=5).json()["in_msgs"] - nats_before
+        counts = requests.get(f"http://127.0.0.1:{k8s_port}/_emulator/stats", timeout=10).json()["counters"]
+    finally:
+        for proc in procs:
+            proc.terminate()
+        shutil.rmtree(work, ignore_errors=True)
+
+    per_kind = {"Pod": args.runs, "Secret": 2 * args.runs, "NetworkPolicy": args.runs}
+    pages = sum(math.ceil(n / PAGE_SIZE) for n in per_kind.values())
+    reaped = sum(1 for o in outcomes if o.result == "deleted")
+    io_bound = pages * args.latency + reaped * args.latency / config.k8s.delete_concurrency
+    rate_bound = max(0, reaped - 1) / args.rate
+    lower = max(io_bound, rate_bound)
+    wall = deleted - started
+    print(
+        f"# {args.runs:,} runs ({len(listing.objects):,} objects), {len(orphans):,} orphaned runs, "
+        f"{args.latency * 1000:.0f} ms latency; delete concurrency {config.k8s.delete_concurrency}, "
+        f"{args.rate:g} deletes/s per cluster"
+    )
+    print(f"{'API calls':10s} {'made':>8s} {'lower bound':>12s}")
+    print(f"{'list':10s} {counts.get('list', 0):8d} {pages:12d}")
+    print(f"{'delete':10s} {counts.get('delete', 0):8d} {4 * len(orphans):12d}")
+    print(
+        f"run store: {finds} find commands for {args.runs:,} runs (lower bound {math.ceil(args.runs / 1000)}); "
+        f"NATS: {nats_msgs} client messages for the lease listing"
+    )
+    print(
+        f"outcomes: {sorted((r, sum(1 for o in outcomes if o.result == r)) for r in {o.result for o in outcomes})}; "
+        f"listing complete: {listing.complete}"
+    )
+    print(
+        f"wall: list {listed - started:.2f} s, evidence {gathered - listed:.2f} s, evaluate "
+        f"{evaluated - gathered:.2f} s, delete {deleted - evaluated:.2f} s, total {wall:.2f} s"
+    )
+    print("evidence: " + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in spent.items()))
+    print(
+        f"lower bounds: I/O {io_bound:.2f} s, rate limit {rate_bound:.2f} s -> {lower:.2f} s; ratio {wall / lower:.2f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
