@@ -23,9 +23,18 @@ def postgres_connect(conn_id: str, timeout: float) -> Callable[[], psycopg.Conne
     """A connection factory for the Airflow connection ``conn_id``, with connect and statement timeouts."""
     from airflow.providers.postgres.hooks.postgres import PostgresHook
 
-    uri = PostgresHook(postgres_conn_id=conn_id).get_uri()
-    ms = int(timeout * 1000)
-    return lambda: psycopg.connect(uri, connect_timeout=max(1, int(timeout)), options=f"-c statement_timeout={ms}")
+    # Not get_uri(): it is SQLAlchemy-flavoured ("postgresql+psycopg://"), which psycopg refuses.
+    conn = PostgresHook(postgres_conn_id=conn_id).get_connection(conn_id)
+    params = {
+        "host": conn.host or "127.0.0.1",
+        "port": conn.port or 5432,
+        "user": conn.login,
+        "password": conn.password,
+        "dbname": conn.schema or "postgres",
+        "connect_timeout": max(1, int(timeout)),
+        "options": f"-c statement_timeout={int(timeout * 1000)}",
+    }
+    return lambda: psycopg.connect(**{k: v for k, v in params.items() if v is not None})
 
 
 class PostgresStepStore:

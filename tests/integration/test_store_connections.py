@@ -1,0 +1,62 @@
+"""The stores' clients come from Airflow connections (env-var connections, as a deployment defines them)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from reaper.config import MongoRunStoreConfig, NatsLeaseConfig, PostgresStepStoreConfig
+from reaper.stores.mongo import MongoRunStore, mongo_client
+from reaper.stores.nats import NatsLeases, nats_url
+from reaper.stores.postgres import PostgresStepStore, postgres_connect
+from tests.integration.test_k8s_stores import _put
+
+
+def _conn(monkeypatch: pytest.MonkeyPatch, conn_id: str, **fields: object) -> None:
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(fields))
+
+
+def test_mongo_client_from_connection(monkeypatch, mongo_server, mongo) -> None:
+    client, db = mongo
+    client[db]["runs"].insert_one({"_id": "r1", "status": "failed"})
+    _conn(monkeypatch, "mongo_test", conn_type="mongo", host="127.0.0.1", port=mongo_server.port)
+    store = MongoRunStore(mongo_client("mongo_test", 2.0), MongoRunStoreConfig(database=db))
+    assert store.read(["r1"]).known == {"r1": "failed"}
+
+
+def test_mongo_client_timeouts_are_bounded(monkeypatch) -> None:
+    _conn(monkeypatch, "mongo_test", conn_type="mongo", host="127.0.0.1", port=1)
+    client = mongo_client("mongo_test", 0.5)
+    assert client.options.server_selection_timeout == 0.5
+    assert MongoRunStore(client, MongoRunStoreConfig()).read(["r1"]).failed == {"r1"}
+
+
+def test_nats_url_from_connection(monkeypatch, nats_server) -> None:
+    _conn(monkeypatch, "nats_test", conn_type="generic", host="127.0.0.1", port=nats_server.port)
+    url = nats_url("nats_test")
+    assert url == f"nats://127.0.0.1:{nats_server.port}"
+    asyncio.run(_put(url, "run_leases", ["r1", "r2"]))
+    assert set(NatsLeases(url, NatsLeaseConfig()).read().known) == {"r1"}
+
+
+def test_postgres_connect_from_connection(monkeypatch, postgres) -> None:
+    import psycopg
+
+    with psycopg.connect(postgres, autocommit=True) as conn:
+        conn.execute("CREATE TABLE step_runs (run_id text, step text, attempt int, status text, results jsonb)")
+        conn.execute("INSERT INTO step_runs VALUES ('r1','build',1,'failed',NULL)")
+    database = postgres.rsplit("/", 1)[1]
+    _conn(
+        monkeypatch,
+        "pg_test",
+        conn_type="postgres",
+        host="127.0.0.1",
+        port=5432,
+        login="postgres",
+        password="postgres",
+        schema=database,
+    )
+    store = PostgresStepStore(postgres_connect("pg_test", 2.0), PostgresStepStoreConfig())
+    assert store.read([("r1", "build", "1")]).known == {"r1/build/1": ("failed", False)}
