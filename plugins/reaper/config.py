@@ -214,12 +214,48 @@ class RulesConfig(_Section):
     sandbox_orphan: RuleMode = Mode.DELETE
 
 
+class LedgerConfig(_Section):
+    """The audit trail (DESIGN.md section 7): MongoDB, acknowledged and fenced writes."""
+
+    conn_id: str = "mongo_default"
+    database: str = "reaper"
+    collection: str = "ledger"
+    sweeps_collection: str = "sweeps"
+    locks_collection: str = "sweep_locks"
+    retention: Duration = timedelta(days=400)
+    timeout: Duration = timedelta(seconds=10)
+
+
+def _schedule(value: object) -> timedelta:
+    """A schedule interval; ``0`` (or ``off``) means manual triggers only."""
+    if value in (0, "0", "off"):
+        return timedelta(0)
+    return parse_duration(value)
+
+
+Schedule = Annotated[timedelta, BeforeValidator(_schedule)]
+
+
+class AirflowConfig(_Section):
+    """How the DAGs run: schedules per target, sharding of the listing, where sweeps keep their files."""
+
+    gce_schedule: Schedule = timedelta(minutes=10)
+    k8s_schedule: Schedule = timedelta(minutes=1)
+    shards: int = Field(8, ge=1, le=64)
+    sweep_store: str = "file:///tmp/reaper-sweeps"
+    retries: int = Field(2, ge=0, le=10)
+    retry_delay: Duration = timedelta(seconds=30)
+    delete_batch_size: int = Field(200, ge=1, le=5000)
+
+
 class Settings(_Section):
     gce: GceConfig = GceConfig()
     k8s: K8sConfig = K8sConfig()
     budget: BudgetConfig = BudgetConfig()
     rules: RulesConfig = RulesConfig()
     max_deletions_per_sweep: int = Field(500, ge=0)
+    ledger: LedgerConfig = LedgerConfig()
+    airflow: AirflowConfig = AirflowConfig()
 
     @model_validator(mode="after")
     def _liveness_authority(self) -> Settings:

@@ -1,0 +1,285 @@
+"""The DAG factory: one DAG per target and rollout phase, all with the same task graph (DESIGN.md section 8).
+
+``resolve_scopes`` -> ``list_inventory`` (mapped over at most ``airflow.shards``
+shards of scopes) -> ``gather_evidence`` -> ``evaluate_policy`` (the same
+``reaper.policy.evaluate`` as the CLI) -> ``budget_check`` (branch) -> ``delete``
+(mapped over candidate batches, in the target's pool) or ``report_only`` ->
+``record``. Inventories and evidence travel through files in
+``airflow.sweep_store`` (any ObjectStoragePath URL); XCom carries summaries and
+small candidate batches only, never inventories or Secret data.
+
+Parsing a DAG file reads the config file and nothing else: no connections, no network.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+
+import msgspec
+from airflow.exceptions import AirflowFailException
+from airflow.sdk import DAG, ObjectStoragePath, Param, dag, get_current_context, task
+
+from reaper.config import Settings
+from reaper.ledger import Ledger
+from reaper.model import Action, Evidence, Override, Phase, Plan
+from reaper.policy import evaluate
+from reaper.sweep.targets import TARGETS
+
+log = logging.getLogger(__name__)
+PHASES = {
+    "gce": [Phase.TELEMETRY, Phase.TERMINATED_CLEANUP, Phase.REPORT_ONLY, Phase.ENFORCEMENT],
+    "k8s": [Phase.TELEMETRY, Phase.REPORT_ONLY, Phase.ENFORCEMENT],
+}
+
+
+def dag_id_of(target: str, phase: Phase) -> str:
+    return f"reaper_{target}_{phase.value.replace('-', '_')}"
+
+
+def build_dags(config: Settings, target: str) -> dict[str, DAG]:
+    """Every DAG of ``target``; none when the target is disabled in the config."""
+    if not getattr(config, target).enabled:
+        return {}
+    return {dag_id_of(target, phase): _build(config, target, phase) for phase in PHASES[target]}
+
+
+def _ledger(config: Settings) -> Ledger:
+    from reaper.stores.mongo import mongo_client
+
+    ledger_cfg = config.ledger
+    return Ledger(mongo_client(ledger_cfg.conn_id, ledger_cfg.timeout.total_seconds()), ledger_cfg)
+
+
+def _uid(resource: object) -> str:
+    return str(getattr(resource, "uid", None) or resource.id)  # type: ignore[attr-defined]
+
+
+def _fence(ctx: dict[str, str], target: str, resource: object, action: str) -> dict[str, object]:
+    return {**ctx, "target": target, "scope": resource.scope, "uid": _uid(resource), "action": action}  # type: ignore[attr-defined]
+
+
+def _run_context() -> tuple[dict[str, object], dict[str, str]]:
+    context = get_current_context()
+    run = context["dag_run"]
+    return context, {"dag_id": run.dag_id, "run_id": run.run_id}
+
+
+def _path(config: Settings, ids: dict[str, str], name: str) -> ObjectStoragePath:
+    safe_run = ids["run_id"].replace(":", "_").replace("+", "_")
+    return ObjectStoragePath(config.airflow.sweep_store) / ids["dag_id"] / safe_run / name
+
+
+def _summary(plan: Plan) -> dict[str, object]:
+    counts: Counter[tuple[str, str, str, str, str]] = Counter(
+        (d.target, d.scope, d.rule or "", d.reason, d.action.value) for d in plan.acted
+    )
+    kept: Counter[str] = Counter()
+    for _, reason, group in plan.kept:
+        kept[reason] += len(group)
+    return {
+        "phase": plan.phase.value,
+        "decisions": [
+            {"target": t, "scope": s, "rule": rule, "reason": reason, "action": action, "count": n}
+            for (t, s, rule, reason, action), n in sorted(counts.items())
+        ],
+        "kept": dict(kept),
+        "scopes": [
+            {
+                "target": v.target,
+                "scope": v.scope,
+                "verdict": v.verdict,
+                "holds": list(v.holds),
+                "overridden": list(v.overridden),
+                **{k: val for k, val in v.details.items() if k != "unhealthy_writers"},
+            }
+            for v in plan.scopes
+        ],
+        "capped": plan.capped,
+        "census": plan.census,
+    }
+
+
+def _build(config: Settings, name: str, phase: Phase) -> DAG:
+    interval: timedelta = getattr(config.airflow, f"{name}_schedule")
+    timeout = interval * 0.9 if interval else timedelta(hours=1)
+    params: dict[str, Param] = {
+        "dry_run": Param(False, type="boolean", description="Run the whole graph, delete nothing."),
+        "scopes": Param(
+            [],
+            type="array",
+            items={"type": "string"},
+            description="Only these projects or clusters (default: all configured).",
+        ),
+    }
+    if phase is not Phase.TELEMETRY:
+        params["override_budget"] = Param(
+            False, type="boolean", description="Lift per-scope budget holds (needs override_reason)."
+        )
+        params["override_reason"] = Param("", type="string", description="Why; recorded in the ledger.")
+    dag_id = dag_id_of(name, phase)
+
+    @dag(
+        dag_id=dag_id,
+        schedule=interval if interval else None,
+        start_date=datetime(2026, 1, 1, tzinfo=UTC),
+        catchup=False,
+        max_active_runs=1,
+        dagrun_timeout=timeout,
+        tags=["reaper", name, phase.value],
+        params=params,
+        default_args={
+            "retries": config.airflow.retries,
+            "retry_delay": config.airflow.retry_delay,
+            "retry_exponential_backoff": True,
+            "max_retry_delay": timeout / 4,
+        },
+        doc_md=f"Reaper sweep of **{name}** in phase **{phase.value}**. {__doc__.split(chr(10))[0]}",
+    )
+    def sweep() -> None:
+        target = TARGETS[name](config)
+
+        @task
+        def resolve_scopes() -> list[list[str]]:
+            context, ids = _run_context()
+            p = context["params"]
+            configured = target.scopes()
+            wanted = list(p.get("scopes") or configured)
+            unknown = sorted(set(wanted) - set(configured))
+            if unknown:
+                raise AirflowFailException(
+                    f"params.scopes: {unknown} are not configured; expected a subset of "
+                    f"{configured} (config key {name}.{'projects' if name == 'gce' else 'clusters'})"
+                )
+            if p.get("override_budget") and not str(p.get("override_reason") or "").strip():
+                raise AirflowFailException("params.override_reason: expected a non-empty reason with override_budget")
+            ledger = _ledger(config)
+            ledger.ensure_indexes()
+            if ledger.acquire(name, f"{ids['dag_id']}/{ids['run_id']}", timeout) is None:
+                raise AirflowFailException(f"another reaper {name} sweep holds the {name} sweep lease; not sweeping")
+            shards = min(config.airflow.shards, max(1, len(wanted)))
+            return [s for s in (sorted(wanted)[i::shards] for i in range(shards)) if s]
+
+        @task
+        def list_inventory(shard: list[str]) -> dict[str, object]:
+            context, ids = _run_context()
+            resources, problems = target.list(shard)
+            path = _path(config, ids, f"inventory-{context['ti'].map_index}.json")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(msgspec.json.encode(resources))
+            return {"path": str(path), "count": len(resources), "incomplete": problems}
+
+        def _resources(listings: list[dict[str, object]]) -> list[object]:
+            decoder = msgspec.json.Decoder(list[target.resource_type])
+            return [r for x in listings for r in decoder.decode(ObjectStoragePath(str(x["path"])).read_bytes())]
+
+        @task
+        def gather_evidence(listings: list[dict[str, object]]) -> dict[str, object]:
+            _, ids = _run_context()
+            incomplete = [scope for x in listings for scope in x["incomplete"]]  # type: ignore[attr-defined]
+            evidence = target.evidence(_resources(listings), incomplete)  # type: ignore[arg-type]
+            path = _path(config, ids, "evidence.json")
+            path.write_bytes(msgspec.json.encode(evidence))
+            return {"path": str(path), "incomplete": incomplete}
+
+        @task
+        def evaluate_policy(
+            listings: list[dict[str, object]], evidence_ref: dict[str, object]
+        ) -> list[list[dict[str, object]]]:
+            """Returns the candidate batches (``delete`` maps over them); the summary goes to XCom ``summary``."""
+            context, ids = _run_context()
+            p = context["params"]
+            evidence = msgspec.json.decode(ObjectStoragePath(str(evidence_ref["path"])).read_bytes(), type=Evidence)
+            user = str(getattr(context["dag_run"], "triggering_user_name", None) or "scheduler")
+            override = Override(str(p["override_reason"]), user) if p.get("override_budget") else None
+            plan = evaluate(_resources(listings), evidence, config, phase, datetime.now(UTC), override)  # type: ignore[arg-type]
+            records = [
+                {
+                    **_fence(ids, d.target, d.resource, d.action.value),
+                    "kind": "decision",
+                    "rule": d.rule,
+                    "reason": d.reason,
+                    "name": d.resource.name,
+                    "location": d.resource.location,
+                    "evidence": d.evidence,
+                }
+                for d in plan.acted
+                if d.action is not Action.KEEP
+            ]
+            _ledger(config).write(records)
+            deletes = [] if p.get("dry_run") or plan.capped else plan.deletes()
+            size = config.airflow.delete_batch_size
+            batches = [
+                [msgspec.to_builtins(d.resource) for d in deletes[i : i + size]] for i in range(0, len(deletes), size)
+            ]
+            summary = _summary(plan)
+            summary["override"] = {"reason": override.reason, "user": override.user} if override else None
+            summary["dry_run"] = bool(p.get("dry_run"))
+            summary["deletes"] = len(plan.deletes())
+            context["ti"].xcom_push(key="summary", value=summary)
+            return batches
+
+        def _summary_of_sweep() -> dict[str, object]:
+            return get_current_context()["ti"].xcom_pull(task_ids="evaluate_policy", key="summary")
+
+        @task.branch
+        def budget_check() -> str:
+            summary = _summary_of_sweep()
+            deletes = int(summary["deletes"])  # type: ignore[call-overload]
+            if summary["capped"]:
+                why = f"max_deletions_per_sweep exceeded ({summary['capped']}): everything is reported"
+            elif summary["dry_run"]:
+                why = "dry_run: nothing is deleted"
+            elif deletes == 0:
+                why = "nothing to delete"
+            else:
+                why = f"{deletes} deletes within the cap"
+            branch = "report_only" if summary["capped"] or summary["dry_run"] or deletes == 0 else "delete"
+            log.info("budget_check -> %s: %s", branch, why)
+            get_current_context()["ti"].xcom_push(key="branch", value={"branch": branch, "why": why})
+            return branch
+
+        @task(pool=f"reaper_{name}", pool_slots=1)
+        def delete(batch: list[dict[str, object]]) -> dict[str, int]:
+            _, ids = _run_context()
+            ledger = _ledger(config)
+            resources = [msgspec.convert(b, type=target.resource_type) for b in batch]
+            done = ledger.outcomes(ids["dag_id"], ids["run_id"])
+            todo = [r for r in resources if (r.scope, _uid(r)) not in done]
+            # The intents are durable before any delete is sent; if this write fails, the task fails here.
+            ledger.write([{**_fence(ids, name, r, "delete_intent"), "kind": "intent"} for r in todo])
+            outcomes = target.delete(todo)  # type: ignore[arg-type]
+            ledger.write([{**ids, "target": name, "action": "outcome", "kind": "outcome", **o} for o in outcomes])
+            return dict(Counter(o["result"] for o in outcomes))
+
+        @task
+        def report_only() -> int:
+            summary = _summary_of_sweep()
+            reported = sum(int(d["count"]) for d in summary["decisions"] if d["action"] != "keep")  # type: ignore[index,union-attr]
+            log.info("report only: %d decisions recorded in the ledger, nothing deleted", reported)
+            return reported
+
+        @task(trigger_rule="none_failed_min_one_success")
+        def record() -> dict[str, object]:
+            context, ids = _run_context()
+            summary = _summary_of_sweep()
+            ledger = _ledger(config)
+            branch = context["ti"].xcom_pull(task_ids="budget_check", key="branch") or {}
+            outcomes = Counter(str(o["result"]) for o in ledger.outcomes(ids["dag_id"], ids["run_id"]).values())
+            doc = {**ids, "target": name, "phase": phase.value, **branch, "outcomes": dict(outcomes), **summary}
+            ledger.summary(doc)
+            ledger.release(name, f"{ids['dag_id']}/{ids['run_id']}")
+            return {"branch": branch.get("branch"), "outcomes": dict(outcomes)}
+
+        shards = resolve_scopes()
+        listings = list_inventory.expand(shard=shards)
+        evidence_ref = gather_evidence(listings)
+        batches = evaluate_policy(listings, evidence_ref)
+        branch = budget_check()
+        deleted = delete.expand(batch=batches)
+        reported = report_only()
+        batches >> branch >> [deleted, reported]
+        [deleted, reported] >> record()
+
+    return sweep()

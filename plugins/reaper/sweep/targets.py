@@ -1,0 +1,125 @@
+"""One object per target that does a sweep's I/O with the real adapters, built from Airflow connections.
+
+The DAG factory only orchestrates: list, gather evidence, delete. Which adapter
+serves which step, and with which connection, is decided here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from reaper.config import Settings
+from reaper.gce.clients import clients_from_connection
+from reaper.gce.deleter import GceDeleter
+from reaper.gce.inventory import list_projects
+from reaper.gce.writer_health import PrometheusWriterHealth
+from reaper.k8s.client import api_client_from_connection
+from reaper.k8s.deleter import K8sDeleter
+from reaper.k8s.evidence import gather
+from reaper.k8s.inventory import list_cluster
+from reaper.model import Evidence, GceInstance, K8sObject, Resource
+from reaper.retry import Backoff
+
+
+def outcome_record(scope: str, uid: str, name: str, result: str, detail: str) -> dict[str, str]:
+    return {"scope": scope, "uid": uid, "name": name, "result": result, "detail": detail}
+
+
+class GceTarget:
+    name = "gce"
+    resource_type = GceInstance
+
+    def __init__(self, config: Settings) -> None:
+        self.config = config
+
+    @property
+    def clients(self):  # type: ignore[no-untyped-def]
+        return clients_from_connection(self.config.gce.conn_id)
+
+    def scopes(self) -> list[str]:
+        return list(self.config.gce.projects)
+
+    def list(self, scopes: list[str]) -> tuple[list[Resource], dict[str, list[str]]]:
+        """In-scope instances of these projects, and the problems of each incomplete listing."""
+        gce = self.config.gce
+        listings = list_projects(
+            self.clients,
+            scopes,
+            gce.selector,
+            gce.list_concurrency,
+            Backoff(gce.max_retries),
+            gce.request_timeout.total_seconds(),
+        )
+        resources: list[Resource] = [i for listing in listings for i in listing.instances]
+        return resources, {x.project: x.problems for x in listings if not x.complete}
+
+    def evidence(self, resources: list[Resource], incomplete: list[str]) -> Evidence:
+        health = self.config.gce.writer_health
+        records = PrometheusWriterHealth(health).read() if health.source == "prometheus" else None
+        return Evidence(writer_health=records, incomplete=frozenset(("gce", s) for s in incomplete))
+
+    def delete(self, resources: list[Resource]) -> list[dict[str, str]]:
+        outcomes = GceDeleter(self.clients, self.config).delete(resources)  # type: ignore[arg-type]
+        return [outcome_record(o.project, o.id, o.name, o.result, o.detail) for o in outcomes]
+
+
+class K8sTarget:
+    name = "k8s"
+    resource_type = K8sObject
+
+    def __init__(self, config: Settings) -> None:
+        self.config = config
+        self.api_for = cache(api_client_from_connection)
+
+    def scopes(self) -> list[str]:
+        return list(self.config.k8s.clusters)
+
+    def list(self, scopes: list[str]) -> tuple[list[Resource], dict[str, list[str]]]:
+        k8s = self.config.k8s
+        resources: list[Resource] = []
+        problems: dict[str, list[str]] = {}
+        for cluster in scopes:
+            listing = list_cluster(
+                self.api_for(cluster),
+                cluster,
+                k8s.selector,
+                Backoff(k8s.max_retries),
+                k8s.request_timeout.total_seconds(),
+            )
+            resources += listing.objects
+            if not listing.complete:
+                problems[cluster] = listing.problems
+        return resources, problems
+
+    def evidence(self, resources: list[Resource], incomplete: list[str]) -> Evidence:
+        from reaper.stores.mongo import MongoLeases, MongoRunStore, mongo_client
+        from reaper.stores.nats import NatsLeases, nats_url
+        from reaper.stores.postgres import PostgresStepStore, postgres_connect
+
+        k8s = self.config.k8s
+        leases = None
+        if k8s.lease_source == "nats":
+            leases = NatsLeases(nats_url(k8s.nats_leases.conn_id), k8s.nats_leases).read
+        elif k8s.lease_source == "mongo":
+            cfg = k8s.mongo_leases
+            leases = MongoLeases(mongo_client(cfg.conn_id, cfg.timeout.total_seconds()), cfg).read
+        runs = None
+        if k8s.run_store == "mongo":
+            cfg_runs = k8s.mongo_run_store
+            runs = MongoRunStore(mongo_client(cfg_runs.conn_id, cfg_runs.timeout.total_seconds()), cfg_runs).read
+        steps = None
+        if k8s.step_store == "postgres":
+            cfg_steps = k8s.postgres_step_store
+            connect = postgres_connect(cfg_steps.conn_id, cfg_steps.timeout.total_seconds())
+            steps = PostgresStepStore(connect, cfg_steps).read
+        incomplete_scopes = frozenset(("k8s", s) for s in incomplete)
+        return gather(resources, self.config, leases, runs, steps, incomplete_scopes)  # type: ignore[arg-type]
+
+    def delete(self, resources: list[Resource]) -> list[dict[str, str]]:
+        outcomes = K8sDeleter(self.api_for, self.config).delete(resources)  # type: ignore[arg-type]
+        return [
+            outcome_record(o.cluster, o.uid, f"{o.kind}/{o.namespace}/{o.name}", o.result, o.detail) for o in outcomes
+        ]
+
+
+TARGETS = {"gce": GceTarget, "k8s": K8sTarget}
