@@ -37,12 +37,13 @@ def add_instance(
     status: str = "RUNNING",
     instance_id: int | None = None,
     labels: dict[str, str] | None = None,
+    created_age: float = 86400,
 ) -> dict[str, object]:
     all_labels = {"ci_ephemeral": "true", **(labels or {})}
     if heartbeat_age is not None:
         all_labels[HB] = str(int(NOW - heartbeat_age))
     inst = gcloud_instance(
-        project, zone, name, instance_id or abs(hash((project, name))) % 10**18, status, all_labels, NOW - 86400
+        project, zone, name, instance_id or abs(hash((project, name))) % 10**18, status, all_labels, NOW - created_age
     )
     fleet.add(inst)
     return inst

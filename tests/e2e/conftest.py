@@ -1,0 +1,65 @@
+"""End-to-end fixtures: Airflow's metadata DB, the emulators, SecantusDB, Prometheus with simulated managers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import gce, kube, mongo, mongo_server, nats_server  # noqa: F401 - fixtures
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> None:
+    """``dag.test()`` needs a migrated metadata DB (a private SQLite one, in the test AIRFLOW_HOME)."""
+    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True)
+
+
+class Sweeper:
+    """Writes a config, points the connections at the test servers, and runs a reaper DAG with dag.test()."""
+
+    def __init__(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mongo_port: int) -> None:
+        self.tmp_path, self.monkeypatch = tmp_path, monkeypatch
+        monkeypatch.setenv(
+            "AIRFLOW_CONN_MONGO_DEFAULT", json.dumps({"conn_type": "mongo", "host": "127.0.0.1", "port": mongo_port})
+        )
+
+    def connect_gce(self, endpoint: str) -> None:
+        extra = {"api_endpoint": endpoint, "anonymous": True}
+        self.monkeypatch.setenv(
+            "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", json.dumps({"conn_type": "google_cloud_platform", "extra": extra})
+        )
+
+    def configure(self, config: dict[str, object]) -> None:
+        base = {"airflow": {"sweep_store": f"file://{self.tmp_path}/sweeps", "retries": 0}}
+        merged = {**base, **config, "airflow": {**base["airflow"], **config.get("airflow", {})}}  # type: ignore[dict-item]
+        path = self.tmp_path / "reaper.yaml"
+        path.write_text(json.dumps(merged))  # JSON is YAML
+        self.monkeypatch.setenv("REAPER_CONFIG", str(path))
+
+    def run(self, dag_id: str, **conf: object):  # type: ignore[no-untyped-def]
+        from airflow.dag_processing.dagbag import DagBag
+
+        bag = DagBag(dag_folder=str(ROOT / "dags"))
+        assert bag.import_errors == {}
+        return bag.dags[dag_id].test(run_conf=conf or None)
+
+
+@pytest.fixture
+def sweeper(airflow_db, mongo_server, tmp_path, monkeypatch) -> Iterator[Sweeper]:  # noqa: F811
+    yield Sweeper(tmp_path, monkeypatch, mongo_server.port)
+
+
+def wait(predicate, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.time() + timeout
+    while not predicate():
+        if time.time() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.2)

@@ -1,0 +1,148 @@
+"""The GCE DAGs end to end with dag.test(): emulator, SecantusDB ledger, real Prometheus writer health."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from pymongo import MongoClient
+
+from include.emulators.gce.manager import ManagerSimulator
+from reaper.gce.clients import compute_clients
+from tests.integration.conftest import add_instance
+from tests.integration.prometheus import Prometheus, free_port
+
+PROJECTS = ["p1", "p2"]
+P1_ORPHANS = {"p1-terminated", "p1-stale", "p1-unlabeled-old"}
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory) -> Iterator[str]:
+    """Healthy heartbeat writers for every project, scraped by a real Prometheus."""
+    managers = [ManagerSimulator(f"m-{p}", p, compute_clients(), [], interval=0.5) for p in PROJECTS]
+    ports = [m.serve_metrics(free_port()) for m in managers]
+    for m in managers:
+        m.start()
+    prom = Prometheus(tmp_path_factory.mktemp("prom"), [f"127.0.0.1:{port}" for port in ports])
+    prom.wait_for("runner_manager_heartbeat_last_pass_timestamp_seconds > 0", lambda r: len(r) == len(PROJECTS))
+    yield prom.url
+    prom.stop()
+    for m in managers:
+        m.kill()
+
+
+@pytest.fixture
+def fleet(gce, sweeper, prometheus):  # type: ignore[no-untyped-def]
+    fleet, clients = gce
+    for i in range(3):
+        add_instance(fleet, "p1", "us-east1-b", f"p1-fresh-{i}")
+    add_instance(fleet, "p1", "us-east1-b", "p1-stale", heartbeat_age=86400)
+    add_instance(fleet, "p1", "us-east1-c", "p1-terminated", status="TERMINATED")
+    add_instance(fleet, "p1", "us-east1-c", "p1-unlabeled-old", heartbeat_age=None, created_age=4 * 86400)
+    for i in range(3):
+        add_instance(fleet, "p2", "us-east1-b", f"p2-stale-{i}", heartbeat_age=86400)  # most of p2: budget trips
+    add_instance(fleet, "p2", "us-east1-b", "p2-fresh")
+    endpoint = clients.instances._transport._host
+    sweeper.connect_gce(endpoint)
+    sweeper.configure(
+        {"gce": {"projects": PROJECTS, "writer_health": {"prometheus_url": prometheus}}, "k8s": {"enabled": False}}
+    )
+    return fleet
+
+
+def ledger(mongo_server) -> MongoClient:  # type: ignore[no-untyped-def]
+    return MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")["reaper"]
+
+
+def everything(fleet) -> set[str]:  # type: ignore[no-untyped-def]
+    return fleet.names("p1") | fleet.names("p2")
+
+
+ALL = {"p1-fresh-0", "p1-fresh-1", "p1-fresh-2", "p2-fresh", *P1_ORPHANS, *(f"p2-stale-{i}" for i in range(3))}
+
+
+@pytest.mark.parametrize(
+    ("dag_id", "deleted"),
+    [
+        ("reaper_gce_telemetry", set()),
+        ("reaper_gce_terminated_cleanup", {"p1-terminated"}),
+        ("reaper_gce_report_only", {"p1-terminated"}),
+        ("reaper_gce_enforcement", P1_ORPHANS),
+    ],
+)
+def test_each_phase_deletes_exactly_its_presets(fleet, sweeper, mongo_server, dag_id: str, deleted: set[str]) -> None:
+    run = sweeper.run(dag_id)
+    assert run.state == "success"
+    assert everything(fleet) == ALL - deleted
+    db = ledger(mongo_server)
+    outcomes = {r["name"]: r["result"] for r in db.ledger.find({"run_id": run.run_id, "action": "outcome"})}
+    assert outcomes == dict.fromkeys(deleted, "deleted")
+    summary = db.sweeps.find_one({"run_id": run.run_id})
+    assert summary["branch"] == ("delete" if deleted else "report_only")
+    assert summary["phase"] == dag_id.removeprefix("reaper_gce_").replace("_", "-")
+    reports = {r["name"]: r["reason"] for r in db.ledger.find({"run_id": run.run_id, "action": "report"})}
+    if dag_id.endswith("report_only"):
+        assert reports["p1-stale"] == "heartbeat_stale" and reports["p1-unlabeled-old"] == "unlabeled_age"
+    if dag_id.endswith("enforcement"):
+        assert {reports[f"p2-stale-{i}"] for i in range(3)} == {"budget_exceeded"}
+        p2 = next(s for s in summary["scopes"] if s["scope"] == "p2")
+        assert p2["holds"] == ["budget_exceeded"]
+    if dag_id.endswith("telemetry"):
+        assert reports == {} and summary["census"]["gce"]["p1"]["instances"] == 6
+
+
+def test_global_cap_sends_the_whole_sweep_to_report(fleet, sweeper, mongo_server) -> None:
+    sweeper.configure(
+        {
+            "gce": {"projects": PROJECTS, "writer_health": {"source": "none"}},
+            "k8s": {"enabled": False},
+            "max_deletions_per_sweep": 1,
+        }
+    )
+    run = sweeper.run("reaper_gce_enforcement")
+    assert run.state == "success" and everything(fleet) == ALL
+    summary = ledger(mongo_server).sweeps.find_one({"run_id": run.run_id})
+    assert summary["branch"] == "report_only" and "max_deletions_per_sweep" in summary["why"]
+
+
+def test_dry_run_deletes_nothing_but_records_the_decisions(fleet, sweeper, mongo_server) -> None:
+    run = sweeper.run("reaper_gce_enforcement", dry_run=True)
+    assert run.state == "success" and everything(fleet) == ALL
+    db = ledger(mongo_server)
+    assert db.sweeps.find_one({"run_id": run.run_id})["why"] == "dry_run: nothing is deleted"
+    assert {r["name"] for r in db.ledger.find({"run_id": run.run_id, "action": "delete"})} == P1_ORPHANS
+    assert db.ledger.count_documents({"run_id": run.run_id, "action": {"$in": ["delete_intent", "outcome"]}}) == 0
+
+
+def test_budget_override_needs_a_reason_and_is_recorded(fleet, sweeper, mongo_server) -> None:
+    refused = sweeper.run("reaper_gce_enforcement", override_budget=True, override_reason="  ")
+    assert refused.state == "failed" and everything(fleet) == ALL
+    run = sweeper.run("reaper_gce_enforcement", override_budget=True, override_reason="writer fixed, INC-42")
+    assert run.state == "success"
+    assert everything(fleet) == ALL - P1_ORPHANS - {f"p2-stale-{i}" for i in range(3)}
+    summary = ledger(mongo_server).sweeps.find_one({"run_id": run.run_id})
+    assert summary["override"]["reason"] == "writer fixed, INC-42" and summary["override"]["user"]
+    p2 = next(s for s in summary["scopes"] if s["scope"] == "p2")
+    assert p2["overridden"] == ["budget_exceeded"] and p2["holds"] == []
+
+
+def test_scopes_param_restricts_the_sweep(fleet, sweeper) -> None:
+    assert sweeper.run("reaper_gce_enforcement", scopes=["p2"]).state == "success"
+    assert everything(fleet) == ALL  # p2 only, and its budget holds
+    assert sweeper.run("reaper_gce_enforcement", scopes=["nope"]).state == "failed"
+
+
+def test_a_target_never_sweeps_twice_at_once(fleet, sweeper, mongo_server) -> None:
+    import time
+
+    locks = ledger(mongo_server).sweep_locks
+    locks.replace_one(
+        {"_id": "gce"},
+        {"_id": "gce", "holder": "reaper_gce_report_only/other", "expires_at": time.time() + 600},
+        upsert=True,
+    )
+    assert sweeper.run("reaper_gce_enforcement").state == "failed"
+    assert everything(fleet) == ALL
+    locks.delete_one({"_id": "gce"})
+    run = sweeper.run("reaper_gce_enforcement")
+    assert run.state == "success" and locks.count_documents({}) == 0  # released at the end
