@@ -1,0 +1,53 @@
+"""The Kubernetes DAGs end to end with dag.test(): emulator, real NATS leases, SecantusDB run store and ledger."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from pymongo import MongoClient
+
+from tests.integration.k8s_helpers import seed_run
+from tests.integration.test_k8s_sweep import _leases
+
+
+def test_k8s_enforcement_reaps_dead_runs_only(kube, nats_server, mongo_server, sweeper, monkeypatch) -> None:
+    cluster, _, emulator = kube
+    seed_run(cluster, "live")
+    seed_run(cluster, "dead")
+    seed_run(cluster, "running-no-lease")
+    url = f"nats://127.0.0.1:{nats_server.port}"
+    asyncio.run(_leases(url, ["live"]))
+    client = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")
+    client["iterion_e2e"]["runs"].insert_many(
+        [
+            {"_id": "live", "status": "running"},
+            {"_id": "dead", "status": "failed"},
+            {"_id": "running-no-lease", "status": "running"},
+        ]
+    )
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KUBE_E2E",
+        json.dumps({"conn_type": "kubernetes", "extra": {"kube_config": json.dumps(emulator.kubeconfig())}}),
+    )
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_NATS_DEFAULT", json.dumps({"conn_type": "generic", "host": "127.0.0.1", "port": nats_server.port})
+    )
+    sweeper.configure(
+        {"gce": {"enabled": False}, "k8s": {"clusters": ["kube_e2e"], "mongo_run_store": {"database": "iterion_e2e"}}}
+    )
+
+    report = sweeper.run("reaper_k8s_report_only")
+    assert report.state == "success" and len(cluster.objects) == 12
+    run = sweeper.run("reaper_k8s_enforcement")
+    assert run.state == "success"
+    left = {obj["metadata"]["labels"]["iterion.io/run-id"] for obj in cluster.objects.values()}
+    assert left == {"live", "running-no-lease"} and len(cluster.objects) == 8
+    assert cluster.secret_data_served is False
+    db = client["reaper"]
+    outcomes = [r for r in db.ledger.find({"run_id": run.run_id, "action": "outcome"})]
+    assert sorted(r["name"].split("/")[0] for r in outcomes) == ["NetworkPolicy", "Pod", "Secret", "Secret"]
+    reports = {r["name"]: r["reason"] for r in db.ledger.find({"run_id": run.run_id, "action": "report"})}
+    assert set(reports.values()) == {"lease_absent_run_active"}
+    assert db.sweeps.find_one({"run_id": run.run_id})["outcomes"] == {"deleted": 4}
+    assert "credentials" not in json.dumps(list(db.ledger.find({}, {"_id": 0, "at": 0})), default=str)
