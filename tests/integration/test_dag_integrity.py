@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import socket
+import time
 from pathlib import Path
 
 import pytest
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
+SWEEPS = {
+    "reaper_gce_telemetry",
+    "reaper_gce_terminated_cleanup",
+    "reaper_gce_report_only",
+    "reaper_gce_enforcement",
+    "reaper_k8s_telemetry",
+    "reaper_k8s_report_only",
+    "reaper_k8s_enforcement",
+}
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +30,7 @@ def dagbag():
 
 def test_every_dag_file_imports_without_errors(dagbag) -> None:
     assert dagbag.import_errors == {}
-    assert dagbag.dags, "dags/ holds no DAG"
+    assert set(dagbag.dags) == SWEEPS | {"reaper_config_check"}
 
 
 def test_every_dag_file_is_parsed(dagbag) -> None:
@@ -31,3 +42,70 @@ def test_dags_are_tagged_and_do_not_catch_up(dagbag) -> None:
     for dag in dagbag.dags.values():
         assert "reaper" in dag.tags
         assert dag.catchup is False
+
+
+def test_sweep_dag_conventions(dagbag) -> None:
+    for dag_id in SWEEPS:
+        dag = dagbag.dags[dag_id]
+        assert dag.max_active_runs == 1
+        assert (
+            dag.dagrun_timeout < dag.timetable.summary_interval
+            if hasattr(dag.timetable, "summary_interval")
+            else dag.dagrun_timeout.total_seconds() > 0
+        )
+        tasks = {t.task_id: t for t in dag.tasks}
+        assert list(tasks) == [
+            "resolve_scopes",
+            "list_inventory",
+            "gather_evidence",
+            "evaluate_policy",
+            "budget_check",
+            "delete",
+            "report_only",
+            "record",
+        ]
+        assert all(t.retries >= 1 and t.retry_exponential_backoff for t in dag.tasks)
+        assert tasks["delete"].pool == f"reaper_{dag_id.split('_')[1]}"
+        assert ("override_budget" in dag.params) == ("telemetry" not in dag_id)
+
+
+def test_schedules_and_timeouts(dagbag) -> None:
+    gce, k8s = dagbag.dags["reaper_gce_enforcement"], dagbag.dags["reaper_k8s_enforcement"]
+    assert gce.dagrun_timeout.total_seconds() == 540 and k8s.dagrun_timeout.total_seconds() == 54
+
+
+def test_a_disabled_target_has_no_dags(tmp_path, monkeypatch) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    config = tmp_path / "reaper.yaml"
+    config.write_text("k8s: {enabled: false}\nairflow: {gce_schedule: 0}\n")
+    monkeypatch.setenv("REAPER_CONFIG", str(config))
+    bag = DagBag(dag_folder=str(DAGS))
+    assert not any(d.startswith("reaper_k8s_") for d in bag.dags)
+    assert bag.dags["reaper_gce_enforcement"].schedule is None  # 0: manual triggers only
+
+
+def test_invalid_config_is_an_import_error_naming_the_key(tmp_path, monkeypatch) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    config = tmp_path / "reaper.yaml"
+    config.write_text("budget: {max_stale_fraction: 3}\n")
+    monkeypatch.setenv("REAPER_CONFIG", str(config))
+    bag = DagBag(dag_folder=str(DAGS))
+    assert not any(d.startswith("reaper_gce_") for d in bag.dags)
+    assert all("budget.max_stale_fraction" in err for err in bag.import_errors.values()) and bag.import_errors
+
+
+def test_parsing_does_no_network_io_and_is_fast(monkeypatch) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a DAG file opened a network connection at parse time")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    for path in sorted(DAGS.glob("reaper_*.py")):
+        started = time.perf_counter()
+        bag = DagBag(dag_folder=str(path))
+        elapsed = time.perf_counter() - started
+        assert bag.import_errors == {}, bag.import_errors
+        assert elapsed < 0.5, f"{path.name} took {elapsed:.2f}s to parse"  # figure in docs/benchmarks.md

@@ -22,9 +22,7 @@ from airflow.exceptions import AirflowFailException
 from airflow.sdk import DAG, ObjectStoragePath, Param, dag, get_current_context, task
 
 from reaper.config import Settings
-from reaper.ledger import Ledger
 from reaper.model import Action, Evidence, Override, Phase, Plan
-from reaper.policy import evaluate
 from reaper.sweep.targets import TARGETS
 
 log = logging.getLogger(__name__)
@@ -45,7 +43,8 @@ def build_dags(config: Settings, target: str) -> dict[str, DAG]:
     return {dag_id_of(target, phase): _build(config, target, phase) for phase in PHASES[target]}
 
 
-def _ledger(config: Settings) -> Ledger:
+def _ledger(config: Settings):  # type: ignore[no-untyped-def]
+    from reaper.ledger import Ledger
     from reaper.stores.mongo import mongo_client
 
     ledger_cfg = config.ledger
@@ -193,6 +192,8 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
             evidence = msgspec.json.decode(ObjectStoragePath(str(evidence_ref["path"])).read_bytes(), type=Evidence)
             user = str(getattr(context["dag_run"], "triggering_user_name", None) or "scheduler")
             override = Override(str(p["override_reason"]), user) if p.get("override_budget") else None
+            from reaper.policy import evaluate
+
             plan = evaluate(_resources(listings), evidence, config, phase, datetime.now(UTC), override)  # type: ignore[arg-type]
             records = [
                 {

@@ -2,21 +2,15 @@
 
 The DAG factory only orchestrates: list, gather evidence, delete. Which adapter
 serves which step, and with which connection, is decided here and nowhere else.
+Adapters are imported inside the methods: DAG files import this module at parse
+time, and the SDKs behind the adapters take seconds to import.
 """
 
 from __future__ import annotations
 
-from functools import cache
+from functools import cached_property
 
 from reaper.config import Settings
-from reaper.gce.clients import clients_from_connection
-from reaper.gce.deleter import GceDeleter
-from reaper.gce.inventory import list_projects
-from reaper.gce.writer_health import PrometheusWriterHealth
-from reaper.k8s.client import api_client_from_connection
-from reaper.k8s.deleter import K8sDeleter
-from reaper.k8s.evidence import gather
-from reaper.k8s.inventory import list_cluster
 from reaper.model import Evidence, GceInstance, K8sObject, Resource
 from reaper.retry import Backoff
 
@@ -32,8 +26,10 @@ class GceTarget:
     def __init__(self, config: Settings) -> None:
         self.config = config
 
-    @property
+    @cached_property
     def clients(self):  # type: ignore[no-untyped-def]
+        from reaper.gce.clients import clients_from_connection
+
         return clients_from_connection(self.config.gce.conn_id)
 
     def scopes(self) -> list[str]:
@@ -41,6 +37,8 @@ class GceTarget:
 
     def list(self, scopes: list[str]) -> tuple[list[Resource], dict[str, list[str]]]:
         """In-scope instances of these projects, and the problems of each incomplete listing."""
+        from reaper.gce.inventory import list_projects
+
         gce = self.config.gce
         listings = list_projects(
             self.clients,
@@ -54,11 +52,15 @@ class GceTarget:
         return resources, {x.project: x.problems for x in listings if not x.complete}
 
     def evidence(self, resources: list[Resource], incomplete: list[str]) -> Evidence:
+        from reaper.gce.writer_health import PrometheusWriterHealth
+
         health = self.config.gce.writer_health
         records = PrometheusWriterHealth(health).read() if health.source == "prometheus" else None
         return Evidence(writer_health=records, incomplete=frozenset(("gce", s) for s in incomplete))
 
     def delete(self, resources: list[Resource]) -> list[dict[str, str]]:
+        from reaper.gce.deleter import GceDeleter
+
         outcomes = GceDeleter(self.clients, self.config).delete(resources)  # type: ignore[arg-type]
         return [outcome_record(o.project, o.id, o.name, o.result, o.detail) for o in outcomes]
 
@@ -69,12 +71,22 @@ class K8sTarget:
 
     def __init__(self, config: Settings) -> None:
         self.config = config
-        self.api_for = cache(api_client_from_connection)
+        self._apis: dict[str, object] = {}
+
+    def api_for(self, cluster: str):  # type: ignore[no-untyped-def]
+        """The cluster's ApiClient, made once per sweep task from its Airflow connection."""
+        from reaper.k8s.client import api_client_from_connection
+
+        if cluster not in self._apis:
+            self._apis[cluster] = api_client_from_connection(cluster)
+        return self._apis[cluster]
 
     def scopes(self) -> list[str]:
         return list(self.config.k8s.clusters)
 
     def list(self, scopes: list[str]) -> tuple[list[Resource], dict[str, list[str]]]:
+        from reaper.k8s.inventory import list_cluster
+
         k8s = self.config.k8s
         resources: list[Resource] = []
         problems: dict[str, list[str]] = {}
@@ -92,6 +104,7 @@ class K8sTarget:
         return resources, problems
 
     def evidence(self, resources: list[Resource], incomplete: list[str]) -> Evidence:
+        from reaper.k8s.evidence import gather
         from reaper.stores.mongo import MongoLeases, MongoRunStore, mongo_client
         from reaper.stores.nats import NatsLeases, nats_url
         from reaper.stores.postgres import PostgresStepStore, postgres_connect
@@ -116,6 +129,8 @@ class K8sTarget:
         return gather(resources, self.config, leases, runs, steps, incomplete_scopes)  # type: ignore[arg-type]
 
     def delete(self, resources: list[Resource]) -> list[dict[str, str]]:
+        from reaper.k8s.deleter import K8sDeleter
+
         outcomes = K8sDeleter(self.api_for, self.config).delete(resources)  # type: ignore[arg-type]
         return [
             outcome_record(o.cluster, o.uid, f"{o.kind}/{o.namespace}/{o.name}", o.result, o.detail) for o in outcomes
