@@ -70,6 +70,23 @@ def _path(config: Settings, ids: dict[str, str], name: str) -> ObjectStoragePath
     return ObjectStoragePath(config.airflow.sweep_store) / ids["dag_id"] / safe_run / name
 
 
+def delete_batch(ledger, target, ids: dict[str, str], resources: list[object]) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    """Delete one batch, safely under task retries.
+
+    Resources with an outcome already in the ledger for this sweep are skipped: a
+    retry never deletes twice. The intents are written (acknowledged) before any
+    delete is sent; if that write fails, this raises and nothing is deleted. A
+    crash after a delete and before its outcome is harmless: the retry's
+    re-validation finds the resource gone (``already_gone``) and records that.
+    """
+    done = ledger.outcomes(ids["dag_id"], ids["run_id"])
+    todo = [r for r in resources if (r.scope, _uid(r)) not in done]  # type: ignore[attr-defined]
+    ledger.write([{**_fence(ids, target.name, r, "delete_intent"), "kind": "intent"} for r in todo])
+    outcomes = target.delete(todo)
+    ledger.write([{**ids, "target": target.name, "action": "outcome", "kind": "outcome", **o} for o in outcomes])
+    return dict(Counter(o["result"] for o in outcomes))
+
+
 def _summary(plan: Plan) -> dict[str, object]:
     counts: Counter[tuple[str, str, str, str, str]] = Counter(
         (d.target, d.scope, d.rule or "", d.reason, d.action.value) for d in plan.acted
@@ -244,15 +261,8 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
         @task(pool=f"reaper_{name}", pool_slots=1)
         def delete(batch: list[dict[str, object]]) -> dict[str, int]:
             _, ids = _run_context()
-            ledger = _ledger(config)
             resources = [msgspec.convert(b, type=target.resource_type) for b in batch]
-            done = ledger.outcomes(ids["dag_id"], ids["run_id"])
-            todo = [r for r in resources if (r.scope, _uid(r)) not in done]
-            # The intents are durable before any delete is sent; if this write fails, the task fails here.
-            ledger.write([{**_fence(ids, name, r, "delete_intent"), "kind": "intent"} for r in todo])
-            outcomes = target.delete(todo)  # type: ignore[arg-type]
-            ledger.write([{**ids, "target": name, "action": "outcome", "kind": "outcome", **o} for o in outcomes])
-            return dict(Counter(o["result"] for o in outcomes))
+            return delete_batch(_ledger(config), target, ids, resources)
 
         @task
         def report_only() -> int:
