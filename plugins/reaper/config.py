@@ -236,6 +236,13 @@ def _schedule(value: object) -> timedelta:
 Schedule = Annotated[timedelta, BeforeValidator(_schedule)]
 
 
+class AlertsConfig(_Section):
+    """Where a failed sweep is announced: always the log; also mail when ``email`` lists addresses."""
+
+    email: list[str] = []
+    smtp_conn_id: str = "smtp_default"
+
+
 class AirflowConfig(_Section):
     """How the DAGs run: schedules per target, sharding of the listing, where sweeps keep their files."""
 
@@ -246,6 +253,7 @@ class AirflowConfig(_Section):
     retries: int = Field(2, ge=0, le=10)
     retry_delay: Duration = timedelta(seconds=30)
     delete_batch_size: int = Field(200, ge=1, le=5000)
+    alerts: AlertsConfig = AlertsConfig()
 
 
 class Settings(_Section):

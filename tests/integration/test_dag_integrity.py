@@ -109,3 +109,40 @@ def test_parsing_does_no_network_io_and_is_fast(monkeypatch) -> None:
         elapsed = time.perf_counter() - started
         assert bag.import_errors == {}, bag.import_errors
         assert elapsed < 0.5, f"{path.name} took {elapsed:.2f}s to parse"  # figure in docs/benchmarks.md
+
+
+def test_failures_raise_an_alert(dagbag, caplog) -> None:
+    from reaper.sweep.alerts import LogNotifier
+
+    dag = dagbag.dags["reaper_gce_enforcement"]
+    assert any(isinstance(n, LogNotifier) for n in dag.on_failure_callback)
+    assert all(any(isinstance(n, LogNotifier) for n in t.on_failure_callback) for t in dag.tasks)
+
+    class Run:
+        dag_id, run_id = "reaper_gce_enforcement", "manual__1"
+
+    class Ti:
+        task_id = "delete"
+
+    caplog.set_level("ERROR", logger="reaper.alerts")
+    LogNotifier().notify({"dag_run": Run(), "ti": Ti(), "exception": RuntimeError("quota exceeded")})
+    assert "dag=reaper_gce_enforcement run=manual__1 task=delete error=quota exceeded" in caplog.text
+
+
+def test_email_alerts_when_configured(tmp_path, monkeypatch) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.providers.smtp.notifications.smtp import SmtpNotifier
+
+    config = tmp_path / "reaper.yaml"
+    config.write_text("airflow: {alerts: {email: [oncall@example.org]}}\n")
+    monkeypatch.setenv("REAPER_CONFIG", str(config))
+    dag = DagBag(dag_folder=str(DAGS)).dags["reaper_k8s_enforcement"]
+    assert any(isinstance(n, SmtpNotifier) for n in dag.on_failure_callback)
+
+
+def test_pools_file_defines_each_targets_pool(dagbag) -> None:
+    import json
+
+    pools = json.loads((DAGS.parent / "include" / "airflow" / "pools.json").read_text())
+    used = {t.pool for d in dagbag.dags.values() for t in d.tasks if t.pool != "default_pool"}
+    assert used == set(pools) == {"reaper_gce", "reaper_k8s"}

@@ -23,6 +23,7 @@ from airflow.sdk import DAG, ObjectStoragePath, Param, dag, get_current_context,
 
 from reaper.config import Settings
 from reaper.model import Action, Evidence, Override, Phase, Plan
+from reaper.sweep.alerts import notifiers
 from reaper.sweep.targets import TARGETS
 
 log = logging.getLogger(__name__)
@@ -135,6 +136,7 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
         )
         params["override_reason"] = Param("", type="string", description="Why; recorded in the ledger.")
     dag_id = dag_id_of(name, phase)
+    alerts = notifiers(config.airflow.alerts)
 
     @dag(
         dag_id=dag_id,
@@ -150,7 +152,9 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
             "retry_delay": config.airflow.retry_delay,
             "retry_exponential_backoff": True,
             "max_retry_delay": timeout / 4,
+            "on_failure_callback": alerts,
         },
+        on_failure_callback=alerts,
         doc_md=f"Reaper sweep of **{name}** in phase **{phase.value}**. {__doc__.split(chr(10))[0]}",
     )
     def sweep() -> None:
