@@ -1,0 +1,22 @@
+"""Airflow plugin: the reaper's audit view (the ledger's sweeps, decisions and outcomes) in the Airflow UI.
+
+Served by Airflow's API server under /reaper, behind Airflow's authentication;
+linked from the navigation and from every DAG run of the reaper DAGs.
+"""
+
+from typing import ClassVar
+
+from airflow.plugins_manager import AirflowPlugin
+
+from reaper.audit import app
+
+
+class ReaperAuditPlugin(AirflowPlugin):
+    name = "reaper_audit"
+    fastapi_apps: ClassVar[list[dict[str, object]]] = [
+        {"app": app, "url_prefix": "/reaper", "name": "Reaper audit"},
+    ]
+    external_views: ClassVar[list[dict[str, object]]] = [
+        {"name": "Reaper sweeps", "href": "/reaper/", "destination": "nav", "category": "browse"},
+        {"name": "Reaper decisions", "href": "/reaper/?dag_id={DAG_ID}&run_id={RUN_ID}", "destination": "dag_run"},
+    ]
