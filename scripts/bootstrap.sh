@@ -21,6 +21,9 @@ command -v prometheus >/dev/null 2>&1 || missing+=("prometheus")
 # NATS with JetStream (lease source) and PostgreSQL (step-run store) are real servers in the tests.
 command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || missing+=("nats-server")
 command -v pg_ctlcluster >/dev/null 2>&1 || missing+=("postgresql")
+# The audit view is tested once in a real browser.
+command -v chromium >/dev/null 2>&1 || missing+=("chromium")
+command -v chromedriver >/dev/null 2>&1 || missing+=("chromium-driver")
 
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"

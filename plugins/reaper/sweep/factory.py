@@ -82,7 +82,7 @@ def delete_batch(ledger, target, ids: dict[str, str], resources: list[object]) -
     """
     done = ledger.outcomes(ids["dag_id"], ids["run_id"])
     todo = [r for r in resources if (r.scope, _uid(r)) not in done]  # type: ignore[attr-defined]
-    ledger.write([{**_fence(ids, target.name, r, "delete_intent"), "kind": "intent"} for r in todo])
+    ledger.write([{**_fence(ids, target.name, r, "delete_intent"), "kind": "intent", "name": r.name} for r in todo])
     outcomes = target.delete(todo)
     ledger.write([{**ids, "target": target.name, "action": "outcome", "kind": "outcome", **o} for o in outcomes])
     return dict(Counter(o["result"] for o in outcomes))
