@@ -37,14 +37,20 @@ def test_k8s_enforcement_reaps_dead_runs_only(kube, nats_server, mongo_server, s
         {"gce": {"enabled": False}, "k8s": {"clusters": ["kube_e2e"], "mongo_run_store": {"database": "iterion_e2e"}}}
     )
 
+    db = client["reaper"]
+    telemetry = sweeper.run("reaper_k8s_telemetry")
+    assert telemetry.state == "success" and len(cluster.objects) == 12
+    assert db.ledger.count_documents({"run_id": telemetry.run_id}) == 0  # everything kept: nothing to record
+    assert db.sweeps.find_one({"run_id": telemetry.run_id})["census"]["k8s"]["kube_e2e"]["runs"] == 3
     report = sweeper.run("reaper_k8s_report_only")
     assert report.state == "success" and len(cluster.objects) == 12
+    reported = {r["name"] for r in db.ledger.find({"run_id": report.run_id, "reason": "sandbox_orphan"})}
+    assert reported == {"sandbox-dead", "sandbox-dead-egress-ca", "sandbox-dead-files"}
     run = sweeper.run("reaper_k8s_enforcement")
     assert run.state == "success"
     left = {obj["metadata"]["labels"]["iterion.io/run-id"] for obj in cluster.objects.values()}
     assert left == {"live", "running-no-lease"} and len(cluster.objects) == 8
     assert cluster.secret_data_served is False
-    db = client["reaper"]
     outcomes = [r for r in db.ledger.find({"run_id": run.run_id, "action": "outcome"})]
     assert sorted(r["name"].split("/")[0] for r in outcomes) == ["NetworkPolicy", "Pod", "Secret", "Secret"]
     reports = {r["name"]: r["reason"] for r in db.ledger.find({"run_id": run.run_id, "action": "report"})}
