@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import signal
 import threading
 import time
 from collections import Counter
@@ -189,3 +190,13 @@ class Server:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+    def serve_until_stopped(self, banner: str) -> None:
+        """For ``python -m``: start, print ``banner`` (tools wait for it), serve until SIGTERM or Ctrl-C."""
+        self.start()
+        print(banner, flush=True)
+        signal.signal(signal.SIGTERM, lambda *_: self.close())
+        try:
+            self.thread.join()
+        except KeyboardInterrupt:
+            self.close()

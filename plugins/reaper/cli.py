@@ -113,17 +113,7 @@ def plan_json(plan: Plan) -> dict[str, object]:
         "phase": plan.phase.value,
         "now": _iso(plan.now),
         "decisions": [decision_json(d) for d in sorted(plan.decisions, key=_order)],
-        "scopes": [
-            {
-                "target": v.target,
-                "scope": v.scope,
-                "verdict": v.verdict,
-                "holds": list(v.holds),
-                "overridden": list(v.overridden),
-                **v.details,
-            }
-            for v in plan.scopes
-        ],
+        "scopes": [v.as_dict() for v in plan.scopes],
         "census": plan.census,
         "capped": plan.capped,
     }

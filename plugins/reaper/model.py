@@ -194,6 +194,17 @@ class ScopeVerdict(msgspec.Struct, frozen=True):
     def verdict(self) -> str:
         return self.holds[0] if self.holds else "ok"
 
+    def as_dict(self) -> dict[str, object]:
+        """The verdict as plain data (CLI output, the sweep summary in the ledger)."""
+        return {
+            "target": self.target,
+            "scope": self.scope,
+            "verdict": self.verdict,
+            "holds": list(self.holds),
+            "overridden": list(self.overridden),
+            **self.details,
+        }
+
 
 class Override(msgspec.Struct, frozen=True):
     """A manual trigger's budget override: only valid with a non-empty reason and a user."""

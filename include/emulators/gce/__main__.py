@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import time
 
 from include.emulators.gce import Emulator, Fleet
@@ -42,13 +41,8 @@ def main() -> None:
         project, _, zone = spec.partition("/")
         fleet.faults.unreachable.add((project, zone))
 
-    emulator = Emulator(fleet, args.host, args.port).start()
-    print(f"GCE emulator on {emulator.endpoint} ({len(fleet.names())} instances)", flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: emulator.close())
-    try:
-        emulator.thread.join()
-    except KeyboardInterrupt:
-        emulator.close()
+    emulator = Emulator(fleet, args.host, args.port)
+    emulator.serve_until_stopped(f"GCE emulator on {emulator.endpoint} ({len(fleet.names())} instances)")
 
 
 if __name__ == "__main__":

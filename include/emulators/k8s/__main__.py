@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import time
 from pathlib import Path
 
@@ -38,13 +37,9 @@ def main() -> None:
     emulator.cluster.faults.latency = args.latency
     if args.kubeconfig:
         Path(args.kubeconfig).write_text(json.dumps(emulator.kubeconfig(), indent=2))
-    emulator.start()
-    print(f"Kubernetes emulator on {emulator.endpoint} ({len(emulator.cluster.objects)} objects)", flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: emulator.close())
-    try:
-        emulator.thread.join()
-    except KeyboardInterrupt:
-        emulator.close()
+    emulator.serve_until_stopped(
+        f"Kubernetes emulator on {emulator.endpoint} ({len(emulator.cluster.objects)} objects)"
+    )
 
 
 if __name__ == "__main__":

@@ -102,17 +102,7 @@ def _summary(plan: Plan) -> dict[str, object]:
             for (t, s, rule, reason, action), n in sorted(counts.items())
         ],
         "kept": dict(kept),
-        "scopes": [
-            {
-                "target": v.target,
-                "scope": v.scope,
-                "verdict": v.verdict,
-                "holds": list(v.holds),
-                "overridden": list(v.overridden),
-                **{k: val for k, val in v.details.items() if k != "unhealthy_writers"},
-            }
-            for v in plan.scopes
-        ],
+        "scopes": [v.as_dict() for v in plan.scopes],
         "capped": plan.capped,
         "census": plan.census,
     }
