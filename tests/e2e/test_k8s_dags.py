@@ -55,5 +55,7 @@ def test_k8s_enforcement_reaps_dead_runs_only(kube, nats_server, mongo_server, s
     assert sorted(r["name"].split("/")[0] for r in outcomes) == ["NetworkPolicy", "Pod", "Secret", "Secret"]
     reports = {r["name"]: r["reason"] for r in db.ledger.find({"run_id": run.run_id, "action": "report"})}
     assert set(reports.values()) == {"lease_absent_run_active"}
-    assert db.sweeps.find_one({"run_id": run.run_id})["outcomes"] == {"deleted": 4}
+    summary = db.sweeps.find_one({"run_id": run.run_id})
+    assert summary["outcomes"] == {"deleted": 4}
+    assert summary["hygiene"] == {"no_owner_reference": 12}  # the seeded runs carry no ownerReferences
     assert "credentials" not in json.dumps(list(db.ledger.find({}, {"_id": 0, "at": 0})), default=str)

@@ -174,11 +174,18 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
         @task
         def list_inventory(shard: list[str]) -> dict[str, object]:
             context, ids = _run_context()
-            resources, problems = target.list(shard)
+            listing = target.list(shard)
             path = _path(config, ids, f"inventory-{context['ti'].map_index}.json")
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(msgspec.json.encode(resources))
-            return {"path": str(path), "count": len(resources), "incomplete": problems}
+            path.write_bytes(msgspec.json.encode(listing.resources))
+            if listing.hygiene:
+                log.warning("hygiene findings (reported, never acted on): %s", listing.hygiene)
+            return {
+                "path": str(path),
+                "count": len(listing.resources),
+                "incomplete": listing.problems,
+                "hygiene": listing.hygiene,
+            }
 
         def _resources(listings: list[dict[str, object]]) -> list[object]:
             decoder = msgspec.json.Decoder(list[target.resource_type])
@@ -228,6 +235,8 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
             summary = _summary(plan)
             summary["override"] = {"reason": override.reason, "user": override.user} if override else None
             summary["dry_run"] = bool(p.get("dry_run"))
+            summary["hygiene"] = dict(sum((Counter(x.get("hygiene") or {}) for x in listings), Counter()))
+            summary["incomplete"] = {s: probs for x in listings for s, probs in (x["incomplete"] or {}).items()}
             summary["deletes"] = len(plan.deletes())
             context["ti"].xcom_push(key="summary", value=summary)
             return batches

@@ -8,11 +8,22 @@ time, and the SDKs behind the adapters take seconds to import.
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from reaper.config import Settings
 from reaper.model import Evidence, GceInstance, K8sObject, Resource
 from reaper.retry import Backoff
+
+
+@dataclass
+class Listing:
+    """What listing a shard of scopes found: resources, problems of incomplete scopes, hygiene counts."""
+
+    resources: list[Resource]
+    problems: dict[str, list[str]] = field(default_factory=dict)
+    hygiene: dict[str, int] = field(default_factory=dict)
 
 
 def outcome_record(scope: str, uid: str, name: str, result: str, detail: str) -> dict[str, str]:
@@ -35,7 +46,7 @@ class GceTarget:
     def scopes(self) -> list[str]:
         return list(self.config.gce.projects)
 
-    def list(self, scopes: list[str]) -> tuple[list[Resource], dict[str, list[str]]]:
+    def list(self, scopes: list[str]) -> Listing:
         """In-scope instances of these projects, and the problems of each incomplete listing."""
         from reaper.gce.inventory import list_projects
 
@@ -49,7 +60,7 @@ class GceTarget:
             gce.request_timeout.total_seconds(),
         )
         resources: list[Resource] = [i for listing in listings for i in listing.instances]
-        return resources, {x.project: x.problems for x in listings if not x.complete}
+        return Listing(resources, {x.project: x.problems for x in listings if not x.complete})
 
     def evidence(self, resources: list[Resource], incomplete: list[str]) -> Evidence:
         from reaper.gce.writer_health import PrometheusWriterHealth
@@ -84,12 +95,14 @@ class K8sTarget:
     def scopes(self) -> list[str]:
         return list(self.config.k8s.clusters)
 
-    def list(self, scopes: list[str]) -> tuple[list[Resource], dict[str, list[str]]]:
+    def list(self, scopes: list[str]) -> Listing:
+        """Managed objects of these clusters, problems of incomplete listings, and hygiene findings
+        (the cluster's own defences missing: reported, never acted on)."""
         from reaper.k8s.inventory import list_cluster
 
         k8s = self.config.k8s
-        resources: list[Resource] = []
-        problems: dict[str, list[str]] = {}
+        result = Listing([])
+        hygiene: Counter[str] = Counter()
         for cluster in scopes:
             listing = list_cluster(
                 self.api_for(cluster),
@@ -98,10 +111,12 @@ class K8sTarget:
                 Backoff(k8s.max_retries),
                 k8s.request_timeout.total_seconds(),
             )
-            resources += listing.objects
+            result.resources += listing.objects
+            hygiene.update(f["finding"] for f in listing.hygiene())
             if not listing.complete:
-                problems[cluster] = listing.problems
-        return resources, problems
+                result.problems[cluster] = listing.problems
+        result.hygiene = dict(hygiene)
+        return result
 
     def evidence(self, resources: list[Resource], incomplete: list[str]) -> Evidence:
         from reaper.k8s.evidence import gather
