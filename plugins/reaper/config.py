@@ -243,6 +243,13 @@ class AlertsConfig(_Section):
     smtp_conn_id: str = "smtp_default"
 
 
+class MetricsConfig(_Section):
+    """Where each sweep pushes its metrics; an empty URL means no push."""
+
+    pushgateway_url: str = ""
+    timeout: Duration = timedelta(seconds=5)
+
+
 class AirflowConfig(_Section):
     """How the DAGs run: schedules per target, sharding of the listing, where sweeps keep their files."""
 
@@ -264,6 +271,7 @@ class Settings(_Section):
     max_deletions_per_sweep: int = Field(500, ge=0)
     ledger: LedgerConfig = LedgerConfig()
     airflow: AirflowConfig = AirflowConfig()
+    metrics: MetricsConfig = MetricsConfig()
 
     @model_validator(mode="after")
     def _liveness_authority(self) -> Settings:

@@ -18,8 +18,8 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import msgspec
-from airflow.exceptions import AirflowFailException
 from airflow.sdk import DAG, ObjectStoragePath, Param, dag, get_current_context, task
+from airflow.sdk.exceptions import AirflowFailException
 
 from reaper.config import Settings
 from reaper.model import Action, Evidence, Override, Phase, Plan
@@ -282,6 +282,18 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
             branch = context["ti"].xcom_pull(task_ids="budget_check", key="branch") or {}
             outcomes = Counter(str(o["result"]) for o in ledger.outcomes(ids["dag_id"], ids["run_id"]).values())
             doc = {**ids, "target": name, "phase": phase.value, **branch, "outcomes": dict(outcomes), **summary}
+            if config.metrics.pushgateway_url:
+                from reaper.metrics import push_sweep
+
+                doc["metrics_push_failures"] = push_sweep(
+                    config.metrics.pushgateway_url,
+                    ids["dag_id"],
+                    name,
+                    summary,
+                    dict(outcomes),
+                    datetime.now(UTC).timestamp(),
+                    config.metrics.timeout.total_seconds(),
+                )
             ledger.summary(doc)
             ledger.release(name, f"{ids['dag_id']}/{ids['run_id']}")
             return {"branch": branch.get("branch"), "outcomes": dict(outcomes)}
