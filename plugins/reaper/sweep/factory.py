@@ -174,6 +174,7 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
         @task
         def list_inventory(shard: list[str]) -> dict[str, object]:
             context, ids = _run_context()
+            listed_at = datetime.now(UTC).timestamp()  # before any label is read
             listing = target.list(shard)
             path = _path(config, ids, f"inventory-{context['ti'].map_index}.json")
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -185,6 +186,7 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
                 "count": len(listing.resources),
                 "incomplete": listing.problems,
                 "hygiene": listing.hygiene,
+                "listed_at": listed_at,
             }
 
         def _resources(listings: list[dict[str, object]]) -> list[object]:
@@ -212,7 +214,10 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
             override = Override(str(p["override_reason"]), user) if p.get("override_budget") else None
             from reaper.policy import evaluate
 
-            plan = evaluate(_resources(listings), evidence, config, phase, datetime.now(UTC), override)  # type: ignore[arg-type]
+            # Ages are measured at the time the inventory was read, not later: a label read then may
+            # have been refreshed since, so the later the clock, the less conservative every age.
+            as_of = datetime.fromtimestamp(min(float(x["listed_at"]) for x in listings), UTC)  # type: ignore[arg-type]
+            plan = evaluate(_resources(listings), evidence, config, phase, as_of, override)  # type: ignore[arg-type]
             records = [
                 {
                     **_fence(ids, d.target, d.resource, d.action.value),
