@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ import requests
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "plugins"), str(ROOT)]
 
+from include.emulators.http import free_port  # noqa: E402
 from reaper.config import parse_settings  # noqa: E402
 from reaper.gce.clients import compute_clients  # noqa: E402
 from reaper.gce.deleter import GceDeleter  # noqa: E402
@@ -60,12 +60,6 @@ def start_emulator(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str
         process.kill()
         raise RuntimeError(f"emulator did not start: {line!r}")
     return process, line.split()[3]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main() -> None:

@@ -31,6 +31,7 @@ import requests  # noqa: E402
 from kubernetes import config as kconfig  # noqa: E402
 from pymongo import MongoClient, monitoring  # noqa: E402
 
+from include.emulators.http import free_port  # noqa: E402
 from reaper.config import parse_settings  # noqa: E402
 from reaper.k8s.deleter import K8sDeleter  # noqa: E402
 from reaper.k8s.evidence import gather  # noqa: E402
@@ -40,12 +41,6 @@ from reaper.policy import evaluate  # noqa: E402
 from reaper.retry import Backoff  # noqa: E402
 from reaper.stores.mongo import MongoRunStore  # noqa: E402
 from reaper.stores.nats import NatsLeases  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_port(port: int) -> None:

@@ -11,6 +11,7 @@ import json
 import random
 import re
 import signal
+import socket
 import threading
 import time
 from collections import Counter
@@ -20,6 +21,13 @@ from typing import ClassVar
 from urllib.parse import parse_qs, urlsplit
 
 Route = tuple[str, re.Pattern[str], str]  # (method, path pattern, kind)
+
+
+def free_port() -> int:
+    """A free TCP port on loopback, for emulators and the servers tests and benchmarks start."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class ApiError(Exception):

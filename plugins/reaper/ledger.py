@@ -46,9 +46,6 @@ class Ledger:
             self.records.bulk_write(ops, ordered=False)
         return len(ops)
 
-    def find(self, fence: dict[str, object]) -> dict[str, object] | None:
-        return self.records.find_one({f: fence[f] for f in FENCE}, {"_id": 0})
-
     def outcomes(self, dag_id: str, run_id: str) -> dict[tuple[str, str], dict[str, object]]:
         """Outcomes already recorded in this sweep, by (scope, uid): a retried delete skips them."""
         found = self.records.find({"dag_id": dag_id, "run_id": run_id, "action": "outcome"}, {"_id": 0})

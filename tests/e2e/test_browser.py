@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import requests
 
+from include.emulators.http import free_port
 from tests.e2e.conftest import ROOT
 from tests.integration.conftest import add_instance
-from tests.integration.prometheus import free_port
 
 PASSWORD = "reaper-browser-test"
 

@@ -8,9 +8,10 @@ import pytest
 from pymongo import MongoClient
 
 from include.emulators.gce.manager import ManagerSimulator
+from include.emulators.http import free_port
 from reaper.gce.clients import compute_clients
 from tests.integration.conftest import add_instance
-from tests.integration.prometheus import Prometheus, free_port
+from tests.integration.prometheus import Prometheus
 
 PROJECTS = ["p1", "p2"]
 P1_ORPHANS = {"p1-terminated", "p1-stale", "p1-unlabeled-old"}
@@ -151,9 +152,9 @@ def test_a_target_never_sweeps_twice_at_once(fleet, sweeper, mongo_server) -> No
 def test_each_sweep_pushes_its_metrics(fleet, sweeper, prometheus, tmp_path) -> None:
     import requests
 
-    from tests.integration.conftest import Daemon, _free_port
+    from tests.integration.conftest import Daemon
 
-    port = _free_port()
+    port = free_port()
     gateway = Daemon(["/usr/bin/prometheus-pushgateway", f"--web.listen-address=127.0.0.1:{port}"], port, "pushgateway")
     try:
         sweeper.configure(

@@ -9,8 +9,9 @@ import requests
 from pymongo import MongoClient
 
 from include.emulators.gce.manager import ManagerSimulator
-from tests.integration.conftest import Daemon, _free_port, add_instance
-from tests.integration.prometheus import Prometheus, free_port
+from include.emulators.http import free_port
+from tests.integration.conftest import Daemon, add_instance
+from tests.integration.prometheus import Prometheus
 
 ZONE = "us-east1-b"
 
@@ -32,7 +33,7 @@ def test_killed_manager_is_reaped_and_a_failing_writer_holds_everything(gce, swe
         m.start()
     (tmp_path / "prom").mkdir()
     prom = Prometheus(tmp_path / "prom", [f"127.0.0.1:{p}" for p in ports])
-    gateway_port = _free_port()
+    gateway_port = free_port()
     gateway = Daemon(
         ["/usr/bin/prometheus-pushgateway", f"--web.listen-address=127.0.0.1:{gateway_port}"],
         gateway_port,

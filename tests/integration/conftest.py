@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from include.emulators.gce import Emulator, Fleet
+from include.emulators.http import free_port
 from include.emulators.shapes import gcloud_instance
 from reaper.gce.clients import ComputeClients, compute_clients
 from reaper.retry import Backoff
@@ -66,14 +67,6 @@ def kube():
 # --- real servers -------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _wait_port(port: int, process, what: str, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
     import socket
 
@@ -118,7 +111,7 @@ def mongo_binary() -> str:
 def mongo_server() -> Iterator[Daemon]:
     """SecantusDB (a MongoDB wire-protocol server) on a free port, in memory."""
 
-    port = _free_port()
+    port = free_port()
     daemon = Daemon(
         [
             mongo_binary(),
@@ -164,7 +157,7 @@ def nats_binary() -> str:
 @pytest.fixture
 def nats_server(tmp_path) -> Iterator[Daemon]:  # type: ignore[no-untyped-def]
     """A NATS server with JetStream of this test's own (so a test can stop it)."""
-    port = _free_port()
+    port = free_port()
     daemon = Daemon(
         [nats_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(tmp_path / "js")], port, "nats-server"
     )

@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 from include.emulators.gce.manager import FAILED_PASSES, LAST_PASS, ManagerSimulator
+from include.emulators.http import free_port
 from reaper.config import WriterHealthConfig, parse_settings
 from reaper.gce.writer_health import PrometheusWriterHealth
 from reaper.policy.gce import writer_hold
 from tests.integration.conftest import add_instance
-from tests.integration.prometheus import Prometheus, free_port
+from tests.integration.prometheus import Prometheus
 
 
 def test_ok_failing_stale_and_dead_writers(gce, tmp_path: Path) -> None:

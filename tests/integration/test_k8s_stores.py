@@ -11,6 +11,7 @@ import psycopg
 import requests
 from pymongo import MongoClient, monitoring
 
+from include.emulators.http import free_port
 from reaper.config import (
     MongoLeaseConfig,
     MongoRunStoreConfig,
@@ -23,7 +24,7 @@ from reaper.policy.k8s import lease_state, run_state, step_state
 from reaper.stores.mongo import MongoLeases, MongoRunStore
 from reaper.stores.nats import NatsLeases
 from reaper.stores.postgres import PostgresStepStore
-from tests.integration.conftest import Daemon, _free_port, nats_binary
+from tests.integration.conftest import Daemon, nats_binary
 
 TERMINAL = ["succeeded", "failed", "cancelled"]
 
@@ -82,7 +83,7 @@ def test_undecodable_document_makes_its_batch_unknown(mongo) -> None:
 
 
 def test_mongo_down_makes_every_key_unknown(tmp_path) -> None:
-    port = _free_port()
+    port = free_port()
     from tests.integration.conftest import mongo_binary
 
     daemon = Daemon(
@@ -133,7 +134,7 @@ async def _put(url: str, bucket: str, keys: list[str]) -> None:
 
 
 def test_nats_leases_one_listing_for_all_runs(tmp_path) -> None:
-    port, monitor = _free_port(), _free_port()
+    port, monitor = free_port(), free_port()
     daemon = Daemon(
         [nats_binary(), "-a", "127.0.0.1", "-p", str(port), "-m", str(monitor), "-js", "-sd", str(tmp_path / "js")],
         port,
@@ -199,7 +200,7 @@ def test_step_store_errors_mean_unknown(postgres) -> None:
     answer = store.read([("r1", "build", "1")])  # no such table
     assert answer.failed == {"r1/build/1"}
     dead = PostgresStepStore(
-        lambda: psycopg.connect(f"postgresql://postgres@127.0.0.1:{_free_port()}/x", connect_timeout=1),
+        lambda: psycopg.connect(f"postgresql://postgres@127.0.0.1:{free_port()}/x", connect_timeout=1),
         PostgresStepStoreConfig(),
     )
     assert dead.read([("r1", "build", "1")]).failed == {"r1/build/1"}

@@ -9,6 +9,7 @@ import nats
 import psycopg
 from pymongo import MongoClient
 
+from include.emulators.http import free_port
 from reaper.config import parse_settings
 from reaper.k8s.deleter import K8sDeleter
 from reaper.k8s.evidence import gather
@@ -18,7 +19,7 @@ from reaper.policy import evaluate
 from reaper.stores.mongo import MongoRunStore
 from reaper.stores.nats import NatsLeases
 from reaper.stores.postgres import PostgresStepStore
-from tests.integration.conftest import Daemon, _free_port, fast_backoff, mongo_binary
+from tests.integration.conftest import Daemon, fast_backoff, mongo_binary
 from tests.integration.k8s_helpers import MANAGED, seed_pod, seed_run
 
 STEP = {"iterion.io/step": "build", "iterion.io/attempt": "1"}
@@ -126,7 +127,7 @@ def test_mongo_outage_mid_sweep_reaps_nothing(kube, nats_server, tmp_path) -> No
     cluster, api, _ = kube
     url = f"nats://127.0.0.1:{nats_server.port}"
     asyncio.run(_leases(url, []))
-    port = _free_port()
+    port = free_port()
     daemon = Daemon(
         [mongo_binary(), "--host", "127.0.0.1", "--port", str(port), "--storage-path", ":memory:"], port, "SecantusDB"
     )

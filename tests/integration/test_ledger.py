@@ -9,11 +9,12 @@ import pytest
 from pymongo import MongoClient
 from pymongo.errors import PyMongoError
 
+from include.emulators.http import free_port
 from reaper.config import LedgerConfig
 from reaper.ledger import FENCE, Ledger
 from reaper.sweep.factory import delete_batch
 from tests.builders import inst
-from tests.integration.conftest import Daemon, _free_port, mongo_binary
+from tests.integration.conftest import Daemon, mongo_binary
 
 IDS = {"dag_id": "reaper_gce_enforcement", "run_id": "manual__1"}
 
@@ -86,7 +87,7 @@ def test_retry_after_a_crash_between_delete_and_outcome(ledger) -> None:
 
 
 def test_no_delete_without_a_durable_intent() -> None:
-    port = _free_port()
+    port = free_port()
     daemon = Daemon(
         [mongo_binary(), "--host", "127.0.0.1", "--port", str(port), "--storage-path", ":memory:"], port, "SecantusDB"
     )

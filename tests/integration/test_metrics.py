@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 import requests
 
+from include.emulators.http import free_port
 from reaper.metrics import push_sweep
 from reaper.model import Phase
 from tests.builders import D, M, inst, plan
-from tests.integration.conftest import Daemon, _free_port
+from tests.integration.conftest import Daemon
 
 
 @pytest.fixture
@@ -19,7 +20,7 @@ def pushgateway(tmp_path: Path):  # type: ignore[no-untyped-def]
     binary = shutil.which("prometheus-pushgateway") or "/usr/bin/prometheus-pushgateway"
     if not Path(binary).exists():
         raise RuntimeError("prometheus-pushgateway is not installed: run scripts/bootstrap.sh (make test does)")
-    port = _free_port()
+    port = free_port()
     daemon = Daemon([binary, f"--web.listen-address=127.0.0.1:{port}"], port, "pushgateway")
     yield f"http://127.0.0.1:{port}"
     daemon.stop()
@@ -57,5 +58,5 @@ def test_sweep_metrics_reach_the_pushgateway(pushgateway) -> None:
 
 
 def test_a_failed_push_is_counted_not_raised() -> None:
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     assert push_sweep(url, "reaper_gce_enforcement", "gce", _summary(), {}, 1.8e9, 1) == 3  # 2 scopes + _all
