@@ -144,6 +144,13 @@ class Evidence(msgspec.Struct, frozen=True):
     - ``runs``: run key -> raw status string from the run store.
     - ``steps``: ``run/step/attempt`` -> (raw status, results present) from ``step_runs``.
     - ``incomplete``: (target, scope) pairs whose inventory listing is not proven complete.
+    - ``swept``: (target, scope) pairs the sweep listed; each gets a verdict and a census even when
+      it holds nothing (so an emptied scope reports zeros, and an incomplete empty one its hold).
+    - ``observed_until``: when the last of this evidence (and of the listed labels) was read, unix
+      seconds. The policy measures ages at its ``now`` (the start of the listing: the youngest
+      ages the evidence supports) but judges "in the future" against this later time, so a
+      heartbeat stamped while the sweep was reading is not mistaken for a skewed clock.
+      ``None``: the same as ``now`` (offline exports read at one instant).
     """
 
     writer_health: list[WriterRecord] | None = None
@@ -151,6 +158,8 @@ class Evidence(msgspec.Struct, frozen=True):
     runs: Keyed[str] | None = None
     steps: Keyed[tuple[str, bool]] | None = None
     incomplete: frozenset[tuple[str, str]] = frozenset()
+    swept: frozenset[tuple[str, str]] = frozenset()
+    observed_until: float | None = None
 
 
 def step_key(run: str, step: str, attempt: str) -> str:

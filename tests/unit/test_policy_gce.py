@@ -51,6 +51,19 @@ def test_future_heartbeat_still_allows_terminated() -> None:
     assert one(i) == ("delete", "terminated", "terminated")
 
 
+def test_heartbeat_stamped_while_the_sweep_was_reading_is_fresh_not_in_future() -> None:
+    # Ages are measured from the start of the listing (NOW); a label read 10 minutes later may carry
+    # a beat newer than NOW + skew: in the future only relative to when it was read.
+    ev = Evidence(writer_health=healthy("p1"), observed_until=NOW + 10 * M)
+    assert one(inst(hb_age=-(10 * M + 5 * M)), evidence=ev) == ("keep", None, "fresh")
+    assert one(inst(hb_age=-(10 * M + 5 * M + 1)), evidence=ev)[2] == "heartbeat_in_future"
+
+
+def test_observed_until_never_ages_anything() -> None:
+    ev = Evidence(writer_health=healthy("p1"), observed_until=NOW + 2 * H)
+    assert one(inst(hb_age=Q), evidence=ev) == ("keep", None, "fresh")  # still measured at NOW
+
+
 @pytest.mark.parametrize("raw", ["yesterday", "-5", "12.5", "", " 123", "0x1f", "١٢٣"])
 def test_malformed_heartbeat_is_reported(raw: str) -> None:
     assert one(inst(hb=raw, created_age=1 * D)) == ("report", "heartbeat_stale", "heartbeat_malformed")
@@ -160,6 +173,15 @@ def test_writer_last_pass_in_future_is_unhealthy() -> None:
     assert one(inst(hb_age=D), evidence=ev)[2] == "writer_unhealthy"
 
 
+def test_writer_health_is_judged_when_it_was_read() -> None:
+    # A pass that ended after the listing began but before the reports were read is healthy...
+    ev = Evidence(writer_health=[WriterRecord("m1", "p1", NOW + 20 * M, False)], observed_until=NOW + 20 * M)
+    assert one(inst(hb_age=D), evidence=ev)[0] == "delete"
+    # ...and staleness counts up to the read, never back to the listing: later means stricter.
+    ev = Evidence(writer_health=[WriterRecord("m1", "p1", NOW - 60, False)], observed_until=NOW + 30 * M)
+    assert one(inst(hb_age=D), evidence=ev)[2] == "writer_unhealthy"
+
+
 def test_unreadable_writer_health_holds() -> None:
     assert one(inst(hb_age=D), evidence=_evidence(None)) == ("report", "heartbeat_stale", "writer_health_unknown")
 
@@ -256,6 +278,18 @@ def test_incomplete_listing_holds_every_delete_in_the_project() -> None:
     p = plan(fleet, evidence=ev)
     assert [d.resource.project for d in p.deletes()] == ["p2"]
     assert {d.reason for d in p.decisions if d.resource.project == "p1"} == {"inventory_incomplete"}
+
+
+def test_swept_project_without_instances_gets_a_verdict_and_a_zero_census() -> None:
+    ev = Evidence(writer_health=healthy("p1"), swept=frozenset({("gce", "p1"), ("gce", "empty")}))
+    p = plan([inst(hb_age=M)], evidence=ev)
+    assert [v.scope for v in p.scopes] == ["empty", "p1"]
+    assert p.scopes[0].holds == () and p.census["gce"]["empty"]["instances"] == 0
+
+
+def test_swept_empty_project_with_an_incomplete_listing_shows_its_hold() -> None:
+    ev = Evidence(writer_health=[], swept=frozenset({("gce", "p1")}), incomplete=frozenset({("gce", "p1")}))
+    assert plan([], evidence=ev).scopes[0].holds == ("inventory_incomplete",)
 
 
 # --- modes --------------------------------------------------------------------------------------

@@ -244,3 +244,9 @@ def test_k8s_decision_evidence() -> None:
 
 def test_young_unknown_lease_still_keeps() -> None:
     assert decide(sandbox("r1", age=H / 60), Evidence()) == {"r1": {("keep", "min_age")}}
+
+
+def test_swept_cluster_without_objects_gets_a_verdict_and_a_zero_census() -> None:
+    p = plan(sandbox("r1"), ev(statuses={"r1": "running"}, swept=frozenset({("k8s", "c1"), ("k8s", "empty")})))
+    assert [v.scope for v in p.scopes] == ["c1", "empty"]
+    assert p.census["k8s"]["empty"]["objects"] == 0 and p.scopes[1].holds == ()

@@ -53,12 +53,13 @@ def evaluate_gce(
     override: Override | None,
 ) -> TargetResult:
     """Decide every in-scope instance: decisions, plain-keep groups, per-project verdicts and census."""
-    thresholds = _Thresholds(config, now)
+    thresholds = _Thresholds(config, now, evidence.observed_until)
     projects = _first_pass(instances, config, thresholds)
     writers = _writers_by_project(evidence.writer_health)
     result = TargetResult()
-    for project in sorted(projects):
-        _evaluate_project(project, projects[project], evidence, writers, config, modes, thresholds, override, result)
+    for project in sorted(projects.keys() | {scope for target, scope in evidence.swept if target == TARGET}):
+        group = projects.get(project) or _Project()
+        _evaluate_project(project, group, evidence, writers, config, modes, thresholds, override, result)
     return result
 
 
@@ -126,13 +127,14 @@ def _first_pass(instances: Iterable[GceInstance], config: Settings, t: _Threshol
 class _Thresholds:
     """The config's durations turned into absolute unix-second cutoffs for this sweep."""
 
-    def __init__(self, config: Settings, now: float) -> None:
+    def __init__(self, config: Settings, now: float, observed_until: float | None) -> None:
         gce = config.gce
         self.now = now
+        self.observed = max(now, observed_until or now)  # when the latest evidence was read
         self.hb_label = gce.heartbeat_label
         self.opt_key, self.opt_value = gce.opt_out_label
         self.stale_before = now - gce.quarantine.total_seconds()  # a beat older than this is stale
-        self.future_after = now + gce.clock_skew.total_seconds()  # a beat newer than this is in the future
+        self.future_after = self.observed + gce.clock_skew.total_seconds()  # newer than this: in the future
         self.stopped_before = now - gce.terminated_grace.total_seconds()
         self.aged_before = now - gce.unlabeled_max_age.total_seconds()
 
@@ -154,6 +156,7 @@ def writer_hold(
     ``records is None`` means the source could not be read: unknown, so hold. A
     project with no records has no live writer: its instances go stale and are
     reaped (a dead manager stops reporting; that is what the reaper is for).
+    ``now`` is when the records were read: a later clock only flags more writers stale.
     """
     if records is None:
         return "writer_health_unknown", []
@@ -197,7 +200,9 @@ def _evaluate_project(
             (fresh if beat is not None else young).append(inst)
     stale = findings.get("heartbeat_stale", 0)
 
-    holds, overridden, details = _project_holds(project, len(beats), stale, evidence, writers, config, t.now, override)
+    holds, overridden, details = _project_holds(
+        project, len(beats), stale, evidence, writers, config, t.observed, override
+    )
     if "protected_scope" in holds:
         result.kept.append((TARGET, "protected_scope", instances))
     else:
@@ -269,7 +274,7 @@ def _project_holds(
     evidence: Evidence,
     writers: dict[str, list[WriterRecord]] | None,
     config: Settings,
-    now: float,
+    observed: float,
     override: Override | None,
 ) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, object]]:
     holds: list[str] = []
@@ -278,7 +283,7 @@ def _project_holds(
         holds.append("protected_scope")
     if (TARGET, project) in evidence.incomplete:
         holds.append("inventory_incomplete")
-    writer, bad_writers = writer_hold(None if writers is None else writers.get(project, []), config, now)
+    writer, bad_writers = writer_hold(None if writers is None else writers.get(project, []), config, observed)
     if writer:
         holds.append(writer)
     fraction = stale / labeled if labeled else 0.0

@@ -95,7 +95,7 @@ def evaluate_k8s(
         else:
             by_cluster[obj.cluster].append(obj)
     result = TargetResult()
-    for cluster in sorted(by_cluster):
+    for cluster in sorted(by_cluster.keys() | {scope for target, scope in evidence.swept if target == TARGET}):
         verdict, result.census[cluster] = _evaluate_cluster(
             cluster, by_cluster[cluster], evidence, config, modes, now, override, result.acted
         )

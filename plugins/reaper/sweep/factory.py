@@ -183,6 +183,7 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
                 log.warning("hygiene findings (reported, never acted on): %s", listing.hygiene)
             return {
                 "path": str(path),
+                "scopes": shard,
                 "count": len(listing.resources),
                 "incomplete": listing.problems,
                 "hygiene": listing.hygiene,
@@ -198,6 +199,12 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
             _, ids = _run_context()
             incomplete = [scope for x in listings for scope in x["incomplete"]]  # type: ignore[attr-defined]
             evidence = target.evidence(_resources(listings), incomplete)  # type: ignore[arg-type]
+            # Everything the policy sees was read by now: labels since listing began, the stores just now.
+            evidence = msgspec.structs.replace(
+                evidence,
+                swept=frozenset((target.name, scope) for x in listings for scope in x["scopes"]),  # type: ignore[attr-defined]
+                observed_until=datetime.now(UTC).timestamp(),
+            )
             path = _path(config, ids, "evidence.json")
             path.write_bytes(msgspec.json.encode(evidence))
             return {"path": str(path), "incomplete": incomplete}
