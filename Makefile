@@ -11,7 +11,7 @@ SAMPLE_NOW := 2026-11-29T12:00:00Z
 SAMPLE_INPUTS := --gce $(SAMPLES)/gce-instances.json --k8s $(SAMPLES)/k8s-objects.json \
 	--runs $(SAMPLES)/runs.json --leases $(SAMPLES)/leases.json --writer-health $(SAMPLES)/writer-health.json
 
-.PHONY: venv demo test lint bench clean
+.PHONY: venv demo demo-down what-if test lint bench clean
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml scripts/bootstrap.sh
 	PYTHON=$(PYTHON) scripts/bootstrap.sh
@@ -22,8 +22,15 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml scripts/bootstrap
 
 venv: $(STAMP)
 
-# For now the demo is the offline what-if: every rollout phase on the bundled sample fleet.
+# The main job on the embedded default: emulated fleet, local services, `airflow standalone`, every phase once.
 demo: $(STAMP)
+	$(BIN)/python -m include.demo up
+
+demo-down:
+	$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)) -m include.demo down
+
+# The offline what-if: every rollout phase on the bundled sample exports, no services at all.
+what-if: $(STAMP)
 	@for phase in telemetry terminated-cleanup report-only enforcement; do \
 		echo "================ $$phase ================"; \
 		$(BIN)/reaper evaluate --now $(SAMPLE_NOW) --phase $$phase $(SAMPLE_INPUTS) || exit $$?; \
@@ -44,4 +51,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/k8s_sweep.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .demo .pytest_cache .ruff_cache .hypothesis

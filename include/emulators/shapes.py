@@ -129,14 +129,10 @@ def kube_pod(
 ) -> dict[str, object]:
     """A sandbox Pod; ``sidecar`` adds a results-egress container in the given state."""
     containers = [{"name": "sandbox", "image": "registry.example/sandbox:1.4", "command": ["sleep", "infinity"]}]
-    statuses: list[dict[str, object]] = [
-        {"name": "sandbox", "ready": phase == "Running", "restartCount": 0, "state": _state(phase != "Running")}
-    ]
+    statuses = [_status("sandbox", "registry.example/sandbox:1.4", uid, phase != "Running")]
     if sidecar:
         containers.append({"name": sidecar, "image": "registry.example/egress:0.3"})
-        statuses.append(
-            {"name": sidecar, "ready": not sidecar_terminated, "restartCount": 0, "state": _state(sidecar_terminated)}
-        )
+        statuses.append(_status(sidecar, "registry.example/egress:0.3", uid, sidecar_terminated))
     spec: dict[str, object] = {"containers": containers, "restartPolicy": "Never", "serviceAccountName": "sandbox"}
     if deadline is not None:
         spec["activeDeadlineSeconds"] = deadline
@@ -146,6 +142,20 @@ def kube_pod(
         "metadata": _meta(name, namespace, uid, labels, created),
         "spec": spec,
         "status": {"phase": phase, "containerStatuses": statuses, "qosClass": "Burstable"},
+    }
+
+
+def _status(name: str, image: str, uid: str, terminated: bool) -> dict[str, object]:
+    """A containerStatus with every field the API always sets (typed clients refuse it otherwise)."""
+    return {
+        "name": name,
+        "image": image,
+        "imageID": f"{image.split(':')[0]}@sha256:{hashlib.sha256(image.encode()).hexdigest()}",
+        "containerID": f"containerd://{hashlib.sha256(f'{uid}/{name}'.encode()).hexdigest()}",
+        "ready": not terminated,
+        "restartCount": 0,
+        "started": not terminated,
+        "state": _state(terminated),
     }
 
 

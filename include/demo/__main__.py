@@ -1,0 +1,409 @@
+"""``make demo`` / ``make demo-down``: the reaper on an embedded fleet, in a real Airflow, on a laptop.
+
+``python -m include.demo up`` starts, each as its own process recorded in
+``.demo/pids.json``: SecantusDB (MongoDB), nats-server (when installed), the demo
+fleet (``include/demo/fleet.py``: both emulators, simulated managers and runners),
+Prometheus and the Pushgateway (when installed), and ``airflow standalone``
+(LocalExecutor, metadata DB in the local PostgreSQL, connections and pools
+imported from ``include/demo/connections.json`` and ``include/airflow/pools.json``).
+It then triggers one sweep of each rollout phase, in order, through Airflow's REST
+API, and prints what each phase reported and deleted, the ledger's summary, and
+where to look. Everything keeps running for the UI until ``python -m include.demo down``,
+which stops every recorded process group by pid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from string import Template
+
+ROOT = Path(__file__).resolve().parents[2]
+STATE = Path(os.environ.get("REAPER_DEMO_STATE") or ROOT / ".demo").resolve()
+PIDS = STATE / "pids.json"
+HERE = Path(__file__).parent
+USER, PASSWORD = "admin", "reaper-demo"
+POSTGRES = "postgresql://postgres:postgres@127.0.0.1:5432"
+# Where it all lives; tests set these so they never touch a demo a user is running.
+DB = os.environ.get("REAPER_DEMO_DB") or "reaper_demo"  # databases {DB}_airflow and {DB}_steps
+UI_PORT = int(os.environ.get("REAPER_DEMO_PORT") or 8080)  # taken when free, else any free port
+ROLLOUT = [
+    "reaper_gce_telemetry",
+    "reaper_gce_terminated_cleanup",
+    "reaper_gce_report_only",
+    "reaper_gce_enforcement",
+    "reaper_k8s_telemetry",
+    "reaper_k8s_report_only",
+    "reaper_k8s_enforcement",
+]
+QUARANTINE = 30 + 2  # max_job_timeout + slack + clock_skew of include/demo/reaper.yaml, seconds
+
+
+def say(message: str) -> None:
+    print(f"demo: {message}", flush=True)
+
+
+# --- processes --------------------------------------------------------------------------------
+
+
+def _pids() -> dict[str, int]:
+    return json.loads(PIDS.read_text()) if PIDS.exists() else {}
+
+
+def start(name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in its own process group, logging to ``.demo/logs/NAME.log``; record its pid."""
+    log = (STATE / "logs" / f"{name}.log").open("wb")
+    process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=ROOT)
+    PIDS.write_text(json.dumps({**_pids(), name: process.pid}, indent=2))
+    return process
+
+
+def down() -> None:
+    """Stop every process group ``up`` started (SIGTERM, then SIGKILL after 20 s)."""
+    pids = _pids()
+    for name, pid in pids.items():
+        try:
+            os.killpg(pid, signal.SIGTERM)
+            say(f"stopping {name} (pid {pid})")
+        except ProcessLookupError:
+            pass
+    deadline = time.time() + 20
+    for pid in pids.values():
+        while time.time() < deadline and _alive(pid):
+            time.sleep(0.2)
+        if _alive(pid):
+            os.killpg(pid, signal.SIGKILL)
+    PIDS.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.killpg(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def free_port(preferred: int | None = None) -> int:
+    if preferred:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", preferred)) != 0:
+                return preferred
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(what: str, ready, process: subprocess.Popen[bytes] | None = None, timeout: float = 120) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if process is not None and process.poll() is not None:
+            raise SystemExit(f"demo: {what} exited with {process.returncode}; see {STATE / 'logs'}")
+        try:
+            if ready():
+                return
+        except Exception:  # not up yet
+            pass
+        time.sleep(0.5)
+    raise SystemExit(f"demo: {what} not ready after {timeout:.0f} s; see {STATE / 'logs'}")
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def binary(name: str) -> str | None:
+    return shutil.which(name) or next((p for p in (f"/usr/sbin/{name}", f"/usr/bin/{name}") if Path(p).exists()), None)
+
+
+# --- set-up -----------------------------------------------------------------------------------
+
+
+def fresh_databases(*names: str) -> None:
+    import psycopg
+
+    try:
+        admin = psycopg.connect(f"{POSTGRES}/postgres", autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:
+        raise SystemExit(f"demo: PostgreSQL on 127.0.0.1:5432 unreachable ({exc}); run scripts/bootstrap.sh") from None
+    with admin:
+        for name in names:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            admin.execute(f'CREATE DATABASE "{name}"')
+
+
+def render(template: Path, out: Path, values: dict[str, object]) -> Path:
+    out.write_text(Template(template.read_text()).substitute({k: str(v) for k, v in values.items()}))
+    return out
+
+
+def airflow_env(config: Path, api_port: int) -> dict[str, str]:
+    home = STATE / "airflow"
+    home.mkdir(exist_ok=True)
+    (home / "passwords.json").write_text(json.dumps({USER: PASSWORD}))
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}  # not a user's own Airflow
+    return {
+        **inherited,
+        # standalone starts its components as `airflow ...` subprocesses: the venv's bin goes first on PATH.
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"{POSTGRES.replace('postgresql', 'postgresql+psycopg')}/{DB}_airflow",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",  # the schedules are off: manual triggers only
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__PORT": str(api_port),
+        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{api_port}",
+        "REAPER_CONFIG": str(config),
+    }
+
+
+def prometheus_config(managers: list[str], pushgateway: str | None) -> Path:
+    jobs = [{"job_name": "runner-managers", "static_configs": [{"targets": managers}]}]
+    if pushgateway:
+        jobs.append({"job_name": "pushgateway", "honor_labels": True, "static_configs": [{"targets": [pushgateway]}]})
+    config = {
+        "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
+        "rule_files": [str(ROOT / "include" / "prometheus" / "reaper-rules.yml")],
+        "scrape_configs": jobs,
+    }
+    path = STATE / "prometheus.yml"
+    path.write_text(json.dumps(config, indent=2))  # JSON is YAML
+    return path
+
+
+# --- the sweeps -------------------------------------------------------------------------------
+
+
+class Api:
+    """Airflow's REST API with a token of the demo user."""
+
+    def __init__(self, base: str) -> None:
+        import requests
+
+        self.base, self.http = base, requests.Session()
+        token = self.http.post(f"{base}/auth/token", json={"username": USER, "password": PASSWORD}, timeout=10)
+        token.raise_for_status()
+        self.http.headers["Authorization"] = f"Bearer {token.json()['access_token']}"
+
+    def get(self, path: str) -> dict[str, object]:
+        response = self.http.get(f"{self.base}/api/v2{path}", timeout=10)
+        response.raise_for_status()
+        return response.json()
+
+    def trigger(self, dag_id: str) -> str:
+        response = self.http.post(f"{self.base}/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None}, timeout=10)
+        response.raise_for_status()
+        return str(response.json()["dag_run_id"])
+
+    def wait(self, dag_id: str, run_id: str, timeout: float = 600) -> str:
+        from urllib.parse import quote
+
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            state = str(self.get(f"/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}")["state"])
+            if state in ("success", "failed"):
+                return state
+            time.sleep(2)
+        raise SystemExit(f"demo: {dag_id} run {run_id} did not finish within {timeout:.0f} s")
+
+
+def sweep_all(api: Api, crashed_at: float) -> list[tuple[str, str, str]]:
+    runs = []
+    for dag_id in ROLLOUT:
+        if dag_id == "reaper_gce_enforcement":
+            wait = crashed_at + QUARANTINE - time.time()
+            if wait > 0:
+                say(f"waiting {wait:.0f} s until the crashed manager m4's instances are past their quarantine")
+                time.sleep(wait)
+        started = time.time()
+        run_id = api.trigger(dag_id)
+        state = api.wait(dag_id, run_id)
+        say(f"{dag_id}: {state} in {time.time() - started:.0f} s")
+        runs.append((dag_id, run_id, state))
+    return runs
+
+
+def summarize(mongo_url: str, runs: list[tuple[str, str, str]]) -> dict[str, object]:
+    """What each sweep reported, deleted and kept, and the ledger's records counted, from MongoDB."""
+    from pymongo import MongoClient
+
+    db = MongoClient(mongo_url, serverSelectionTimeoutMS=5000)["reaper"]
+    phases = []
+    for dag_id, run_id, state in runs:
+        doc = db.sweeps.find_one({"dag_id": dag_id, "run_id": run_id}) or {}
+        decisions = doc.get("decisions", [])
+        phases.append(
+            {
+                "dag_id": dag_id,
+                "run_id": run_id,
+                "state": state,
+                "reported": sum(d["count"] for d in decisions if d["action"] == "report"),
+                "deleted": doc.get("outcomes", {}).get("deleted", 0),
+                "kept": sum(doc.get("kept", {}).values()) + sum(d["count"] for d in decisions if d["action"] == "keep"),
+                "holds": {s["scope"]: s["holds"] for s in doc.get("scopes", []) if s.get("holds")},
+            }
+        )
+    ledger: Counter[tuple[str, str, str]] = Counter(
+        (r.get("target", ""), r["action"], r.get("reason") or r.get("result") or "")
+        for r in db.ledger.find({}, {"target": 1, "action": 1, "reason": 1, "result": 1})
+    )
+    return {"phases": phases, "ledger": [[*key, n] for key, n in sorted(ledger.items())]}
+
+
+def table(summary: dict[str, object]) -> str:
+    lines = [f"{'DAG':<32} {'state':<8} {'reported':>8} {'deleted':>8} {'kept':>5}  holds"]
+    for p in summary["phases"]:  # type: ignore[attr-defined]
+        holds = ", ".join(f"{scope}: {'+'.join(h)}" for scope, h in p["holds"].items()) or "-"
+        lines.append(f"{p['dag_id']:<32} {p['state']:<8} {p['reported']:>8} {p['deleted']:>8} {p['kept']:>5}  {holds}")
+    lines += ["", "Ledger: records by target, action and reason"]
+    lines += [f"  {t:<4} {a:<14} {why:<28} {n:>4}" for t, a, why, n in summary["ledger"]]  # type: ignore[attr-defined]
+    return "\n".join(lines)
+
+
+# --- up ---------------------------------------------------------------------------------------
+
+
+def up() -> None:
+    down()
+    if STATE.exists():
+        shutil.rmtree(STATE)
+    (STATE / "logs").mkdir(parents=True)
+    python = sys.executable
+
+    say("starting SecantusDB (MongoDB wire protocol), NATS, the fleet, Prometheus")
+    mongo_port = free_port()
+    mongo = start(
+        "secantusdb",
+        [
+            str(Path(python).parent / "secantusd-py"),
+            *("--host", "127.0.0.1", "--port", str(mongo_port), "--storage-path", ":memory:"),
+            *("--log-level", "ERROR"),
+        ],
+    )
+    wait_until("SecantusDB", lambda: listening(mongo_port), mongo)
+    mongo_url = f"mongodb://127.0.0.1:{mongo_port}/"
+
+    nats, nats_port = binary("nats-server"), free_port()
+    if nats:
+        process = start("nats", [nats, "-a", "127.0.0.1", "-p", str(nats_port), "-js", "-sd", str(STATE / "nats")])
+        wait_until("nats-server", lambda: listening(nats_port), process)
+    else:
+        say("nats-server not installed: run leases live in MongoDB (k8s.lease_source: mongo)")
+
+    fresh_databases(f"{DB}_airflow", f"{DB}_steps")
+    fleet_argv = [python, "-m", "include.demo.fleet", "--state", str(STATE), "--mongo-url", mongo_url]
+    fleet_argv += ["--postgres-dsn", f"{POSTGRES}/{DB}_steps"]
+    fleet = start("fleet", fleet_argv + (["--nats-url", f"nats://127.0.0.1:{nats_port}"] if nats else []))
+    wait_until("the fleet", lambda: (STATE / "fleet.json").exists(), fleet)
+    world = json.loads((STATE / "fleet.json").read_text())
+
+    pushgateway_url = ""
+    if gateway := binary("prometheus-pushgateway"):
+        port = free_port()
+        process = start("pushgateway", [gateway, f"--web.listen-address=127.0.0.1:{port}"])
+        wait_until("the Pushgateway", lambda: listening(port), process)
+        pushgateway_url = f"http://127.0.0.1:{port}"
+    prometheus, prom_port = binary("prometheus"), free_port()
+    if not prometheus:
+        raise SystemExit("demo: prometheus is not installed (writer health reads it); run scripts/bootstrap.sh")
+    config = prometheus_config(list(world["manager_metrics"].values()), pushgateway_url.removeprefix("http://"))
+    process = start(
+        "prometheus",
+        [
+            prometheus,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={STATE / 'prometheus'}",
+            f"--web.listen-address=127.0.0.1:{prom_port}",
+        ],
+    )
+    prometheus_url = f"http://127.0.0.1:{prom_port}"
+    wait_until("Prometheus", lambda: _get(f"{prometheus_url}/-/ready"), process)
+
+    values = {
+        "STATE": STATE,
+        "PROMETHEUS_URL": prometheus_url,
+        "PUSHGATEWAY_URL": pushgateway_url,
+        "LEASE_SOURCE": "nats" if nats else "mongo",
+        "GCE_ENDPOINT": world["gce_endpoint"],
+        "KUBECONFIG": world["kubeconfig"],
+        "MONGO_PORT": mongo_port,
+        "NATS_PORT": nats_port,
+        "STEPS_DB": f"{DB}_steps",
+    }
+    reaper_config = render(HERE / "reaper.yaml", STATE / "reaper.yaml", values)
+    connections = render(HERE / "connections.json", STATE / "connections.json", values)
+    api_port = free_port(UI_PORT)
+    env = airflow_env(reaper_config, api_port)
+    airflow = str(Path(python).parent / "airflow")
+    say(f"migrating Airflow's metadata DB (PostgreSQL database {DB}_airflow)")
+    for argv in (
+        [airflow, "db", "migrate"],
+        [airflow, "connections", "import", str(connections)],
+        [airflow, "pools", "import", str(ROOT / "include" / "airflow" / "pools.json")],
+    ):
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            raise SystemExit(f"demo: {' '.join(argv[1:3])} failed:\n{done.stdout}{done.stderr}")
+    say("starting airflow standalone (API server, scheduler, DAG processor, triggerer)")
+    standalone = start("airflow", [airflow, "standalone"], env)
+    base = f"http://127.0.0.1:{api_port}"
+    wait_until("airflow standalone", lambda: _get(f"{base}/api/v2/monitor/health"), standalone, timeout=300)
+    api = Api(base)
+    wait_until("the reaper DAGs", lambda: all(api.get(f"/dags/{d}") for d in ROLLOUT), standalone, timeout=300)
+
+    say("sweeping every phase in rollout order")
+    runs = sweep_all(api, float(world["crashed_at"]))
+    summary = summarize(mongo_url, runs)
+    (STATE / "summary.json").write_text(json.dumps(summary, indent=2))
+    print()
+    print(table(summary))
+    print(
+        f"""
+Airflow UI      {base}  (login {USER} / {PASSWORD})
+Audit view      {base}/reaper/
+Prometheus      {prometheus_url}/alerts  (the reaper's alert rules, fed by the Pushgateway)
+Config          {reaper_config}  (quarantine 30 s; production default 4 h)
+Logs            {STATE / "logs"}
+Stop it all     make demo-down"""
+    )
+    failed = [dag_id for dag_id, _, state in runs if state != "success"]
+    if failed:
+        raise SystemExit(f"demo: these sweeps failed: {', '.join(failed)} (see the Airflow UI)")
+
+
+def _get(url: str) -> bool:
+    import requests
+
+    return requests.get(url, timeout=2).ok
+
+
+def main() -> None:
+    command = sys.argv[1] if len(sys.argv) > 1 else "up"
+    if command == "up":
+        try:
+            up()
+        except BaseException:
+            down()  # a half-started demo is stopped; its logs stay in .demo/logs
+            raise
+    elif command == "down":
+        down()
+    else:
+        raise SystemExit("usage: python -m include.demo [up|down]")
+
+
+if __name__ == "__main__":
+    main()
