@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -76,6 +77,69 @@ async def put_leases(url: str, keys: list[str]) -> None:
     await client.close()
 
 
+@dataclass
+class World:
+    """The emulator (its own process), SecantusDB and NATS, seeded with runs, leases and run records."""
+
+    procs: list[subprocess.Popen[bytes]]
+    work: Path
+    k8s_port: int
+    mongo_port: int
+    nats_port: int
+    nats_monitor: int
+
+    @property
+    def nats_url(self) -> str:
+        return f"nats://127.0.0.1:{self.nats_port}"
+
+    def kubeconfig(self) -> dict[str, object]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "e",
+            "clusters": [{"name": "e", "cluster": {"server": f"http://127.0.0.1:{self.k8s_port}"}}],
+            "users": [{"name": "e", "user": {"token": "x"}}],
+            "contexts": [{"name": "e", "context": {"cluster": "e", "user": "e"}}],
+        }
+
+    def nats_messages(self) -> int:
+        return int(requests.get(f"http://127.0.0.1:{self.nats_monitor}/varz", timeout=5).json()["in_msgs"])
+
+    def api_calls(self) -> dict[str, int]:
+        return requests.get(f"http://127.0.0.1:{self.k8s_port}/_emulator/stats", timeout=10).json()["counters"]
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def start_world(runs: list[str], orphans: set[str], latency: float) -> World:
+    """Orphaned runs have no lease and a ``failed`` record; the others hold a lease and are ``running``."""
+    work = Path(tempfile.mkdtemp(prefix="reaper-bench-"))
+    world = World([], work, free_port(), free_port(), free_port(), free_port())
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    emulator = [sys.executable, "-m", "include.emulators.k8s", "--port", str(world.k8s_port)]
+    emulator += ["--generate", str(len(runs)), "--latency", str(latency)]
+    world.procs.append(subprocess.Popen(emulator, cwd=ROOT, **quiet))  # type: ignore[call-overload]
+    mongo_bin = shutil.which("secantusd-py") or str(Path(sys.executable).parent / "secantusd-py")
+    mongo = [mongo_bin, "--host", "127.0.0.1", "--port", str(world.mongo_port), "--storage-path", ":memory:"]
+    world.procs.append(subprocess.Popen([*mongo, "--log-level", "ERROR"], **quiet))  # type: ignore[call-overload]
+    nats_bin = shutil.which("nats-server") or "/usr/sbin/nats-server"
+    nats_argv = [nats_bin, "-a", "127.0.0.1", "-p", str(world.nats_port), "-m", str(world.nats_monitor)]
+    world.procs.append(subprocess.Popen([*nats_argv, "-js", "-sd", str(work / "js")], **quiet))  # type: ignore[call-overload]
+    try:
+        for port in (world.k8s_port, world.mongo_port, world.nats_port):
+            wait_port(port)
+        asyncio.run(put_leases(world.nats_url, [r for r in runs if r not in orphans]))
+        docs = [{"_id": r, "status": "failed" if r in orphans else "running"} for r in runs]
+        MongoClient(f"mongodb://127.0.0.1:{world.mongo_port}/")["iterion"]["runs"].insert_many(docs)
+    except BaseException:
+        world.stop()
+        raise
+    return world
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20_000)
@@ -88,83 +152,12 @@ def main() -> None:
     config = parse_settings(
         {"k8s": {"delete_rate_per_cluster": args.rate}, "max_deletions_per_sweep": 100_000}, "bench"
     )
-    procs: list[subprocess.Popen[bytes]] = []
-    work = Path(tempfile.mkdtemp(prefix="reaper-bench-"))
+    world = start_world(runs, orphans, args.latency)
     try:
-        k8s_port, mongo_port, nats_port, nats_monitor = free_port(), free_port(), free_port(), free_port()
-        procs.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "include.emulators.k8s",
-                    "--port",
-                    str(k8s_port),
-                    "--generate",
-                    str(args.runs),
-                    "--latency",
-                    str(args.latency),
-                ],
-                cwd=ROOT,
-                stdout=subprocess.DEVNULL,
-            )
-        )
-        mongo_bin = shutil.which("secantusd-py") or str(Path(sys.executable).parent / "secantusd-py")
-        procs.append(
-            subprocess.Popen(
-                [
-                    mongo_bin,
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(mongo_port),
-                    "--storage-path",
-                    ":memory:",
-                    "--log-level",
-                    "ERROR",
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-        )
-        nats_bin = shutil.which("nats-server") or "/usr/sbin/nats-server"
-        procs.append(
-            subprocess.Popen(
-                [
-                    nats_bin,
-                    "-a",
-                    "127.0.0.1",
-                    "-p",
-                    str(nats_port),
-                    "-m",
-                    str(nats_monitor),
-                    "-js",
-                    "-sd",
-                    str(work / "js"),
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-        )
-        for port in (k8s_port, mongo_port, nats_port):
-            wait_port(port)
-        nats_url = f"nats://127.0.0.1:{nats_port}"
-        asyncio.run(put_leases(nats_url, [r for r in runs if r not in orphans]))
-        mongo = MongoClient(f"mongodb://127.0.0.1:{mongo_port}/", event_listeners=[Finds()])
-        docs = [{"_id": r, "status": "failed" if r in orphans else "running"} for r in runs]
-        mongo["iterion"]["runs"].insert_many(docs)
-        api = kconfig.new_client_from_config_dict(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "e",
-                "clusters": [{"name": "e", "cluster": {"server": f"http://127.0.0.1:{k8s_port}"}}],
-                "users": [{"name": "e", "user": {"token": "x"}}],
-                "contexts": [{"name": "e", "context": {"cluster": "e", "user": "e"}}],
-            }
-        )
-        varz = f"http://127.0.0.1:{nats_monitor}/varz"
-        finds_before, nats_before = Finds.count, requests.get(varz, timeout=5).json()["in_msgs"]
+        mongo = MongoClient(f"mongodb://127.0.0.1:{world.mongo_port}/", event_listeners=[Finds()])
+        api = kconfig.new_client_from_config_dict(world.kubeconfig())
+        nats_url = world.nats_url
+        finds_before, nats_before = Finds.count, world.nats_messages()
 
         started = time.perf_counter()
         listing = list_cluster(api, "c1", config.k8s.selector, Backoff(4), 60)
@@ -197,12 +190,10 @@ def main() -> None:
         outcomes = K8sDeleter(lambda _: api, config).delete([d.resource for d in plan.deletes()])
         deleted = time.perf_counter()
         finds = Finds.count - finds_before
-        nats_msgs = requests.get(varz, timeout=5).json()["in_msgs"] - nats_before
-        counts = requests.get(f"http://127.0.0.1:{k8s_port}/_emulator/stats", timeout=10).json()["counters"]
+        nats_msgs = world.nats_messages() - nats_before
+        counts = world.api_calls()
     finally:
-        for proc in procs:
-            proc.terminate()
-        shutil.rmtree(work, ignore_errors=True)
+        world.stop()
 
     per_kind = {"Pod": args.runs, "Secret": 2 * args.runs, "NetworkPolicy": args.runs}
     pages = sum(math.ceil(n / PAGE_SIZE) for n in per_kind.values())

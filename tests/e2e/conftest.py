@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import gce, kube, mongo, mongo_server, nats_server  # noqa: F401 - fixtures
+from tests.integration.conftest import gce, kube, mongo, mongo_server, nats_server, postgres  # noqa: F401 - fixtures
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,6 +36,18 @@ class Sweeper:
         self.monkeypatch.setenv(
             "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", json.dumps({"conn_type": "google_cloud_platform", "extra": extra})
         )
+
+    def connect_k8s(self, kubeconfig: dict[str, object], nats_port: int, postgres_dsn: str | None = None) -> None:
+        """Cluster ``kube_e2e`` is the emulator; leases in NATS; step results in ``postgres_dsn`` when given."""
+        self.monkeypatch.setenv(
+            "AIRFLOW_CONN_KUBE_E2E",
+            json.dumps({"conn_type": "kubernetes", "extra": {"kube_config": json.dumps(kubeconfig)}}),
+        )
+        self.monkeypatch.setenv(
+            "AIRFLOW_CONN_NATS_DEFAULT", json.dumps({"conn_type": "generic", "host": "127.0.0.1", "port": nats_port})
+        )
+        if postgres_dsn:
+            self.monkeypatch.setenv("AIRFLOW_CONN_POSTGRES_DEFAULT", postgres_dsn)
 
     def configure(self, config: dict[str, object]) -> None:
         base = {"airflow": {"sweep_store": f"file://{self.tmp_path}/sweeps", "retries": 0}}

@@ -7,17 +7,16 @@ import json
 
 from pymongo import MongoClient
 
-from tests.integration.k8s_helpers import seed_run
-from tests.integration.test_k8s_sweep import _leases
+from tests.integration.k8s_helpers import put_leases, seed_run
 
 
-def test_k8s_enforcement_reaps_dead_runs_only(kube, nats_server, mongo_server, sweeper, monkeypatch) -> None:
+def test_k8s_enforcement_reaps_dead_runs_only(kube, nats_server, mongo_server, sweeper) -> None:
     cluster, _, emulator = kube
     seed_run(cluster, "live")
     seed_run(cluster, "dead")
     seed_run(cluster, "running-no-lease")
     url = f"nats://127.0.0.1:{nats_server.port}"
-    asyncio.run(_leases(url, ["live"]))
+    asyncio.run(put_leases(url, ["live"]))
     client = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")
     client["iterion_e2e"]["runs"].insert_many(
         [
@@ -26,13 +25,7 @@ def test_k8s_enforcement_reaps_dead_runs_only(kube, nats_server, mongo_server, s
             {"_id": "running-no-lease", "status": "running"},
         ]
     )
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_KUBE_E2E",
-        json.dumps({"conn_type": "kubernetes", "extra": {"kube_config": json.dumps(emulator.kubeconfig())}}),
-    )
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_NATS_DEFAULT", json.dumps({"conn_type": "generic", "host": "127.0.0.1", "port": nats_server.port})
-    )
+    sweeper.connect_k8s(emulator.kubeconfig(), nats_server.port)
     sweeper.configure(
         {"gce": {"enabled": False}, "k8s": {"clusters": ["kube_e2e"], "mongo_run_store": {"database": "iterion_e2e"}}}
     )

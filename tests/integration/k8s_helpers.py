@@ -4,20 +4,31 @@ from __future__ import annotations
 
 import time
 
+import nats
+from nats.js.api import KeyValueConfig
+
 from include.emulators.k8s import RESOURCE_OF_KIND, Cluster
 from include.emulators.shapes import kube_pod, kube_run
 
 MANAGED = {"iterion.io/managed": "true"}
-NOW = time.time()
 
 
 def seed_run(cluster: Cluster, run: str, age: float = 3600, namespace: str = "ci", **pod: object) -> list[dict]:
     """A run's Pod, two Secrets and NetworkPolicy in the emulator; returns the stored objects."""
     return [
         cluster.create(RESOURCE_OF_KIND[obj["kind"]], namespace, obj)
-        for obj in kube_run(run, namespace, NOW - age, MANAGED, **pod)
+        for obj in kube_run(run, namespace, time.time() - age, MANAGED, **pod)
     ]
 
 
 def seed_pod(cluster: Cluster, name: str, labels: dict[str, str], age: float = 3600, **pod: object) -> dict:
-    return cluster.create("pods", "ci", kube_pod(name, "ci", f"{name}-uid", labels, NOW - age, **pod))
+    return cluster.create("pods", "ci", kube_pod(name, "ci", f"{name}-uid", labels, time.time() - age, **pod))
+
+
+async def put_leases(url: str, held: list[str], ttl: float = 0) -> None:
+    """Hold these runs' leases in the ``run_leases`` KV bucket (``ttl`` seconds: they expire unless renewed)."""
+    client = await nats.connect(url)
+    kv = await client.jetstream().create_key_value(KeyValueConfig(bucket="run_leases", ttl=ttl or None))
+    for key in held:
+        await kv.put(key, b"runner")
+    await client.close()

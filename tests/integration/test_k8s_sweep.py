@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 
-import nats
 import psycopg
 from pymongo import MongoClient
 
@@ -20,7 +19,7 @@ from reaper.stores.mongo import MongoRunStore
 from reaper.stores.nats import NatsLeases
 from reaper.stores.postgres import PostgresStepStore
 from tests.integration.conftest import Daemon, fast_backoff, mongo_binary
-from tests.integration.k8s_helpers import MANAGED, seed_pod, seed_run
+from tests.integration.k8s_helpers import MANAGED, put_leases, seed_pod, seed_run
 
 STEP = {"iterion.io/step": "build", "iterion.io/attempt": "1"}
 
@@ -45,14 +44,6 @@ def sweep(api, config, nats_url: str, mongo: MongoClient, postgres_dsn: str | No
 
 def runs_by_reason(plan) -> dict[str, str]:  # type: ignore[no-untyped-def]
     return {d.evidence["run"]: d.reason for d in plan.decisions if d.evidence and "run" in d.evidence}
-
-
-async def _leases(url: str, held: list[str]) -> None:
-    client = await nats.connect(url)
-    kv = await client.jetstream().create_key_value(bucket="run_leases")
-    for key in held:
-        await kv.put(key, b"runner")
-    await client.close()
 
 
 def _config(mongo_db: str, step_store: bool) -> object:
@@ -81,7 +72,7 @@ def test_every_row_end_to_end(kube, nats_server, mongo, postgres) -> None:
     seed_run(cluster, "egress", sidecar="results-egress", sidecar_terminated=False)
     seed_pod(cluster, "step-pending", {**MANAGED, "iterion.io/run-id": "stepped", **STEP})
     seed_pod(cluster, "step-done", {**MANAGED, "iterion.io/run-id": "durable", **STEP})
-    asyncio.run(_leases(url, ["held"]))
+    asyncio.run(put_leases(url, ["held"]))
     client[db]["runs"].insert_many(
         [
             {"_id": "held", "status": "running"},
@@ -126,7 +117,7 @@ def test_every_row_end_to_end(kube, nats_server, mongo, postgres) -> None:
 def test_mongo_outage_mid_sweep_reaps_nothing(kube, nats_server, tmp_path) -> None:
     cluster, api, _ = kube
     url = f"nats://127.0.0.1:{nats_server.port}"
-    asyncio.run(_leases(url, []))
+    asyncio.run(put_leases(url, []))
     port = free_port()
     daemon = Daemon(
         [mongo_binary(), "--host", "127.0.0.1", "--port", str(port), "--storage-path", ":memory:"], port, "SecantusDB"
