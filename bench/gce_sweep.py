@@ -62,13 +62,18 @@ def start_emulator(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str
     return process, line.split()[3]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def fleet_arguments(parser: argparse.ArgumentParser) -> None:
+    """The emulated fleet's shape (``start_emulator`` reads these)."""
     parser.add_argument("--projects", type=int, default=200)
     parser.add_argument("--per-project", type=int, default=500)
     parser.add_argument("--zones", type=int, default=3)
     parser.add_argument("--orphaned", type=float, default=0.02)
     parser.add_argument("--latency", type=float, default=0.020)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    fleet_arguments(parser)
     args = parser.parse_args()
 
     config = parse_settings({"max_deletions_per_sweep": 100_000}, "bench")

@@ -35,15 +35,6 @@ POSTGRES = "postgresql://postgres:postgres@127.0.0.1:5432"
 # Where it all lives; tests set these so they never touch a demo a user is running.
 DB = os.environ.get("REAPER_DEMO_DB") or "reaper_demo"  # databases {DB}_airflow and {DB}_steps
 UI_PORT = int(os.environ.get("REAPER_DEMO_PORT") or 8080)  # taken when free, else any free port
-ROLLOUT = [
-    "reaper_gce_telemetry",
-    "reaper_gce_terminated_cleanup",
-    "reaper_gce_report_only",
-    "reaper_gce_enforcement",
-    "reaper_k8s_telemetry",
-    "reaper_k8s_report_only",
-    "reaper_k8s_enforcement",
-]
 QUARANTINE = 30 + 2  # max_job_timeout + slack + clock_skew of include/demo/reaper.yaml, seconds
 
 
@@ -221,9 +212,16 @@ class Api:
         raise SystemExit(f"demo: {dag_id} run {run_id} did not finish within {timeout:.0f} s")
 
 
+def rollout() -> list[str]:
+    """Every sweep DAG in rollout order: GCE's phases, then Kubernetes'."""
+    from reaper.sweep.factory import PHASES, dag_id_of
+
+    return [dag_id_of(target, phase) for target in ("gce", "k8s") for phase in PHASES[target]]
+
+
 def sweep_all(api: Api, crashed_at: float) -> list[tuple[str, str, str]]:
     runs = []
-    for dag_id in ROLLOUT:
+    for dag_id in rollout():
         if dag_id == "reaper_gce_enforcement":
             wait = crashed_at + QUARANTINE - time.time()
             if wait > 0:
@@ -363,7 +361,7 @@ def up() -> None:
     base = f"http://127.0.0.1:{api_port}"
     wait_until("airflow standalone", lambda: _get(f"{base}/api/v2/monitor/health"), standalone, timeout=300)
     api = Api(base)
-    wait_until("the reaper DAGs", lambda: all(api.get(f"/dags/{d}") for d in ROLLOUT), standalone, timeout=300)
+    wait_until("the reaper DAGs", lambda: all(api.get(f"/dags/{d}") for d in rollout()), standalone, timeout=300)
 
     say("sweeping every phase in rollout order")
     runs = sweep_all(api, float(world["crashed_at"]))

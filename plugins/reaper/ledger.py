@@ -11,7 +11,7 @@ lease that keeps the DAGs of one target from sweeping at the same time.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from datetime import UTC, datetime, timedelta
 
 from pymongo import MongoClient, UpdateOne, WriteConcern
@@ -20,6 +20,7 @@ from pymongo.errors import DuplicateKeyError
 from reaper.config import LedgerConfig
 
 FENCE = ("dag_id", "run_id", "target", "scope", "uid", "action")
+ONE_BATCH = 100_000  # documents per cursor batch: above any realistic sweep, so one round trip
 
 
 class Ledger:
@@ -46,9 +47,19 @@ class Ledger:
             self.records.bulk_write(ops, ordered=False)
         return len(ops)
 
-    def outcomes(self, dag_id: str, run_id: str) -> dict[tuple[str, str], dict[str, object]]:
-        """Outcomes already recorded in this sweep, by (scope, uid): a retried delete skips them."""
-        found = self.records.find({"dag_id": dag_id, "run_id": run_id, "action": "outcome"}, {"_id": 0})
+    def outcomes(
+        self, dag_id: str, run_id: str, uids: Collection[str] | None = None
+    ) -> dict[tuple[str, str], dict[str, object]]:
+        """Outcomes already recorded in this sweep, by (scope, uid): a retried delete skips them.
+
+        ``uids`` narrows the lookup to one batch's resources. One round trip either way: the
+        whole answer comes in the first batch (a delete batch is small; a sweep's outcomes are
+        capped by ``max_deletions_per_sweep``), so no ``getMore`` follows.
+        """
+        query: dict[str, object] = {"dag_id": dag_id, "run_id": run_id, "action": "outcome"}
+        if uids is not None:
+            query["uid"] = {"$in": sorted(uids)}
+        found = self.records.find(query, {"_id": 0}, batch_size=ONE_BATCH)
         return {(str(r["scope"]), str(r["uid"])): r for r in found}
 
     def summary(self, doc: dict[str, object]) -> None:

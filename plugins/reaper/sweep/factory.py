@@ -16,13 +16,14 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+from itertools import zip_longest
 
 import msgspec
 from airflow.sdk import DAG, ObjectStoragePath, Param, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from reaper.config import Settings
-from reaper.model import Action, Evidence, Override, Phase, Plan
+from reaper.model import Action, Decision, Evidence, Override, Phase, Plan
 from reaper.sweep.alerts import notifiers
 from reaper.sweep.targets import TARGETS
 
@@ -80,12 +81,27 @@ def delete_batch(ledger, target, ids: dict[str, str], resources: list[object]) -
     crash after a delete and before its outcome is harmless: the retry's
     re-validation finds the resource gone (``already_gone``) and records that.
     """
-    done = ledger.outcomes(ids["dag_id"], ids["run_id"])
+    done = ledger.outcomes(ids["dag_id"], ids["run_id"], {_uid(r) for r in resources})
     todo = [r for r in resources if (r.scope, _uid(r)) not in done]  # type: ignore[attr-defined]
     ledger.write([{**_fence(ids, target.name, r, "delete_intent"), "kind": "intent", "name": r.name} for r in todo])
     outcomes = target.delete(todo)
     ledger.write([{**ids, "target": target.name, "action": "outcome", "kind": "outcome", **o} for o in outcomes])
     return dict(Counter(o["result"] for o in outcomes))
+
+
+def interleaved(decisions: list[Decision]) -> list[Decision]:
+    """Round-robin over scopes: the first of each scope, then the second of each, and so on.
+
+    The policy yields deletes scope by scope; cut into batches as they come, one batch would
+    hold a few scopes and wait on their per-scope rate limits while the others sit idle. Taken
+    in turns, every batch spreads over as many scopes as there are, and the per-scope limits
+    stop bounding the sweep.
+    """
+    by_scope: dict[str, list[Decision]] = {}
+    for d in decisions:
+        by_scope.setdefault(d.resource.scope, []).append(d)
+    rounds = zip_longest(*by_scope.values())
+    return [d for turn in rounds for d in turn if d is not None]
 
 
 def _summary(plan: Plan) -> dict[str, object]:
@@ -197,6 +213,7 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
         @task
         def gather_evidence(listings: list[dict[str, object]]) -> dict[str, object]:
             _, ids = _run_context()
+            listings = list(listings)  # the mapped results, fetched once (each pass would fetch them again)
             incomplete = [scope for x in listings for scope in x["incomplete"]]  # type: ignore[attr-defined]
             evidence = target.evidence(_resources(listings), incomplete)  # type: ignore[arg-type]
             # Everything the policy sees was read by now: labels since listing began, the stores just now.
@@ -215,6 +232,7 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
         ) -> list[list[dict[str, object]]]:
             """Returns the candidate batches (``delete`` maps over them); the summary goes to XCom ``summary``."""
             context, ids = _run_context()
+            listings = list(listings)
             p = context["params"]
             evidence = msgspec.json.decode(ObjectStoragePath(str(evidence_ref["path"])).read_bytes(), type=Evidence)
             user = str(getattr(context["dag_run"], "triggering_user_name", None) or "scheduler")
@@ -239,7 +257,7 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
                 if d.action is not Action.KEEP
             ]
             _ledger(config).write(records)
-            deletes = [] if p.get("dry_run") or plan.capped else plan.deletes()
+            deletes = [] if p.get("dry_run") or plan.capped else interleaved(plan.deletes())
             size = config.airflow.delete_batch_size
             batches = [
                 [msgspec.to_builtins(d.resource) for d in deletes[i : i + size]] for i in range(0, len(deletes), size)

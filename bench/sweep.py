@@ -1,0 +1,312 @@
+"""Benchmark of whole sweeps through the real DAGs (``python bench/sweep.py``; ``make bench``).
+
+Runs ``reaper_gce_enforcement`` (100,000 instances in 200 projects, 2% orphaned,
+20 ms latency) and ``reaper_k8s_enforcement`` (20,000 runs = 80,000 objects, 5%
+orphaned, 10 ms latency) with ``dag.test()`` against the emulators (their own
+processes), a real Prometheus (writer health), real NATS (leases) and SecantusDB
+(run store, ledger). Prints, per sweep: the wall time split into listing,
+evidence, policy, deletion, ledger and the rest (Airflow: scheduling, task set-up,
+XCom; and the DAG's glue: inventory files), each measured by timing the reaper's
+own calls inside the tasks; API calls and store round trips against the lower
+bounds of the adapter benchmarks; and the peak RSS of the heaviest step.
+
+``dag.test()`` runs every task, mapped ones included, one after another in this
+process: the listing shards that a real executor runs side by side run in series
+here, so the listing figure is an upper bound of what a deployment sees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "plugins"), str(ROOT)]
+HOME = Path(tempfile.mkdtemp(prefix="reaper-bench-airflow-"))
+os.environ.update(
+    {
+        "AIRFLOW_HOME": str(HOME),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
+    }
+)
+
+import requests  # noqa: E402
+from prometheus_client import CollectorRegistry, Gauge, start_http_server  # noqa: E402
+from pymongo import monitoring  # noqa: E402
+
+from bench.gce_sweep import fleet_arguments, start_emulator  # noqa: E402
+from bench.k8s_sweep import start_world  # noqa: E402
+from reaper.gce.inventory import PAGE_SIZE as GCE_PAGE  # noqa: E402
+from reaper.k8s.inventory import PAGE_SIZE as K8S_PAGE  # noqa: E402
+from tests.integration.prometheus import Prometheus  # noqa: E402
+
+STEPS = {
+    "listing": [("reaper.sweep.targets", "GceTarget", "list"), ("reaper.sweep.targets", "K8sTarget", "list")],
+    "evidence": [("reaper.sweep.targets", "GceTarget", "evidence"), ("reaper.sweep.targets", "K8sTarget", "evidence")],
+    "policy": [("reaper.policy", None, "evaluate")],
+    "deletion": [("reaper.sweep.targets", "GceTarget", "delete"), ("reaper.sweep.targets", "K8sTarget", "delete")],
+    "ledger": [("reaper.ledger", "Ledger", m) for m in ("ensure_indexes", "acquire", "write", "outcomes", "summary")]
+    + [("reaper.ledger", "Ledger", "release")],
+}
+
+
+def _rss(field: str) -> int:
+    """``VmHWM`` (peak) or ``VmRSS`` of this process, in bytes."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+class Meter:
+    """Wraps the reaper's own calls: time per step, peak RSS per step (the kernel's peak is reset before each)."""
+
+    def __init__(self) -> None:
+        self.seconds: Counter[str] = Counter()
+        self.peak: dict[str, int] = defaultdict(int)
+        self.growth: dict[str, int] = defaultdict(int)  # peak above the RSS the step started with
+        for step, places in STEPS.items():
+            for module, owner, name in places:
+                self._wrap(step, module, owner, name)
+
+    def _wrap(self, step: str, module: str, owner: str | None, name: str) -> None:
+        import importlib
+
+        holder = importlib.import_module(module)
+        if owner:
+            holder = getattr(holder, owner)
+        original = getattr(holder, name)
+
+        def timed(*args, **kwargs):  # type: ignore[no-untyped-def]
+            Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
+            rss, started = _rss("VmRSS"), time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.seconds[step] += time.perf_counter() - started
+                peak = _rss("VmHWM")
+                self.peak[step] = max(self.peak[step], peak)
+                self.growth[step] = max(self.growth[step], peak - rss)
+
+        setattr(holder, name, timed)
+
+    def take(self) -> Meter:
+        """This sweep's figures; the meter starts again from zero."""
+        taken = Meter.__new__(Meter)
+        taken.seconds, taken.peak, taken.growth = self.seconds, self.peak, self.growth
+        self.seconds, self.peak, self.growth = Counter(), defaultdict(int), defaultdict(int)
+        return taken
+
+
+class MongoCommands(monitoring.CommandListener):
+    """Every command any MongoClient of this process sends, by name: the store and ledger round trips."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        self.counts[event.command_name] += 1
+
+    def succeeded(self, event: object) -> None:
+        pass
+
+    def failed(self, event: object) -> None:
+        pass
+
+
+def writers(projects: list[str]) -> int:
+    """One healthy manager per project, exported for Prometheus; returns the exporter's port."""
+    registry = CollectorRegistry()
+    gauge = Gauge("runner_manager_heartbeat_last_pass_timestamp_seconds", "", ["manager", "project"], registry=registry)
+    failed = Gauge("runner_manager_heartbeat_failed_passes_total", "", ["manager", "project"], registry=registry)
+
+    def beat() -> None:
+        while True:
+            for p in projects:
+                gauge.labels(f"mgr-{p}", p).set(time.time())
+                failed.labels(f"mgr-{p}", p).set(0)
+            time.sleep(1)
+
+    threading.Thread(target=beat, daemon=True).start()
+    server, _ = start_http_server(0, addr="127.0.0.1", registry=registry)
+    return server.server_port
+
+
+def configure(work: Path, mongo_port: int, config: dict[str, object]) -> None:
+    import json
+
+    path = work / "reaper.yaml"
+    path.write_text(json.dumps(config))
+    os.environ["REAPER_CONFIG"] = str(path)
+    os.environ["AIRFLOW_CONN_MONGO_DEFAULT"] = json.dumps(
+        {"conn_type": "mongo", "host": "127.0.0.1", "port": mongo_port}
+    )
+
+
+def run(dag_id: str, meter: Meter, mongo: MongoCommands) -> tuple[float, object]:
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(ROOT / "dags"))
+    meter.take()
+    mongo.counts.clear()
+    started = time.perf_counter()
+    dag_run = bag.dags[dag_id].test()
+    return time.perf_counter() - started, dag_run
+
+
+def task_seconds(dag_run: object) -> tuple[float, int]:
+    """The summed duration of the run's task instances as Airflow recorded them, and their number."""
+    from airflow.models import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        tis = session.query(TaskInstance).filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id).all()  # type: ignore[attr-defined]
+        return sum((ti.end_date - ti.start_date).total_seconds() for ti in tis if ti.end_date and ti.start_date), len(
+            tis
+        )
+
+
+def report(
+    title: str, wall: float, meter: Meter, dag_run: object, calls: list[tuple[str, int, int]], notes: list[str]
+) -> None:
+    print(f"\n## {title}")
+    measured = sum(meter.seconds.values())
+    for step in STEPS:
+        print(f"  {step:10s} {meter.seconds[step]:7.2f} s  {100 * meter.seconds[step] / wall:5.1f} %")
+    rest = wall - measured
+    in_tasks, tasks = task_seconds(dag_run)
+    print(f"  {'Airflow':10s} {rest:7.2f} s  {100 * rest / wall:5.1f} %  (target < 20 %)")
+    print(f"    between tasks (scheduling loop, task state in the DB): {wall - in_tasks:.2f} s")
+    print(f"    in {tasks} task instances, outside the steps (runner, XCom, files): {in_tasks - measured:.2f} s")
+    print(f"  {'total':10s} {wall:7.2f} s")
+    print(f"  {'calls':24s} {'made':>8s} {'lower bound':>12s}")
+    for name, made, bound in calls:
+        print(f"  {name:24s} {made:8d} {bound:12d}{'' if made == bound else '  <-'}")
+    heaviest = max(meter.growth, key=lambda s: meter.growth[s])
+    print(
+        f"  heaviest step: {heaviest}, peak RSS {meter.peak[heaviest] / 2**20:.0f} MiB "
+        f"(+{meter.growth[heaviest] / 2**20:.0f} MiB during the step; the rest is Airflow and the SDKs, loaded once)"
+    )
+    for note in notes:
+        print(f"  {note}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    fleet_arguments(parser)
+    parser.add_argument("--runs", type=int, default=20_000)
+    parser.add_argument("--k8s-orphaned", type=float, default=0.05)
+    parser.add_argument("--k8s-latency", type=float, default=0.010)
+    args = parser.parse_args()
+
+    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True)
+    mongo = MongoCommands()
+    monitoring.register(mongo)
+    meter = Meter()
+    work = HOME / "sweeps"
+    work.mkdir()
+    runs = [f"run-{r:06d}" for r in range(args.runs)]
+    orphans = set(runs[:: round(1 / args.k8s_orphaned)])
+    world = start_world(runs, orphans, args.k8s_latency)
+    emulator, endpoint = start_emulator(args)
+    projects = [f"ci-project-{p:03d}" for p in range(args.projects)]
+    prom_dir = HOME / "prometheus"
+    prom_dir.mkdir()
+    prometheus = Prometheus(prom_dir, [f"127.0.0.1:{writers(projects)}"])
+    try:
+        import json
+
+        os.environ["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"] = json.dumps(
+            {"conn_type": "google_cloud_platform", "extra": {"api_endpoint": endpoint, "anonymous": True}}
+        )
+        os.environ["AIRFLOW_CONN_BENCH_CLUSTER"] = json.dumps(
+            {"conn_type": "kubernetes", "extra": {"kube_config": json.dumps(world.kubeconfig())}}
+        )
+        os.environ["AIRFLOW_CONN_NATS_DEFAULT"] = json.dumps(
+            {"conn_type": "generic", "host": "127.0.0.1", "port": world.nats_port}
+        )
+        prometheus.wait_for("runner_manager_heartbeat_last_pass_timestamp_seconds", lambda r: len(r) == len(projects))
+        configure(
+            work,
+            world.mongo_port,
+            {
+                "gce": {"projects": projects, "writer_health": {"prometheus_url": prometheus.url}},
+                "k8s": {"clusters": ["bench_cluster"], "delete_rate_per_cluster": 1000.0},
+                "max_deletions_per_sweep": 100_000,
+                "airflow": {"sweep_store": f"file://{work}", "retries": 0},
+            },
+        )
+
+        gce_wall, gce_run = run("reaper_gce_enforcement", meter, mongo)
+        gce_calls = requests.get(f"{endpoint}/_emulator/stats", timeout=10).json()["counters"]
+        gce_meter, gce_mongo = meter.take(), dict(mongo.counts)
+
+        nats_before = world.nats_messages()
+        k8s_wall, k8s_run = run("reaper_k8s_enforcement", meter, mongo)
+        k8s_calls = world.api_calls()
+        nats_msgs = world.nats_messages() - nats_before
+        k8s_meter, k8s_mongo = meter.take(), dict(mongo.counts)
+    finally:
+        prometheus.stop()
+        emulator.terminate()
+        world.stop()
+
+    from reaper.config import parse_settings
+
+    batch = parse_settings({}, "defaults").airflow.delete_batch_size
+    reaped = gce_calls.get("delete", 0)
+    gce_batches = math.ceil(reaped / batch)
+    # Ledger: 1 decisions write; per delete batch: 1 outcomes find, 1 intents write, 1 outcomes write;
+    # then record's outcomes find and summary; the lease (find_one_and_update, delete); 4 createIndexes.
+    ledger_bound = {"update": 1 + 2 * gce_batches + 1, "find": gce_batches + 1}
+    gce_pages = args.projects * math.ceil(args.per_project / GCE_PAGE)
+    print(f"# dag.test() sweeps; state {gce_run.state} (GCE), {k8s_run.state} (Kubernetes)")  # type: ignore[attr-defined]
+    report(
+        f"reaper_gce_enforcement: {args.projects * args.per_project:,} instances, {args.projects} projects, "
+        f"{args.latency * 1000:.0f} ms latency",
+        gce_wall,
+        gce_meter,
+        gce_run,
+        [
+            ("aggregated_list", gce_calls.get("aggregated_list", 0), gce_pages),
+            ("get", gce_calls.get("get", 0), reaped),
+            ("delete", reaped, reaped),
+            ("operation_wait", gce_calls.get("operation_wait", 0), reaped),
+            ("ledger update commands", gce_mongo.get("update", 0), ledger_bound["update"]),
+            ("ledger find commands", gce_mongo.get("find", 0), ledger_bound["find"]),
+            ("getMore commands", gce_mongo.get("getMore", 0), 0),
+        ],
+        [f"Mongo commands: {gce_mongo}", f"deleted {reaped:,}; interval 10 min: {gce_wall / 600:.0%} of it"],
+    )
+    k8s_deleted = k8s_calls.get("delete", 0)
+    k8s_batches = math.ceil(k8s_deleted / batch)
+    per_kind = {"Pod": args.runs, "Secret": 2 * args.runs, "NetworkPolicy": args.runs}
+    report(
+        f"reaper_k8s_enforcement: {args.runs:,} runs ({4 * args.runs:,} objects), {args.k8s_latency * 1000:.0f} ms",
+        k8s_wall,
+        k8s_meter,
+        k8s_run,
+        [
+            ("list", k8s_calls.get("list", 0), sum(math.ceil(n / K8S_PAGE) for n in per_kind.values())),
+            ("delete", k8s_deleted, 4 * len(orphans)),
+            ("run store + ledger find", k8s_mongo.get("find", 0), math.ceil(args.runs / 1000) + k8s_batches + 1),
+            ("ledger update commands", k8s_mongo.get("update", 0), 1 + 2 * k8s_batches + 1),
+            ("getMore commands", k8s_mongo.get("getMore", 0), 0),
+        ],
+        [f"Mongo commands: {k8s_mongo}", f"NATS client messages for the lease listing: {nats_msgs}"],
+    )
+
+
+if __name__ == "__main__":
+    main()
