@@ -26,6 +26,8 @@ from collections import Counter
 from pathlib import Path
 from string import Template
 
+from include.emulators.http import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 STATE = Path(os.environ.get("REAPER_DEMO_STATE") or ROOT / ".demo").resolve()
 PIDS = STATE / "pids.json"
@@ -81,16 +83,6 @@ def _alive(pid: int) -> bool:
         return True
     except ProcessLookupError:
         return False
-
-
-def free_port(preferred: int | None = None) -> int:
-    if preferred:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", preferred)) != 0:
-                return preferred
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_until(what: str, ready, process: subprocess.Popen[bytes] | None = None, timeout: float = 120) -> None:  # type: ignore[no-untyped-def]
@@ -344,7 +336,7 @@ def up() -> None:
     }
     reaper_config = render(HERE / "reaper.yaml", STATE / "reaper.yaml", values)
     connections = render(HERE / "connections.json", STATE / "connections.json", values)
-    api_port = free_port(UI_PORT)
+    api_port = free_port() if listening(UI_PORT) else UI_PORT
     env = airflow_env(reaper_config, api_port)
     airflow = str(Path(python).parent / "airflow")
     say(f"migrating Airflow's metadata DB (PostgreSQL database {DB}_airflow)")

@@ -193,7 +193,9 @@ def main() -> None:
         "manager_metrics": {n: f"127.0.0.1:{p}" for n, p in metrics.items() if MANAGERS[n][2] != "crashes"},
         "crashed_at": time.time(),
     }
-    (args.state / "fleet.json").write_text(json.dumps(info, indent=2))
+    partial = args.state / "fleet.json.partial"
+    partial.write_text(json.dumps(info, indent=2))
+    partial.rename(args.state / "fleet.json")  # atomic: `up` reads it as soon as it exists
     log.info("fleet up: %s", json.dumps(info))
 
     stopped = threading.Event()
