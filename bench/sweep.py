@@ -18,8 +18,10 @@ here, so the listing figure is an upper bound of what a deployment sees.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -144,8 +146,6 @@ def writers(projects: list[str]) -> int:
 
 
 def configure(work: Path, mongo_port: int, config: dict[str, object]) -> None:
-    import json
-
     path = work / "reaper.yaml"
     path.write_text(json.dumps(config))
     os.environ["REAPER_CONFIG"] = str(path)
@@ -225,8 +225,6 @@ def main() -> None:
     prom_dir.mkdir()
     prometheus = Prometheus(prom_dir, [f"127.0.0.1:{writers(projects)}"])
     try:
-        import json
-
         os.environ["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"] = json.dumps(
             {"conn_type": "google_cloud_platform", "extra": {"api_endpoint": endpoint, "anonymous": True}}
         )
@@ -309,4 +307,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        shutil.rmtree(HOME, ignore_errors=True)  # Airflow's home: its DB, the sweep files
