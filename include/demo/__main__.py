@@ -59,8 +59,9 @@ def start(name: str, argv: list[str], env: dict[str, str] | None = None) -> subp
     return process
 
 
-def down() -> None:
-    """Stop every process group ``up`` started (SIGTERM, then SIGKILL after 20 s)."""
+def down(databases: bool = True) -> None:
+    """Stop every process group ``up`` started (SIGTERM, then SIGKILL after 20 s), then drop the
+    demo's PostgreSQL databases; the logs stay in ``.demo/logs``."""
     pids = _pids()
     for name, pid in pids.items():
         try:
@@ -75,6 +76,8 @@ def down() -> None:
         if _alive(pid):
             os.killpg(pid, signal.SIGKILL)
     PIDS.unlink(missing_ok=True)
+    if databases:
+        drop_databases()
 
 
 def _alive(pid: int) -> bool:
@@ -111,17 +114,34 @@ def binary(name: str) -> str | None:
 # --- set-up -----------------------------------------------------------------------------------
 
 
-def fresh_databases(*names: str) -> None:
+DATABASES = (f"{DB}_airflow", f"{DB}_steps")
+
+
+def _postgres():  # type: ignore[no-untyped-def]
     import psycopg
 
     try:
-        admin = psycopg.connect(f"{POSTGRES}/postgres", autocommit=True, connect_timeout=5)
+        return psycopg.connect(f"{POSTGRES}/postgres", autocommit=True, connect_timeout=5)
     except psycopg.OperationalError as exc:
         raise SystemExit(f"demo: PostgreSQL on 127.0.0.1:5432 unreachable ({exc}); run scripts/bootstrap.sh") from None
-    with admin:
-        for name in names:
+
+
+def fresh_databases() -> None:
+    with _postgres() as admin:
+        for name in DATABASES:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
             admin.execute(f'CREATE DATABASE "{name}"')
+
+
+def drop_databases() -> None:
+    try:
+        import psycopg  # noqa: F401 - only in the venv; `down` also runs without it
+    except ImportError:
+        say(f"psycopg not installed: databases {', '.join(DATABASES)} left in place")
+        return
+    with _postgres() as admin:
+        for name in DATABASES:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def render(template: Path, out: Path, values: dict[str, object]) -> Path:
@@ -140,7 +160,7 @@ def airflow_env(config: Path, api_port: int) -> dict[str, str]:
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"{POSTGRES.replace('postgresql', 'postgresql+psycopg')}/{DB}_airflow",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"{POSTGRES.replace('postgresql', 'postgresql+psycopg')}/{DATABASES[0]}",
         "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
@@ -254,6 +274,26 @@ def summarize(mongo_url: str, runs: list[tuple[str, str, str]]) -> dict[str, obj
     return {"phases": phases, "ledger": [[*key, n] for key, n in sorted(ledger.items())]}
 
 
+def alerts(prometheus_url: str) -> list[dict[str, str]]:
+    """The alert rules' pending and firing alerts, once Prometheus has scraped the last sweep's push."""
+    import requests
+
+    time.sleep(3 * 2)  # scrape and rule evaluation run every 2 s (prometheus_config)
+    found = requests.get(f"{prometheus_url}/api/v1/alerts", timeout=10).json()["data"]["alerts"]
+    keep = ("dag_id", "scope", "manager", "project")
+    return sorted(
+        (
+            {
+                "alert": a["labels"]["alertname"],
+                "state": a["state"],
+                **{k: a["labels"][k] for k in keep if k in a["labels"]},
+            }
+            for a in found
+        ),
+        key=lambda a: sorted(a.items()),
+    )
+
+
 def table(summary: dict[str, object]) -> str:
     lines = [f"{'DAG':<32} {'state':<8} {'reported':>8} {'deleted':>8} {'kept':>5}  holds"]
     for p in summary["phases"]:  # type: ignore[attr-defined]
@@ -261,6 +301,10 @@ def table(summary: dict[str, object]) -> str:
         lines.append(f"{p['dag_id']:<32} {p['state']:<8} {p['reported']:>8} {p['deleted']:>8} {p['kept']:>5}  {holds}")
     lines += ["", "Ledger: records by target, action and reason"]
     lines += [f"  {t:<4} {a:<14} {why:<28} {n:>4}" for t, a, why, n in summary["ledger"]]  # type: ignore[attr-defined]
+    lines += ["", "Alerts (include/prometheus/reaper-rules.yml; docs/runbook.md says what each asks of you)"]
+    for a in summary["alerts"] or [{"alert": "none", "state": ""}]:  # type: ignore[attr-defined]
+        labels = ", ".join(f"{k}={v}" for k, v in a.items() if k not in ("alert", "state"))
+        lines.append(f"  {a['state']:<8} {a['alert']:<26} {labels}")
     return "\n".join(lines)
 
 
@@ -268,7 +312,7 @@ def table(summary: dict[str, object]) -> str:
 
 
 def up() -> None:
-    down()
+    down(databases=False)  # a demo still running from the same state directory
     if STATE.exists():
         shutil.rmtree(STATE)
     (STATE / "logs").mkdir(parents=True)
@@ -294,9 +338,9 @@ def up() -> None:
     else:
         say("nats-server not installed: run leases live in MongoDB (k8s.lease_source: mongo)")
 
-    fresh_databases(f"{DB}_airflow", f"{DB}_steps")
+    fresh_databases()
     fleet_argv = [python, "-m", "include.demo.fleet", "--state", str(STATE), "--mongo-url", mongo_url]
-    fleet_argv += ["--postgres-dsn", f"{POSTGRES}/{DB}_steps"]
+    fleet_argv += ["--postgres-dsn", f"{POSTGRES}/{DATABASES[1]}"]
     fleet = start("fleet", fleet_argv + (["--nats-url", f"nats://127.0.0.1:{nats_port}"] if nats else []))
     wait_until("the fleet", lambda: (STATE / "fleet.json").exists(), fleet)
     world = json.loads((STATE / "fleet.json").read_text())
@@ -304,7 +348,8 @@ def up() -> None:
     pushgateway_url = ""
     if gateway := binary("prometheus-pushgateway"):
         port = free_port()
-        process = start("pushgateway", [gateway, f"--web.listen-address=127.0.0.1:{port}"])
+        # In memory: Debian's build persists to /var/lib/prometheus/pushgateway.data by default.
+        process = start("pushgateway", [gateway, f"--web.listen-address=127.0.0.1:{port}", "--persistence.file="])
         wait_until("the Pushgateway", lambda: listening(port), process)
         pushgateway_url = f"http://127.0.0.1:{port}"
     prometheus, prom_port = binary("prometheus"), free_port()
@@ -332,14 +377,14 @@ def up() -> None:
         "KUBECONFIG": world["kubeconfig"],
         "MONGO_PORT": mongo_port,
         "NATS_PORT": nats_port,
-        "STEPS_DB": f"{DB}_steps",
+        "STEPS_DB": DATABASES[1],
     }
     reaper_config = render(HERE / "reaper.yaml", STATE / "reaper.yaml", values)
     connections = render(HERE / "connections.json", STATE / "connections.json", values)
     api_port = free_port() if listening(UI_PORT) else UI_PORT
     env = airflow_env(reaper_config, api_port)
     airflow = str(Path(python).parent / "airflow")
-    say(f"migrating Airflow's metadata DB (PostgreSQL database {DB}_airflow)")
+    say(f"migrating Airflow's metadata DB (PostgreSQL database {DATABASES[0]})")
     for argv in (
         [airflow, "db", "migrate"],
         [airflow, "connections", "import", str(connections)],
@@ -357,7 +402,7 @@ def up() -> None:
 
     say("sweeping every phase in rollout order")
     runs = sweep_all(api, float(world["crashed_at"]))
-    summary = summarize(mongo_url, runs)
+    summary = {**summarize(mongo_url, runs), "alerts": alerts(prometheus_url)}
     (STATE / "summary.json").write_text(json.dumps(summary, indent=2))
     print()
     print(table(summary))

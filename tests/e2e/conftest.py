@@ -11,7 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import gce, kube, mongo, mongo_server, nats_server, postgres  # noqa: F401 - fixtures
+from tests.integration.conftest import (  # noqa: F401 - fixtures
+    gce,
+    kube,
+    mongo,
+    mongo_server,
+    nats_server,
+    postgres,
+    pushgateway,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -47,11 +47,15 @@ def test_demo_sweeps_every_phase_reaps_the_orphans_and_stops_everything(tmp_path
         assert up.returncode == 0, up.stdout[-4000:] + up.stderr[-4000:]
         assert "reported  deleted" in up.stdout and "login admin / reaper-demo" in up.stdout
 
-        phases = {p["dag_id"]: p for p in json.loads((state / "summary.json").read_text())["phases"]}
+        summary = json.loads((state / "summary.json").read_text())
+        phases = {p["dag_id"]: p for p in summary["phases"]}
         assert {p["state"] for p in phases.values()} == {"success"} and len(phases) == 7
         assert [phases[d]["deleted"] for d in phases] == [0, 1, 0, 6, 0, 0, 12]
         assert phases["reaper_gce_telemetry"]["reported"] == 0 and phases["reaper_k8s_telemetry"]["reported"] == 0
         assert phases["reaper_gce_enforcement"]["holds"] == {"ci-runners-c": ["writer_unhealthy", "budget_exceeded"]}
+
+        budget_alerts = [a for a in summary["alerts"] if a["alert"] == "ReaperBudgetHold" and a["state"] == "firing"]
+        assert {a["scope"] for a in budget_alerts} == {"ci-runners-c"}  # from the sweeps' pushed metrics
 
         world = json.loads((state / "fleet.json").read_text())
         assert _gce_names(world["gce_endpoint"]) == LIVE_GCE | HELD_IN_C | PINNED  # m4 and old leftovers: gone
@@ -68,8 +72,10 @@ def test_demo_sweeps_every_phase_reaps_the_orphans_and_stops_everything(tmp_path
     finally:
         subprocess.run([*demo, "down"], cwd=ROOT, env=env, capture_output=True, timeout=120, check=True)
         with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
-            for name in (f"{db}_airflow", f"{db}_steps"):
+            left = admin.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", (f"{db}%",)).fetchall()
+            for (name,) in left:  # only if down failed to drop them
                 admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    assert left == []  # down dropped the demo's databases
     for name, pid in pids.items():
         try:
             os.killpg(pid, 0)

@@ -149,29 +149,25 @@ def test_a_target_never_sweeps_twice_at_once(fleet, sweeper, mongo_server) -> No
     assert run.state == "success" and locks.count_documents({}) == 0  # released at the end
 
 
-def test_each_sweep_pushes_its_metrics(fleet, sweeper, prometheus, tmp_path) -> None:
+def test_each_sweep_pushes_its_metrics(fleet, sweeper, prometheus, pushgateway) -> None:
     import requests
 
-    from tests.integration.conftest import Daemon
-
-    port = free_port()
-    gateway = Daemon(["/usr/bin/prometheus-pushgateway", f"--web.listen-address=127.0.0.1:{port}"], port, "pushgateway")
     try:
         sweeper.configure(
             {
                 "gce": {"projects": PROJECTS, "writer_health": {"prometheus_url": prometheus}},
                 "k8s": {"enabled": False},
-                "metrics": {"pushgateway_url": f"http://127.0.0.1:{port}"},
+                "metrics": {"pushgateway_url": pushgateway.url},
             }
         )
         assert sweeper.run("reaper_gce_enforcement").state == "success"
-        text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        text = requests.get(f"{pushgateway.url}/metrics", timeout=5).text
         assert 'reaper_last_success_timestamp_seconds{dag_id="reaper_gce_enforcement"' in text
         assert (
             'reaper_budget_hold{dag_id="reaper_gce_enforcement",instance="",job="reaper",scope="p2",target="gce"} 1'
             in text
         )
     finally:
-        gateway.stop()
+        pushgateway.stop()
     # The gateway is gone: the sweep still succeeds (metrics are observability, not data).
     assert sweeper.run("reaper_gce_enforcement", dry_run=True).state == "success"

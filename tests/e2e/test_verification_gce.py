@@ -10,13 +10,15 @@ from pymongo import MongoClient
 
 from include.emulators.gce.manager import ManagerSimulator
 from include.emulators.http import free_port
-from tests.integration.conftest import Daemon, add_instance
+from tests.integration.conftest import add_instance
 from tests.integration.prometheus import Prometheus
 
 ZONE = "us-east1-b"
 
 
-def test_killed_manager_is_reaped_and_a_failing_writer_holds_everything(gce, sweeper, mongo_server, tmp_path) -> None:
+def test_killed_manager_is_reaped_and_a_failing_writer_holds_everything(
+    gce, sweeper, mongo_server, pushgateway, tmp_path
+) -> None:
     fleet, clients = gce
     tracked = {f"m{m}": [(ZONE, f"vm-m{m}-{i}") for i in range(3)] for m in (1, 2)}
     tracked["m3"] = [(ZONE, f"vm-m3-{i}") for i in range(4)]
@@ -33,12 +35,6 @@ def test_killed_manager_is_reaped_and_a_failing_writer_holds_everything(gce, swe
         m.start()
     (tmp_path / "prom").mkdir()
     prom = Prometheus(tmp_path / "prom", [f"127.0.0.1:{p}" for p in ports])
-    gateway_port = free_port()
-    gateway = Daemon(
-        ["/usr/bin/prometheus-pushgateway", f"--web.listen-address=127.0.0.1:{gateway_port}"],
-        gateway_port,
-        "pushgateway",
-    )
     try:
         prom.wait_for("runner_manager_heartbeat_last_pass_timestamp_seconds > 0", lambda r: len(r) == 3)
         sweeper.connect_gce(clients.instances._transport._host)
@@ -51,7 +47,7 @@ def test_killed_manager_is_reaped_and_a_failing_writer_holds_everything(gce, swe
                     "writer_health": {"prometheus_url": prom.url, "failing_window": "1m"},
                 },
                 "k8s": {"enabled": False},
-                "metrics": {"pushgateway_url": f"http://127.0.0.1:{gateway_port}"},
+                "metrics": {"pushgateway_url": pushgateway.url},
             }
         )
 
@@ -73,7 +69,7 @@ def test_killed_manager_is_reaped_and_a_failing_writer_holds_everything(gce, swe
         assert ci_b["holds"] == ["writer_unhealthy", "budget_exceeded"]
         reasons = {r["reason"] for r in db.ledger.find({"run_id": run.run_id, "scope": "ci-b", "action": "report"})}
         assert reasons == {"writer_unhealthy"}
-        text = requests.get(f"http://127.0.0.1:{gateway_port}/metrics", timeout=5).text
+        text = requests.get(f"{pushgateway.url}/metrics", timeout=5).text
         for metric in ("reaper_budget_hold", "reaper_writer_health_hold"):
             assert (
                 f'{metric}{{dag_id="reaper_gce_enforcement",instance="",job="reaper",scope="ci-b",target="gce"}} 1'
@@ -87,4 +83,3 @@ def test_killed_manager_is_reaped_and_a_failing_writer_holds_everything(gce, swe
         for m in managers.values():
             m.kill()
         prom.stop()
-        gateway.stop()

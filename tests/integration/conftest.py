@@ -93,6 +93,10 @@ class Daemon:
         self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         _wait_port(port, self.process, what)
 
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.terminate()
@@ -161,6 +165,21 @@ def nats_server(tmp_path) -> Iterator[Daemon]:  # type: ignore[no-untyped-def]
     daemon = Daemon(
         [nats_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(tmp_path / "js")], port, "nats-server"
     )
+    yield daemon
+    daemon.stop()
+
+
+@pytest.fixture
+def pushgateway() -> Iterator[Daemon]:
+    """A Pushgateway of this test's own, in memory: Debian's build would otherwise load and persist
+    every test's metrics in /var/lib/prometheus/pushgateway.data (its default ``--persistence.file``)."""
+    import shutil
+
+    binary = shutil.which("prometheus-pushgateway") or "/usr/bin/prometheus-pushgateway"
+    if not os.path.exists(binary):
+        raise RuntimeError("prometheus-pushgateway is not installed: run scripts/bootstrap.sh (make test does)")
+    port = free_port()
+    daemon = Daemon([binary, f"--web.listen-address=127.0.0.1:{port}", "--persistence.file="], port, "pushgateway")
     yield daemon
     daemon.stop()
 

@@ -2,28 +2,12 @@
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
-import pytest
 import requests
 
 from include.emulators.http import free_port
 from reaper.metrics import push_sweep
 from reaper.model import Phase
 from tests.builders import D, M, inst, plan
-from tests.integration.conftest import Daemon
-
-
-@pytest.fixture
-def pushgateway(tmp_path: Path):  # type: ignore[no-untyped-def]
-    binary = shutil.which("prometheus-pushgateway") or "/usr/bin/prometheus-pushgateway"
-    if not Path(binary).exists():
-        raise RuntimeError("prometheus-pushgateway is not installed: run scripts/bootstrap.sh (make test does)")
-    port = free_port()
-    daemon = Daemon([binary, f"--web.listen-address=127.0.0.1:{port}"], port, "pushgateway")
-    yield f"http://127.0.0.1:{port}"
-    daemon.stop()
 
 
 def _summary() -> dict[str, object]:
@@ -35,9 +19,9 @@ def _summary() -> dict[str, object]:
 
 
 def test_sweep_metrics_reach_the_pushgateway(pushgateway) -> None:
-    failures = push_sweep(pushgateway, "reaper_gce_enforcement", "gce", _summary(), {"deleted": 1}, 1.8e9, 5)
+    failures = push_sweep(pushgateway.url, "reaper_gce_enforcement", "gce", _summary(), {"deleted": 1}, 1.8e9, 5)
     assert failures == 0
-    text = requests.get(f"{pushgateway}/metrics", timeout=5).text
+    text = requests.get(f"{pushgateway.url}/metrics", timeout=5).text
     lines = [line for line in text.splitlines() if line.startswith("reaper_")]
 
     def value(prefix: str) -> float:
