@@ -144,9 +144,24 @@ def test_a_target_never_sweeps_twice_at_once(fleet, sweeper, mongo_server) -> No
     )
     assert sweeper.run("reaper_gce_enforcement").state == "failed"
     assert everything(fleet) == ALL
+    assert locks.find_one({"_id": "gce"})["holder"] == "reaper_gce_report_only/other"  # not ours to release
     locks.delete_one({"_id": "gce"})
     run = sweeper.run("reaper_gce_enforcement")
     assert run.state == "success" and locks.count_documents({}) == 0  # released at the end
+
+
+def test_a_failed_sweep_releases_its_lease(fleet, sweeper, mongo_server) -> None:
+    from reaper.sweep.targets import GceTarget
+
+    def broken(self, resources):  # type: ignore[no-untyped-def]
+        raise RuntimeError("the delete step broke")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(GceTarget, "delete", broken)
+        failed = sweeper.run("reaper_gce_enforcement")
+    assert failed.state == "failed"  # the teardown's success does not hide the failure
+    assert ledger(mongo_server).sweep_locks.count_documents({}) == 0  # but the lease is free at once
+    assert sweeper.run("reaper_gce_enforcement").state == "success"
 
 
 def test_each_sweep_pushes_its_metrics(fleet, sweeper, prometheus, pushgateway) -> None:

@@ -63,7 +63,9 @@ def test_sweep_dag_conventions(dagbag) -> None:
             "delete",
             "report_only",
             "record",
+            "release_lease",
         ]
+        assert tasks["resolve_scopes"].is_setup and tasks["release_lease"].is_teardown
         assert all(t.retries >= 1 and t.retry_exponential_backoff for t in dag.tasks)
         assert tasks["delete"].pool == f"reaper_{dag_id.split('_')[1]}"
         assert ("override_budget" in dag.params) == ("telemetry" not in dag_id)

@@ -4,7 +4,8 @@
 shards of scopes) -> ``gather_evidence`` -> ``evaluate_policy`` (the same
 ``reaper.policy.evaluate`` as the CLI) -> ``budget_check`` (branch) -> ``delete``
 (mapped over candidate batches, in the target's pool) or ``report_only`` ->
-``record``. Inventories and evidence travel through files in
+``record`` -> ``release_lease`` (the teardown of ``resolve_scopes``, which takes the
+target's sweep lease: it runs even when a task failed). Inventories and evidence travel through files in
 ``airflow.sweep_store`` (any ObjectStoragePath URL); XCom carries summaries and
 small candidate batches only, never inventories or Secret data.
 
@@ -325,8 +326,14 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
                     config.metrics.timeout.total_seconds(),
                 )
             ledger.summary(doc)
-            ledger.release(name, f"{ids['dag_id']}/{ids['run_id']}")
             return {"branch": branch.get("branch"), "outcomes": dict(outcomes)}
+
+        @task
+        def release_lease() -> None:
+            """The teardown of ``resolve_scopes``: runs whenever the lease was taken, even after a
+            failed task, so the next sweep need not wait for the lease to expire."""
+            _, ids = _run_context()
+            _ledger(config).release(name, f"{ids['dag_id']}/{ids['run_id']}")
 
         shards = resolve_scopes()
         listings = list_inventory.expand(shard=shards)
@@ -336,6 +343,6 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
         deleted = delete.expand(batch=batches)
         reported = report_only()
         batches >> branch >> [deleted, reported]
-        [deleted, reported] >> record()
+        [deleted, reported] >> record() >> release_lease().as_teardown(setups=shards)
 
     return sweep()
