@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import math
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,7 +31,7 @@ import requests  # noqa: E402
 from kubernetes import config as kconfig  # noqa: E402
 from pymongo import MongoClient, monitoring  # noqa: E402
 
-from include.emulators.http import free_port  # noqa: E402
+from include.emulators.http import free_port, listening, wait_until  # noqa: E402
 from reaper.config import parse_settings  # noqa: E402
 from reaper.k8s.deleter import K8sDeleter  # noqa: E402
 from reaper.k8s.evidence import gather  # noqa: E402
@@ -42,17 +41,6 @@ from reaper.policy import evaluate  # noqa: E402
 from reaper.retry import Backoff  # noqa: E402
 from reaper.stores.mongo import MongoRunStore  # noqa: E402
 from reaper.stores.nats import NatsLeases  # noqa: E402
-
-
-def wait_port(port: int) -> None:
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"nothing listens on {port}")
 
 
 class Finds(monitoring.CommandListener):
@@ -130,7 +118,7 @@ def start_world(runs: list[str], orphans: set[str], latency: float) -> World:
     world.procs.append(subprocess.Popen([*nats_argv, "-js", "-sd", str(work / "js")], **quiet))  # type: ignore[call-overload]
     try:
         for port in (world.k8s_port, world.mongo_port, world.nats_port):
-            wait_port(port)
+            wait_until(lambda port=port: listening(port), f"port {port}", 60)
         asyncio.run(put_leases(world.nats_url, [r for r in runs if r not in orphans]))
         docs = [{"_id": r, "status": "failed" if r in orphans else "running"} for r in runs]
         MongoClient(f"mongodb://127.0.0.1:{world.mongo_port}/")["iterion"]["runs"].insert_many(docs)

@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,7 +25,7 @@ from collections import Counter
 from pathlib import Path
 from string import Template
 
-from include.emulators.http import free_port
+from include.emulators.http import free_port, listening, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 STATE = Path(os.environ.get("REAPER_DEMO_STATE") or ROOT / ".demo").resolve()
@@ -86,25 +85,6 @@ def _alive(pid: int) -> bool:
         return True
     except ProcessLookupError:
         return False
-
-
-def wait_until(what: str, ready, process: subprocess.Popen[bytes] | None = None, timeout: float = 120) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if process is not None and process.poll() is not None:
-            raise SystemExit(f"demo: {what} exited with {process.returncode}; see {STATE / 'logs'}")
-        try:
-            if ready():
-                return
-        except Exception:  # not up yet
-            pass
-        time.sleep(0.5)
-    raise SystemExit(f"demo: {what} not ready after {timeout:.0f} s; see {STATE / 'logs'}")
-
-
-def listening(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def binary(name: str) -> str | None:
@@ -328,13 +308,13 @@ def up() -> None:
             *("--log-level", "ERROR"),
         ],
     )
-    wait_until("SecantusDB", lambda: listening(mongo_port), mongo)
+    wait_until(lambda: listening(mongo_port), "SecantusDB", 120, mongo)
     mongo_url = f"mongodb://127.0.0.1:{mongo_port}/"
 
     nats, nats_port = binary("nats-server"), free_port()
     if nats:
         process = start("nats", [nats, "-a", "127.0.0.1", "-p", str(nats_port), "-js", "-sd", str(STATE / "nats")])
-        wait_until("nats-server", lambda: listening(nats_port), process)
+        wait_until(lambda: listening(nats_port), "nats-server", 120, process)
     else:
         say("nats-server not installed: run leases live in MongoDB (k8s.lease_source: mongo)")
 
@@ -342,7 +322,7 @@ def up() -> None:
     fleet_argv = [python, "-m", "include.demo.fleet", "--state", str(STATE), "--mongo-url", mongo_url]
     fleet_argv += ["--postgres-dsn", f"{POSTGRES}/{DATABASES[1]}"]
     fleet = start("fleet", fleet_argv + (["--nats-url", f"nats://127.0.0.1:{nats_port}"] if nats else []))
-    wait_until("the fleet", lambda: (STATE / "fleet.json").exists(), fleet)
+    wait_until(lambda: (STATE / "fleet.json").exists(), "the fleet", 120, fleet)
     world = json.loads((STATE / "fleet.json").read_text())
 
     pushgateway_url = ""
@@ -350,7 +330,7 @@ def up() -> None:
         port = free_port()
         # In memory: Debian's build persists to /var/lib/prometheus/pushgateway.data by default.
         process = start("pushgateway", [gateway, f"--web.listen-address=127.0.0.1:{port}", "--persistence.file="])
-        wait_until("the Pushgateway", lambda: listening(port), process)
+        wait_until(lambda: listening(port), "the Pushgateway", 120, process)
         pushgateway_url = f"http://127.0.0.1:{port}"
     prometheus, prom_port = binary("prometheus"), free_port()
     if not prometheus:
@@ -366,7 +346,7 @@ def up() -> None:
         ],
     )
     prometheus_url = f"http://127.0.0.1:{prom_port}"
-    wait_until("Prometheus", lambda: _get(f"{prometheus_url}/-/ready"), process)
+    wait_until(lambda: _get(f"{prometheus_url}/-/ready"), "Prometheus", 120, process)
 
     values = {
         "STATE": STATE,
@@ -396,9 +376,9 @@ def up() -> None:
     say("starting airflow standalone (API server, scheduler, DAG processor, triggerer)")
     standalone = start("airflow", [airflow, "standalone"], env)
     base = f"http://127.0.0.1:{api_port}"
-    wait_until("airflow standalone", lambda: _get(f"{base}/api/v2/monitor/health"), standalone, timeout=300)
+    wait_until(lambda: _get(f"{base}/api/v2/monitor/health"), "airflow standalone", 300, standalone)
     api = Api(base)
-    wait_until("the reaper DAGs", lambda: all(api.get(f"/dags/{d}") for d in rollout()), standalone, timeout=300)
+    wait_until(lambda: all(api.get(f"/dags/{d}") for d in rollout()), "the reaper DAGs", 300, standalone)
 
     say("sweeping every phase in rollout order")
     runs = sweep_all(api, float(world["crashed_at"]))
@@ -431,6 +411,9 @@ def main() -> None:
     if command == "up":
         try:
             up()
+        except (RuntimeError, TimeoutError) as exc:  # a server exited or never came up
+            down()
+            raise SystemExit(f"demo: {exc}; see {STATE / 'logs'}") from None
         except BaseException:
             down()  # a half-started demo is stopped; its logs stay in .demo/logs
             raise

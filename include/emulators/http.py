@@ -1,4 +1,5 @@
-"""What the GCE and Kubernetes emulators share: fault injection, request counters, dispatch, the server.
+"""What the GCE and Kubernetes emulators share: fault injection, request counters, dispatch, the server;
+and the port and readiness helpers the demo, the tests and the benchmarks use to start servers.
 
 Each emulator supplies its routes, its handling and its error shape; this module
 does the rest the same way for both, so a test injects faults and reads
@@ -15,8 +16,10 @@ import socket
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from subprocess import Popen
 from typing import ClassVar
 from urllib.parse import parse_qs, urlsplit
 
@@ -28,6 +31,32 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def listening(port: int) -> bool:
+    """Whether something accepts TCP connections on ``127.0.0.1:port``."""
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def wait_until(ready: Callable[[], object], what: str, timeout: float = 30.0, process: Popen | None = None) -> None:
+    """Poll ``ready()`` until it returns true; an exception from it means "not yet".
+
+    Raises ``RuntimeError`` as soon as ``process`` (the server being waited for) exits, and
+    ``TimeoutError`` after ``timeout`` seconds. Shared by the demo, the tests and the benchmarks.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode}")
+        try:
+            if ready():
+                return
+        except Exception:  # not up yet
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"{what}: not ready after {timeout:g} s")
 
 
 class ApiError(Exception):

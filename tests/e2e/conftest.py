@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -75,11 +74,3 @@ class Sweeper:
 @pytest.fixture
 def sweeper(airflow_db, mongo_server, tmp_path, monkeypatch) -> Iterator[Sweeper]:  # noqa: F811
     yield Sweeper(tmp_path, monkeypatch, mongo_server.port)
-
-
-def wait(predicate, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.time() + timeout
-    while not predicate():
-        if time.time() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.2)

@@ -7,13 +7,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import requests
 
-from include.emulators.http import free_port
+from include.emulators.http import free_port, wait_until
 from tests.e2e.conftest import ROOT
 from tests.integration.conftest import add_instance
 
@@ -42,20 +41,6 @@ def _standalone(tmp_path: Path, env: dict[str, str], port: int) -> subprocess.Po
     return subprocess.Popen([airflow, "standalone"], env=env, stdout=log, stderr=log, start_new_session=True)
 
 
-def _wait_healthy(base: str, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.time() + 240
-    while time.time() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"airflow standalone exited; see {log}")
-        try:
-            if requests.get(f"{base}/api/v2/monitor/health", timeout=2).ok:
-                return
-        except requests.RequestException:
-            pass
-        time.sleep(1)
-    raise AssertionError(f"airflow standalone did not come up; see {log}")
-
-
 def test_audit_page_in_chromium_shows_the_sweeps_deletions(gce, sweeper, tmp_path) -> None:
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
@@ -74,7 +59,8 @@ def test_audit_page_in_chromium_shows_the_sweeps_deletions(gce, sweeper, tmp_pat
     process = _standalone(tmp_path, dict(os.environ), port)
     driver = None
     try:
-        _wait_healthy(base, process, tmp_path / "standalone.log")
+        health = f"{base}/api/v2/monitor/health"
+        wait_until(lambda: requests.get(health, timeout=2).ok, f"airflow standalone ({tmp_path})", 240, process)
         token = requests.post(f"{base}/auth/token", json={"username": "admin", "password": PASSWORD}, timeout=10)
         token.raise_for_status()
         options = Options()

@@ -11,10 +11,9 @@ import psycopg
 import pytest
 from pymongo import MongoClient
 
-from include.emulators.http import free_port
+from include.emulators.http import free_port, wait_until
 from include.emulators.k8s import RESOURCE_OF_KIND
 from reaper.sweep.targets import K8sTarget
-from tests.e2e.conftest import wait
 from tests.integration.conftest import Daemon, mongo_binary
 from tests.integration.k8s_helpers import MANAGED, put_leases, seed_pod, seed_run
 
@@ -152,7 +151,7 @@ def test_runner_pod_deleted_cascades_and_the_next_sweep_has_nothing_to_do(
     k8s.CoreV1Api(api).delete_namespaced_pod(
         "runner-0", "ci", body=k8s.V1DeleteOptions(propagation_policy="Background"), _request_timeout=10
     )
-    wait(lambda: not cluster.objects, timeout=10)
+    wait_until(lambda: not cluster.objects, "the ownerReference cascade", 10)
     run = sweeper.run(ENFORCEMENT)
     assert run.state == "success"
     db_reaper = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")["reaper"]

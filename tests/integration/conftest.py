@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from include.emulators.gce import Emulator, Fleet
-from include.emulators.http import free_port
+from include.emulators.http import free_port, listening, wait_until
 from include.emulators.shapes import gcloud_instance
 from reaper.gce.clients import ComputeClients, compute_clients
 from reaper.retry import Backoff
@@ -67,22 +67,6 @@ def kube():
 # --- real servers -------------------------------------------------------------------------------
 
 
-def _wait_port(port: int, process, what: str, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-    import socket
-
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{what} exited with {process.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    process.kill()
-    raise RuntimeError(f"{what} did not listen on {port}")
-
-
 class Daemon:
     """A server process the test owns: it can be stopped mid-test to simulate an outage."""
 
@@ -91,7 +75,11 @@ class Daemon:
 
         self.port, self.what = port, what
         self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _wait_port(port, self.process, what)
+        try:
+            wait_until(lambda: listening(port), f"{what} on port {port}", 30, self.process)
+        except TimeoutError:
+            self.process.kill()
+            raise
 
     @property
     def url(self) -> str:

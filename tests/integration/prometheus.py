@@ -9,7 +9,7 @@ from pathlib import Path
 
 import requests
 
-from include.emulators.http import free_port
+from include.emulators.http import free_port, wait_until
 
 
 class Prometheus:
@@ -34,16 +34,13 @@ class Prometheus:
             stdout=subprocess.DEVNULL,
             stderr=(workdir / "prometheus.log").open("w"),
         )
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            try:
-                if requests.get(f"{self.url}/-/ready", timeout=1).ok:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError(f"prometheus did not become ready; see {workdir / 'prometheus.log'}")
+        try:
+            ready = f"{self.url}/-/ready"
+            log = workdir / "prometheus.log"
+            wait_until(lambda: requests.get(ready, timeout=1).ok, f"prometheus ({log})", 30, self.process)
+        except TimeoutError:
+            self.stop()
+            raise
 
     def wait_for(self, query: str, predicate, timeout: float = 20.0):  # type: ignore[no-untyped-def]
         """Poll an instant query until ``predicate(result)`` holds; return the result."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from kubernetes import config as kconfig
 from pymongo import MongoClient
 
 from include.demo.__main__ import HERE, render
-from include.emulators.http import free_port
+from include.emulators.http import free_port, wait_until
 from reaper.config import parse_settings
 from reaper.k8s.evidence import gather
 from reaper.k8s.inventory import list_cluster
@@ -39,10 +38,7 @@ def test_without_nats_the_demo_fleet_keeps_leases_in_mongodb(tmp_path, postgres)
     argv = [sys.executable, "-m", "include.demo.fleet", "--state", str(tmp_path), "--mongo-url", mongo_url]
     fleet = subprocess.Popen([*argv, "--postgres-dsn", postgres], cwd=ROOT, stdout=subprocess.DEVNULL)
     try:
-        deadline = time.time() + 60
-        while not (tmp_path / "fleet.json").exists():
-            assert fleet.poll() is None and time.time() < deadline, "the demo fleet did not come up"
-            time.sleep(0.2)
+        wait_until(lambda: (tmp_path / "fleet.json").exists(), "the demo fleet", 60, fleet)
         world = json.loads((tmp_path / "fleet.json").read_text())
         values = {"STATE": tmp_path, "PROMETHEUS_URL": "http://127.0.0.1:9", "PUSHGATEWAY_URL": ""}
         rendered = render(HERE / "reaper.yaml", tmp_path / "reaper.yaml", {**values, "LEASE_SOURCE": "mongo"})
