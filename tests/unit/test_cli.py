@@ -6,6 +6,7 @@ import io
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -65,8 +66,8 @@ def run_cli(*args: str) -> tuple[int, str]:
     return code, out.getvalue()
 
 
-def evaluate_json(phase: str, *extra: str) -> dict:
-    code, out = run_cli("evaluate", "--now", NOW, "--phase", phase, "--format", "json", *INPUTS, *extra)
+def evaluate_json(phase: str, *extra: str, inputs: Sequence[str] = INPUTS) -> dict:
+    code, out = run_cli("evaluate", "--now", NOW, "--phase", phase, "--format", "json", *inputs, *extra)
     assert code == 0
     return json.loads(out)
 
@@ -125,21 +126,8 @@ def test_secret_data_is_never_printed() -> None:
 
 
 def test_missing_evidence_means_unknown_and_keep() -> None:
-    code, out = run_cli(
-        "evaluate",
-        "--now",
-        NOW,
-        "--phase",
-        "enforcement",
-        "--format",
-        "json",
-        "--gce",
-        str(SAMPLES / "gce-instances.json"),
-        "--k8s",
-        str(SAMPLES / "k8s-objects.json"),
-    )
-    assert code == 0
-    decisions = json.loads(out)["decisions"]
+    samples = ("--gce", str(SAMPLES / "gce-instances.json"), "--k8s", str(SAMPLES / "k8s-objects.json"))
+    decisions = evaluate_json("enforcement", inputs=samples)["decisions"]
     deleted = {d["name"] for d in decisions if d["action"] == "delete"}
     # Without writer health, no heartbeat delete; without leases, no Kubernetes delete.
     assert deleted == {"a-terminated", "a-malformed-old", "a-unlabeled-old"}
@@ -253,23 +241,9 @@ def test_runs_accept_mongoexport_object_ids(tmp_path: Path) -> None:
     runs.write_text('[{"_id": {"$oid": "run-dead"}, "status": "failed"}]')
     leases = tmp_path / "leases.json"
     leases.write_text("[]")
-    code, out = run_cli(
-        "evaluate",
-        "--now",
-        NOW,
-        "--phase",
-        "enforcement",
-        "--format",
-        "json",
-        "--k8s",
-        str(SAMPLES / "k8s-objects.json"),
-        "--runs",
-        str(runs),
-        "--leases",
-        str(leases),
-    )
-    assert code == 0
-    status = {d["evidence"]["status"] for d in json.loads(out)["decisions"] if d["name"] == "sandbox-run-dead"}
+    inputs = ("--k8s", str(SAMPLES / "k8s-objects.json"), "--runs", str(runs), "--leases", str(leases))
+    decisions = evaluate_json("enforcement", inputs=inputs)["decisions"]
+    status = {d["evidence"]["status"] for d in decisions if d["name"] == "sandbox-run-dead"}
     assert status == {"failed"}
 
 
