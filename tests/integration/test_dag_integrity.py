@@ -76,24 +76,24 @@ def test_schedules_and_timeouts(dagbag) -> None:
     assert gce.dagrun_timeout.total_seconds() == 540 and k8s.dagrun_timeout.total_seconds() == 54
 
 
-def test_a_disabled_target_has_no_dags(tmp_path, monkeypatch) -> None:
+def bag_with_config(text: str, tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+    """The DAG folder parsed with this reaper config."""
     from airflow.dag_processing.dagbag import DagBag
 
     config = tmp_path / "reaper.yaml"
-    config.write_text("k8s: {enabled: false}\nairflow: {gce_schedule: 0}\n")
+    config.write_text(text)
     monkeypatch.setenv("REAPER_CONFIG", str(config))
-    bag = DagBag(dag_folder=str(DAGS))
+    return DagBag(dag_folder=str(DAGS))
+
+
+def test_a_disabled_target_has_no_dags(tmp_path, monkeypatch) -> None:
+    bag = bag_with_config("k8s: {enabled: false}\nairflow: {gce_schedule: 0}\n", tmp_path, monkeypatch)
     assert not any(d.startswith("reaper_k8s_") for d in bag.dags)
     assert bag.dags["reaper_gce_enforcement"].schedule is None  # 0: manual triggers only
 
 
 def test_invalid_config_is_an_import_error_naming_the_key(tmp_path, monkeypatch) -> None:
-    from airflow.dag_processing.dagbag import DagBag
-
-    config = tmp_path / "reaper.yaml"
-    config.write_text("budget: {max_stale_fraction: 3}\n")
-    monkeypatch.setenv("REAPER_CONFIG", str(config))
-    bag = DagBag(dag_folder=str(DAGS))
+    bag = bag_with_config("budget: {max_stale_fraction: 3}\n", tmp_path, monkeypatch)
     assert not any(d.startswith("reaper_gce_") for d in bag.dags)
     assert all("budget.max_stale_fraction" in err for err in bag.import_errors.values()) and bag.import_errors
 
@@ -132,13 +132,10 @@ def test_failures_raise_an_alert(dagbag, caplog) -> None:
 
 
 def test_email_alerts_when_configured(tmp_path, monkeypatch) -> None:
-    from airflow.dag_processing.dagbag import DagBag
     from airflow.providers.smtp.notifications.smtp import SmtpNotifier
 
-    config = tmp_path / "reaper.yaml"
-    config.write_text("airflow: {alerts: {email: [oncall@example.org]}}\n")
-    monkeypatch.setenv("REAPER_CONFIG", str(config))
-    dag = DagBag(dag_folder=str(DAGS)).dags["reaper_k8s_enforcement"]
+    bag = bag_with_config("airflow: {alerts: {email: [oncall@example.org]}}\n", tmp_path, monkeypatch)
+    dag = bag.dags["reaper_k8s_enforcement"]
     assert any(isinstance(n, SmtpNotifier) for n in dag.on_failure_callback)
 
 
