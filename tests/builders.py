@@ -31,6 +31,8 @@ def inst(
     stop_age: float | None = None,
     labels: dict[str, str] | None = None,
     selector: bool = True,
+    deletion_protection: bool = False,
+    instance_id: str | None = None,
 ) -> GceInstance:
     """An instance; ``hb_age`` sets a valid heartbeat that many seconds old, ``hb`` a raw label value."""
     n = next(_ids)
@@ -44,11 +46,12 @@ def inst(
         project=project,
         zone="us-east1-b",
         name=name or f"vm-{n}",
-        id=str(1000 + n),
+        id=instance_id or str(1000 + n),
         status=status,
         labels=all_labels,
         created=NOW - created_age,
         last_stop=None if stop_age is None else NOW - stop_age,
+        deletion_protection=deletion_protection,
     )
 
 
@@ -65,6 +68,7 @@ def obj(
     labels: dict[str, str] | None = None,
     containers: dict[str, bool] | None = None,
     managed: bool = True,
+    deleting: bool = False,
 ) -> K8sObject:
     n = next(_ids)
     all_labels = {"iterion.io/managed": "true"} if managed else {}
@@ -80,6 +84,7 @@ def obj(
         labels=all_labels,
         created=NOW - age,
         containers=containers or {},
+        deleting=deleting,
     )
 
 

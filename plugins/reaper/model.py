@@ -66,6 +66,7 @@ class GceInstance(msgspec.Struct, frozen=True, gc=False):
     labels: dict[str, str]
     created: float
     last_stop: float | None = None
+    deletion_protection: bool = False
 
     kind = "instance"
 
@@ -82,7 +83,11 @@ class K8sObject(msgspec.Struct, frozen=True, gc=False):
     """A managed Pod, Secret or NetworkPolicy. Secrets carry metadata only: never ``data``.
 
     ``containers`` (Pods only) maps every container and init container name to
-    whether it has terminated; a container with no status yet counts as running.
+    whether it has finished for good: terminated and never to be restarted. A
+    container that runs, waits, has no status yet, or exited non-zero where the
+    kubelet will restart it has not (DESIGN.md section 5, row 6). ``deleting``:
+    ``metadata.deletionTimestamp`` is set (grace period, finalizers): the object is
+    already going away, and a Pod in that state may still be running.
     """
 
     kind: str
@@ -96,6 +101,7 @@ class K8sObject(msgspec.Struct, frozen=True, gc=False):
     containers: dict[str, bool] = {}
     owner_references: int = 0
     active_deadline_seconds: int | None = None
+    deleting: bool = False
 
     @property
     def scope(self) -> str:
@@ -139,10 +145,13 @@ class Evidence(msgspec.Struct, frozen=True):
 
     ``None`` for a source means it could not be read at all: every answer from it is unknown.
 
-    - ``writer_health``: heartbeat-writer reports, all projects.
-    - ``leases``: run key -> lease expiry (unix seconds, ``None`` = no expiry known).
+    - ``writer_health``: heartbeat-writer reports, all projects. A record whose ``last_pass`` is
+      not a finite number is an unreadable report: its project's writer health is unknown.
+    - ``leases``: run key -> lease expiry (unix seconds, ``None`` = no expiry known; a value
+      that is not a finite number is unknown).
     - ``runs``: run key -> raw status string from the run store.
-    - ``steps``: ``run/step/attempt`` -> (raw status, results present) from ``step_runs``.
+    - ``steps``: ``run/step/attempt`` (the pod's own label values) -> (raw status, results
+      durable) from ``step_runs``.
     - ``incomplete``: (target, scope) pairs whose inventory listing is not proven complete.
     - ``swept``: (target, scope) pairs the sweep listed; each gets a verdict and a census even when
       it holds nothing (so an emptied scope reports zeros, and an incomplete empty one its hold).

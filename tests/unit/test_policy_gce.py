@@ -73,8 +73,83 @@ def test_malformed_heartbeat_counts_as_unlabeled_for_age() -> None:
     assert one(inst(hb="soon", created_age=3 * D + 1)) == ("delete", "unlabeled_age", "unlabeled_age")
 
 
-def test_zero_heartbeat_is_valid_and_stale() -> None:
-    assert one(inst(hb="0")) == ("delete", "heartbeat_stale", "heartbeat_stale")
+def test_zero_heartbeat_is_older_than_any_instance() -> None:
+    assert one(inst(hb="0")) == ("report", "heartbeat_stale", "heartbeat_before_creation")
+
+
+# --- contradictory timestamps (DESIGN.md section 4, surprising evidence) -----------------------
+
+
+def test_instance_created_in_the_future_with_a_stale_label_is_reported_not_deleted() -> None:
+    assert one(inst(hb_age=Q + H, created_age=-2 * H)) == ("report", "heartbeat_stale", "created_in_future")
+
+
+def test_unlabeled_instance_created_in_the_future_is_reported_under_the_age_rule() -> None:
+    assert one(inst(created_age=-2 * H)) == ("report", "unlabeled_age", "created_in_future")
+
+
+def test_creation_within_clock_skew_in_the_future_is_not_an_anomaly() -> None:
+    assert one(inst(hb_age=-4 * M, created_age=-5 * M)) == ("keep", None, "fresh")
+
+
+def test_terminated_instance_created_in_the_future_waits_out_its_grace_from_creation() -> None:
+    assert one(inst(status="TERMINATED", stop_age=D, created_age=-2 * H))[0] == "report"
+    assert one(inst(status="TERMINATED", stop_age=D, created_age=-2 * H, hb_age=H))[2] == "created_in_future"
+
+
+def test_heartbeat_older_than_the_instance_is_an_anomaly_not_a_stale_heartbeat() -> None:
+    # Created ten minutes ago, carrying a five-hour-old label: no job on it can be that old.
+    assert one(inst(hb_age=5 * H, created_age=10 * M)) == ("report", "heartbeat_stale", "heartbeat_before_creation")
+
+
+def test_heartbeat_before_creation_within_clock_skew_is_valid() -> None:
+    assert one(inst(hb_age=Q + 1, created_age=Q + 1 - 5 * M)) == ("delete", "heartbeat_stale", "heartbeat_stale")
+
+
+def test_heartbeat_before_creation_counts_as_unlabeled_for_age() -> None:
+    assert one(inst(hb_age=5 * D, created_age=3 * D + 1)) == ("delete", "unlabeled_age", "unlabeled_age")
+
+
+def test_heartbeat_before_creation_is_not_counted_by_the_budget() -> None:
+    fleet = [inst(project="p1", hb_age=5 * H, created_age=10 * M) for _ in range(5)] + [inst(hb_age=Q + 1)]
+    p = plan(fleet)
+    assert p.scopes[0].details["labeled"] == 1 and p.scopes[0].holds == ()
+
+
+def test_terminated_grace_runs_from_creation_when_the_stop_time_is_before_it() -> None:
+    # Created two minutes ago, stopped "a day ago": the stop time is wrong; the grace runs from creation.
+    assert one(inst(status="TERMINATED", stop_age=D, created_age=2 * M)) == ("keep", None, "no_finding")
+    assert one(inst(status="TERMINATED", stop_age=D, created_age=11 * M))[0] == "delete"
+
+
+# --- deletion protection and duplicates --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "rule"),
+    [
+        ({"hb_age": Q + 1}, "heartbeat_stale"),
+        ({"status": "TERMINATED", "stop_age": H}, "terminated"),
+        ({"created_age": 4 * D}, "unlabeled_age"),
+    ],
+)
+def test_deletion_protected_instance_is_reported_instead_of_deleted(kwargs: dict, rule: str) -> None:
+    i = inst(deletion_protection=True, **kwargs)
+    assert one(i) == ("report", rule, "deletion_protected")
+    assert plan([i]).decisions[0].evidence["deletion_protection"] is True
+
+
+def test_deletion_protection_without_a_finding_is_a_plain_keep() -> None:
+    assert one(inst(hb_age=M, deletion_protection=True)) == ("keep", None, "fresh")
+
+
+def test_the_same_instance_listed_twice_makes_the_listing_incomplete() -> None:
+    stale = inst(hb_age=Q + 1, instance_id="42")
+    p = plan([stale, stale, inst(hb_age=M)])
+    assert [d.action.value for d in p.decisions if d.resource.id == "42"] == ["report", "report"]
+    assert {d.reason for d in p.decisions if d.resource.id == "42"} == {"inventory_incomplete"}
+    assert p.scopes[0].holds == ("inventory_incomplete",)
+    assert p.deletes() == []
 
 
 # --- absent label and age ---------------------------------------------------------------------
@@ -180,6 +255,14 @@ def test_writer_health_is_judged_when_it_was_read() -> None:
     # ...and staleness counts up to the read, never back to the listing: later means stricter.
     ev = Evidence(writer_health=[WriterRecord("m1", "p1", NOW - 60, False)], observed_until=NOW + 30 * M)
     assert one(inst(hb_age=D), evidence=ev)[2] == "writer_unhealthy"
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_writer_report_makes_the_project_unknown(value: float) -> None:
+    records = [*healthy("p1"), WriterRecord("m-odd", "p1", value, False)]
+    p = plan([inst(hb_age=Q + 1)], evidence=Evidence(writer_health=records))
+    assert by_name(p).popitem()[1] == ("report", "heartbeat_stale", "writer_health_unknown")
+    assert p.scopes[0].details["unhealthy_writers"] == [{"manager": "m-odd", "problem": "unreadable"}]
 
 
 def test_unreadable_writer_health_holds() -> None:

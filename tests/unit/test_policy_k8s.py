@@ -120,8 +120,20 @@ def test_row7_step_store_unknown_reports() -> None:
     }
 
 
-def test_row7_step_row_provably_absent_does_not_block() -> None:
-    assert _step_run(Keyed(complete=True)) == {"r1": {("delete", "sandbox_orphan")}}
+def test_row7_no_row_for_the_pods_own_attempt_is_not_durable() -> None:
+    assert _step_run(Keyed(complete=True)) == {"r1": {("report", "results_not_durable")}}
+    # Attempt 1's row is durable, but the pod is attempt 2's.
+    assert _step_run(Keyed(known={"r1/build/1": ("succeeded", True)}, complete=True)) == {
+        "r1": {("report", "results_not_durable")}
+    }
+
+
+@pytest.mark.parametrize("attempt", ["abc", "", "1.5", " 1", "١", "-1"])
+def test_row7_malformed_attempt_label_is_not_durable(attempt: str) -> None:
+    res = [obj("Pod", "r1", labels={"iterion.io/step": "build", "iterion.io/attempt": attempt})]
+    steps = Keyed(known={f"r1/build/{attempt}": ("succeeded", True)}, complete=True)
+    got = decide(res, ev(statuses={"r1": "failed"}, steps=steps), config=settings(**STEP_CFG))
+    assert got == {"r1": {("report", "results_not_durable")}}
 
 
 def test_row7_half_labelled_step_pod_reports() -> None:
@@ -172,16 +184,62 @@ def test_unmanaged_objects_are_not_in_the_plan() -> None:
     assert plan([*sandbox("r1"), obj("Pod", "r2", managed=False)], evidence=ev()).decisions.__len__() == 4
 
 
-def test_opt_out_keeps_that_object() -> None:
-    res = [*sandbox("r1"), obj("Secret", "r1", labels={"reaper.io/keep": "true"})]
-    got = [(d.resource.kind, d.action.value, d.reason) for d in plan(res, evidence=ev()).decisions]
-    assert ("Secret", "keep", "opt_out") in got
-    assert sum(1 for g in got if g[1] == "delete") == 4
+@pytest.mark.parametrize("kind", ["Pod", "Secret", "NetworkPolicy"])
+def test_opt_out_on_any_object_keeps_the_whole_run(kind: str) -> None:
+    # Deleting the Secrets or NetworkPolicy of a kept Pod would strip a live sandbox of its
+    # credentials or its isolation: the decision is per run (DESIGN.md section 5).
+    res = [*sandbox("r1"), obj(kind, "r1", labels={"reaper.io/keep": "true"}), *sandbox("r2")]
+    got = decide(res, ev())
+    assert got == {"r1": {("keep", "opt_out")}, "r2": {("delete", "sandbox_orphan")}}
 
 
-def test_protected_namespace_is_kept() -> None:
-    res = [obj("Pod", "r1", namespace="kube-system"), obj("Secret", "r1", namespace="kube-system")]
+def test_protected_namespace_of_any_object_keeps_the_whole_run() -> None:
+    res = [*sandbox("r1"), obj("Pod", "r1", namespace="kube-system")]
     assert decide(res, ev()) == {"r1": {("keep", "protected_scope")}}
+
+
+def test_opt_out_wins_over_protection_whatever_the_order() -> None:
+    opted, protected = obj("Secret", "r1", labels={"reaper.io/keep": "true"}), obj("Pod", "r1", namespace="kube-system")
+    assert decide([opted, protected], ev()) == decide([protected, opted], ev()) == {"r1": {("keep", "opt_out")}}
+
+
+def test_kept_runs_count_in_neither_side_of_the_budget() -> None:
+    # Two orphans of three managed runs trip the budget (min_stale 2); six opted-out runs must not dilute it.
+    opted = [o for r in range(6) for o in sandbox(f"keep{r}") if o.kind != "Pod"]
+    opted += [obj("Pod", f"keep{r}", labels={"reaper.io/keep": "true"}) for r in range(6)]
+    res = sandbox("a") + sandbox("b") + sandbox("live") + opted
+    p = plan(res, evidence=ev(held=["live"]), config=settings(budget={"min_stale": 2}))
+    assert p.scopes[0].holds == ("budget_exceeded",)
+    assert p.scopes[0].details["managed_runs"] == 3
+
+
+def test_terminating_pod_keeps_its_run_until_a_sweep_finds_it_gone() -> None:
+    res = [obj("Pod", "r1", deleting=True), obj("Secret", "r1"), obj("NetworkPolicy", "r1")]
+    p = plan(res, evidence=ev(statuses={"r1": "failed"}))
+    assert {(d.action.value, d.reason) for d in p.decisions} == {("keep", "pod_terminating")}
+    assert p.census["k8s"]["c1"]["terminating"] == {"Pod": 1}
+
+
+def test_terminating_secret_is_kept_while_the_rest_of_its_run_is_reaped() -> None:
+    res = [obj("Pod", "r1"), obj("Secret", "r1", deleting=True), obj("NetworkPolicy", "r1")]
+    got = {(d.resource.kind, d.action.value, d.reason) for d in plan(res, evidence=ev()).decisions}
+    assert got == {
+        ("Pod", "delete", "sandbox_orphan"),
+        ("Secret", "keep", "terminating"),
+        ("NetworkPolicy", "delete", "sandbox_orphan"),
+    }
+
+
+def test_the_same_object_listed_twice_holds_the_cluster() -> None:
+    pod = obj("Pod", "r1")
+    p = plan([pod, pod, obj("Secret", "r1")], evidence=ev())
+    assert p.scopes[0].holds == ("inventory_incomplete",) and p.deletes() == []
+
+
+@pytest.mark.parametrize("expiry", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_lease_expiry_is_unknown(expiry: float) -> None:
+    got = decide(sandbox("r1"), Evidence(leases=Keyed(known={"r1": expiry}, complete=True), runs=runs()))
+    assert got == {"r1": {("report", "lease_unknown")}}
 
 
 def test_budget_over_runs_holds_the_cluster() -> None:

@@ -122,8 +122,11 @@ def k8s_fleets(draw) -> tuple[list[K8sObject], Evidence]:
                     labels=labels,
                     created=NOW - draw(old),
                     containers=containers,
+                    deleting=draw(st.integers(0, 14)) == 0,
                 )
             )
+            if draw(st.integers(0, 29)) == 0:
+                objects.append(objects[-1])  # listed twice: pages moved under the listing
 
     def source(known: dict, failed: set) -> Keyed | None:
         shape = draw(st.sampled_from(["complete"] * 6 + ["partial", "down"]))
@@ -193,10 +196,40 @@ def test_k8s_never_deletes_without_positive_evidence(fleet, config, phase) -> No
             StoreState.TERMINAL,
             StoreState.NOT_FOUND,
         )
-        assert obj.labels.get("reaper.io/keep") != "true" and obj.namespace != "kube-system"
+        assert not obj.deleting
         siblings = [o for o in objects if o.labels.get("iterion.io/run-id") == run_key and o.cluster == obj.cluster]
+        assert all(o.labels.get("reaper.io/keep") != "true" and o.namespace != "kube-system" for o in siblings)
+        assert not any(o.deleting for o in siblings if o.kind == "Pod")
         assert all(NOW - o.created >= 5 * M for o in siblings)
         assert not any(o.containers.get("results-egress") is False for o in siblings)
+
+
+@PROPS
+@given(k8s_fleets(), configs, phases)
+def test_k8s_every_object_of_a_run_gets_the_same_action(fleet, config, phase) -> None:
+    """The per-object bug: an opted-out Pod kept while its Secrets were deleted. Only an object already
+    being deleted may differ from its run, and only by being kept."""
+    objects, evidence = fleet
+    actions: dict[tuple[str, str], set[Action]] = {}
+    for d in run(objects, evidence, config, phase).decisions:
+        run_key = d.resource.labels.get("iterion.io/run-id")
+        if run_key and not d.resource.deleting:
+            actions.setdefault((d.resource.cluster, run_key), set()).add(d.action)
+    assert all(len(found) == 1 for found in actions.values()), actions
+
+
+@PROPS
+@given(st.lists(instances(), max_size=20), k8s_fleets(), writer_health, configs, phases, st.data())
+def test_a_plan_never_holds_two_deletes_for_one_uid(fleet, k8s, writers, config, phase, data) -> None:
+    objects, evidence = k8s
+    fleet = fleet + data.draw(st.lists(st.sampled_from(fleet), max_size=3)) if fleet else fleet
+    ev = Evidence(writer_health=writers, leases=evidence.leases, runs=evidence.runs, steps=evidence.steps)
+    uids = [(d.target, d.scope, _uid_of(d.resource)) for d in run(fleet + objects, ev, config, phase).deletes()]
+    assert len(uids) == len(set(uids))
+
+
+def _uid_of(resource) -> str:
+    return resource.id if isinstance(resource, GceInstance) else resource.uid
 
 
 @PROPS

@@ -8,6 +8,7 @@ project's holds (writer health, budget, listing) are known.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from collections import Counter, defaultdict
 from collections.abc import Iterable
@@ -42,6 +43,10 @@ _STALE = ("heartbeat_stale", "heartbeat_stale", True, True)
 _UNLABELED = ("unlabeled_age", "unlabeled_age", True, False)
 _FUTURE = ("heartbeat_stale", "heartbeat_in_future", False, False)
 _MALFORMED = ("heartbeat_stale", "heartbeat_malformed", False, False)
+_BEFORE_CREATION = ("heartbeat_stale", "heartbeat_before_creation", False, False)
+# A creation time in the future makes every age meaningless: it belongs to the rule that would have used it.
+_CREATED_FUTURE_LABELED = ("heartbeat_stale", "created_in_future", False, False)
+_CREATED_FUTURE_UNLABELED = ("unlabeled_age", "created_in_future", False, False)
 
 
 def evaluate_gce(
@@ -66,7 +71,7 @@ def evaluate_gce(
 class _Project:
     """One project's in-scope instances as the first pass sorted them."""
 
-    __slots__ = ("beats", "fresh", "opted", "rare", "young")
+    __slots__ = ("beats", "duplicated", "fresh", "ids", "opted", "rare", "young")
 
     def __init__(self) -> None:
         self.fresh: list[GceInstance] = []  # valid, fresh heartbeat, not TERMINATED
@@ -74,6 +79,8 @@ class _Project:
         self.opted: list[GceInstance] = []  # opt-out label
         self.rare: list[GceInstance] = []  # everything else: classified row by row
         self.beats: list[int] = []  # the valid heartbeat values, for the budget and the census
+        self.ids: set[str] = set()  # instance ids seen: one listed twice means the listing is not trustworthy
+        self.duplicated = False
 
     def instances(self) -> list[GceInstance]:
         return [*self.fresh, *self.young, *self.opted, *self.rare]
@@ -88,7 +95,7 @@ def _first_pass(instances: Iterable[GceInstance], config: Settings, t: _Threshol
     project's lists are rebound only when the project changes.
     """
     (sel_key, sel_value), *sel_rest = config.gce.selector.items()
-    hb_label, opt_key, opt_value = t.hb_label, t.opt_key, t.opt_value
+    hb_label, opt_key, opt_value, skew = t.hb_label, t.opt_key, t.opt_value, t.skew
     stale_before, future_after, aged_before = t.stale_before, t.future_after, t.aged_before
     projects: dict[str, _Project] = {}
     current = None
@@ -99,24 +106,32 @@ def _first_pass(instances: Iterable[GceInstance], config: Settings, t: _Threshol
         if inst.project != current:
             current = inst.project
             group = projects.get(current) or projects.setdefault(current, _Project())
-            fresh, young, opted, rare, beats = (
+            fresh, young, opted, rare, beats, ids = (
                 group.fresh.append,
                 group.young.append,
                 group.opted.append,
                 group.rare.append,
                 group.beats.append,
+                group.ids,
             )
+        if inst.id in ids:
+            group.duplicated = True
+        ids.add(inst.id)
         if labels.get(opt_key) == opt_value:
             opted(inst)
             continue
+        created = inst.created
+        if created > future_after or inst.status == "TERMINATED":
+            rare(inst)
+            continue
         raw = labels.get(hb_label)
         if raw is None:
-            if inst.created >= aged_before and inst.status != "TERMINATED":
+            if created >= aged_before:
                 young(inst)
                 continue
         elif raw.isdigit() and raw.isascii():
             beat = int(raw)
-            if stale_before <= beat <= future_after and inst.status != "TERMINATED":
+            if stale_before <= beat <= future_after and beat >= created - skew:
                 beats(beat)
                 fresh(inst)
                 continue
@@ -133,6 +148,7 @@ class _Thresholds:
         self.observed = max(now, observed_until or now)  # when the latest evidence was read
         self.hb_label = gce.heartbeat_label
         self.opt_key, self.opt_value = gce.opt_out_label
+        self.skew = gce.clock_skew.total_seconds()
         self.stale_before = now - gce.quarantine.total_seconds()  # a beat older than this is stale
         self.future_after = self.observed + gce.clock_skew.total_seconds()  # newer than this: in the future
         self.stopped_before = now - gce.terminated_grace.total_seconds()
@@ -153,13 +169,18 @@ def writer_hold(
 ) -> tuple[str | None, list[dict[str, object]]]:
     """The writer-health hold of one project, and the managers that caused it.
 
-    ``records is None`` means the source could not be read: unknown, so hold. A
-    project with no records has no live writer: its instances go stale and are
-    reaped (a dead manager stops reporting; that is what the reaper is for).
-    ``now`` is when the records were read: a later clock only flags more writers stale.
+    ``records is None`` means the source could not be read: unknown, so hold. So does a
+    record whose ``last_pass`` is not a finite number (NaN would compare false to every
+    threshold and pass for healthy). A project with no records has no live writer: its
+    instances go stale and are reaped (a dead manager stops reporting; that is what the
+    reaper is for). ``now`` is when the records were read: a later clock only flags more
+    writers stale.
     """
     if records is None:
         return "writer_health_unknown", []
+    unreadable = [{"manager": r.manager, "problem": "unreadable"} for r in records if not math.isfinite(r.last_pass)]
+    if unreadable:
+        return "writer_health_unknown", unreadable
     stale_before = now - config.gce.writer_stale_after.total_seconds()
     future_after = now + config.gce.clock_skew.total_seconds()
     bad = []
@@ -201,7 +222,7 @@ def _evaluate_project(
     stale = findings.get("heartbeat_stale", 0)
 
     holds, overridden, details = _project_holds(
-        project, len(beats), stale, evidence, writers, config, t.observed, override
+        project, len(beats), stale, group.duplicated, evidence, writers, config, t.observed, override
     )
     if "protected_scope" in holds:
         result.kept.append((TARGET, "protected_scope", instances))
@@ -224,18 +245,31 @@ def _evaluate_project(
 def _classify(
     inst: GceInstance, t: _Thresholds, findings: dict[str, int]
 ) -> tuple[list[tuple[str, str, bool, bool]], dict[str, object], int | None]:
-    """Every finding and anomaly of one instance (DESIGN.md section 4), the facts, and its valid beat."""
+    """Every finding and anomaly of one instance (DESIGN.md section 4), the facts, and its valid beat.
+
+    A creation time in the future leaves only ``terminated`` (and that one only once its grace,
+    measured from the later of stop and creation, has run out): every other age is meaningless.
+    A heartbeat older than the instance was copied or stamped by a wrong clock: it counts as no label.
+    """
     candidates = []
     raw = inst.labels.get(t.hb_label)
     beat: int | None = None
     age = None
     unlabeled = raw is None
-    if unlabeled:
+    created_in_future = inst.created > t.future_after
+    if created_in_future:
+        findings["created_in_future"] += 1
+        candidates.append(_CREATED_FUTURE_UNLABELED if unlabeled else _CREATED_FUTURE_LABELED)
+    elif unlabeled:
         findings["heartbeat_absent"] += 1
     elif raw.isdigit() and raw.isascii():
         if int(raw) > t.future_after:
             findings["heartbeat_in_future"] += 1
             candidates.append(_FUTURE)
+        elif int(raw) < inst.created - t.skew:
+            unlabeled = True
+            findings["heartbeat_before_creation"] += 1
+            candidates.append(_BEFORE_CREATION)
         else:
             beat = int(raw)
             age = t.now - beat
@@ -246,13 +280,17 @@ def _classify(
         unlabeled = True
         findings["heartbeat_malformed"] += 1
         candidates.append(_MALFORMED)
-    if inst.status == "TERMINATED" and (inst.last_stop or inst.created) < t.stopped_before:
+    stopped = max(inst.last_stop or inst.created, inst.created)
+    if inst.status == "TERMINATED" and stopped < t.stopped_before:
         findings["terminated"] += 1
         candidates.insert(0, _TERMINATED)
-    if unlabeled and inst.created < t.aged_before:
+    if unlabeled and not created_in_future and inst.created < t.aged_before:
         findings["unlabeled_age"] += 1
         candidates.append(_UNLABELED)
-    return candidates, {"status": inst.status, "heartbeat": raw, "heartbeat_age_s": age}, beat
+    facts: dict[str, object] = {"status": inst.status, "heartbeat": raw, "heartbeat_age_s": age}
+    if inst.deletion_protection:
+        facts["deletion_protection"] = True
+    return candidates, facts, beat
 
 
 def _age_histogram(beats: list[int], now: float) -> dict[str, object]:
@@ -271,6 +309,7 @@ def _project_holds(
     project: str,
     labeled: int,
     stale: int,
+    duplicated: bool,
     evidence: Evidence,
     writers: dict[str, list[WriterRecord]] | None,
     config: Settings,
@@ -281,7 +320,8 @@ def _project_holds(
     overridden: list[str] = []
     if project in config.gce.protected_projects:
         holds.append("protected_scope")
-    if (TARGET, project) in evidence.incomplete:
+    # An instance listed twice means the pages moved under the listing: it is not a complete one.
+    if (TARGET, project) in evidence.incomplete or duplicated:
         holds.append("inventory_incomplete")
     writer, bad_writers = writer_hold(None if writers is None else writers.get(project, []), config, observed)
     if writer:
@@ -325,6 +365,8 @@ def _resolve(
                 action, reason = REPORT, "inventory_incomplete"
             elif holdable and heartbeat_hold:
                 action, reason = REPORT, heartbeat_hold
+            elif inst.deletion_protection:
+                action, reason = REPORT, "deletion_protected"  # the API would refuse it every sweep
         if best is None or _RANK[action] > _RANK[best[0]]:
             best = (action, rule, reason)
     facts["findings"] = [c[1] for c in candidates]

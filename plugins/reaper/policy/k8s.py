@@ -1,12 +1,16 @@
 """Kubernetes rules (DESIGN.md section 5): one decision per run, lease first, store as backstop.
 
 A run's Pods, Secrets and NetworkPolicies share one decision, taken by the
-first matching row of the table in DESIGN.md section 5. Every evidence lookup
-has an explicit unknown, and every unknown leads to keep or report, never delete.
+first matching row of the table in DESIGN.md section 5, never per object: an
+opted-out or protected object keeps its whole run, because deleting the Secrets
+or NetworkPolicy of a kept Pod would strip a live sandbox of its credentials or
+its network isolation. Every evidence lookup has an explicit unknown, and every
+unknown leads to keep or report, never delete.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable
 
@@ -30,18 +34,27 @@ from reaper.policy.gce import budget_tripped
 TARGET = "k8s"
 RULE = "sandbox_orphan"
 KEEP, REPORT, DELETE = Action.KEEP, Action.REPORT, Action.DELETE
-# Row outcomes: reason -> whether it is the orphan finding (rows 1-2 keep, 3-7 report, 8 finding).
-KEEP_ROWS = ("min_age", "lease_held")
+# Run outcomes that keep: the run-wide guards before the table, then rows 1-2. Rows 3-7 report, 8 is the finding.
+KEPT_RUNS = ("opt_out", "protected_scope")  # counted in neither side of the budget
+KEEP_ROWS = (*KEPT_RUNS, "pod_terminating", "min_age", "lease_held")
 ORPHAN = "sandbox_orphan"
+TERMINATING = "terminating"
 
 
 def lease_state(key: str, leases: Keyed[float | None] | None, now: float, skew: float) -> LeaseState:
-    """Held while the key exists and has not expired (with ``skew`` of grace for the writer's clock)."""
+    """Held while the key exists and has not expired (with ``skew`` of grace for the writer's clock).
+
+    An expiry that is not a finite number (NaN compares false to everything) is unknown, never absent.
+    """
     if leases is None or key in leases.failed:
         return LeaseState.UNKNOWN
     if key in leases.known:
         expires = leases.known[key]
-        return LeaseState.HELD if expires is None or expires + skew > now else LeaseState.ABSENT
+        if expires is None:
+            return LeaseState.HELD
+        if not isinstance(expires, int | float) or not math.isfinite(expires):
+            return LeaseState.UNKNOWN
+        return LeaseState.HELD if expires + skew > now else LeaseState.ABSENT
     return LeaseState.ABSENT if leases.complete else LeaseState.UNKNOWN
 
 
@@ -117,9 +130,16 @@ def _evaluate_cluster(
     mode = modes[RULE]
     runs: dict[str, list[K8sObject]] = defaultdict(list)
     by_kind: dict[str, int] = defaultdict(int)
+    terminating: dict[str, int] = defaultdict(int)
     unlabeled: list[K8sObject] = []
+    uids: set[str] = set()
+    duplicated = False
     for obj in objects:
         by_kind[obj.kind] += 1
+        if obj.deleting:
+            terminating[obj.kind] += 1
+        duplicated = duplicated or obj.uid in uids
+        uids.add(obj.uid)
         key = obj.labels.get(k8s.run_label)
         if key:
             runs[key].append(obj)
@@ -128,11 +148,13 @@ def _evaluate_cluster(
 
     rows = {key: _run_row(key, members, evidence, config, now) for key, members in runs.items()}
     orphans = sum(1 for reason, _ in rows.values() if reason == ORPHAN)
+    managed = sum(1 for reason, _ in rows.values() if reason not in KEPT_RUNS)
     holds: list[str] = []
     overridden: list[str] = []
-    if (TARGET, cluster) in evidence.incomplete:
+    # The same object listed twice means the listing moved under us (DESIGN.md section 4, applied to lists).
+    if (TARGET, cluster) in evidence.incomplete or duplicated:
         holds.append("inventory_incomplete")
-    if budget_tripped(orphans, len(runs), config):
+    if budget_tripped(orphans, managed, config):
         (overridden if override else holds).append("budget_exceeded")
 
     by_reason: dict[str, int] = defaultdict(int)
@@ -144,21 +166,23 @@ def _evaluate_cluster(
             action, reason = REPORT, holds[0]
             facts = {**facts, "holds": list(holds)}
         for obj in members:
-            out.append(_member_decision(obj, action, reason, facts, config))
+            out.append(_member_decision(obj, action, reason, facts))
     for obj in unlabeled:
-        by_reason["run_label_missing"] += 1
-        action = KEEP if mode is Mode.OFF else REPORT
-        out.append(_member_decision(obj, action, "run_label_missing", {"run_label": k8s.run_label}, config))
+        reason = _object_guard(obj, config) or "run_label_missing"
+        by_reason[reason] += 1
+        action = KEEP if mode is Mode.OFF or reason != "run_label_missing" else REPORT
+        out.append(_member_decision(obj, action, reason, {"run_label": k8s.run_label}))
 
     census: dict[str, object] = {
         "objects": len(objects),
         "by_kind": dict(by_kind),
+        "terminating": dict(terminating),
         "runs": len(runs),
         "by_reason": dict(by_reason),
         "lease": _count(facts.get("lease") for _, facts in rows.values()),
         "store": _count(facts.get("store") for _, facts in rows.values()),
     }
-    details = {"runs": len(runs), "orphaned_runs": orphans}
+    details = {"runs": len(runs), "managed_runs": managed, "orphaned_runs": orphans}
     return ScopeVerdict(TARGET, cluster, tuple(holds), tuple(overridden), details), census
 
 
@@ -176,24 +200,44 @@ def _row_action(reason: str, mode: Mode) -> Action:
     return ACTION_OF_MODE[mode] if reason == ORPHAN else REPORT
 
 
-def _member_decision(
-    obj: K8sObject, action: Action, reason: str, facts: dict[str, object], config: Settings
-) -> Decision:
-    """The run's decision for one of its objects, unless the object itself opts out or is protected."""
+def _member_decision(obj: K8sObject, action: Action, reason: str, facts: dict[str, object]) -> Decision:
+    """The run's decision for one of its objects; an object already being deleted is never sent a delete."""
+    if obj.deleting and action is not KEEP:
+        return Decision(TARGET, obj, KEEP, RULE, TERMINATING, facts)
+    return Decision(TARGET, obj, action, RULE, reason, facts)
+
+
+def _object_guard(obj: K8sObject, config: Settings) -> str | None:
+    """Why this object alone keeps its run (opt-out label, protected namespace), or None."""
     opt_key, opt_value = config.k8s.opt_out_label
     if obj.labels.get(opt_key) == opt_value:
-        return Decision(TARGET, obj, KEEP, RULE, "opt_out", facts)
+        return "opt_out"
     if obj.namespace in config.k8s.protected_namespaces:
-        return Decision(TARGET, obj, KEEP, RULE, "protected_scope", facts)
-    return Decision(TARGET, obj, action, RULE, reason, facts)
+        return "protected_scope"
+    return None
 
 
 def _run_row(
     key: str, members: list[K8sObject], evidence: Evidence, config: Settings, now: float
 ) -> tuple[str, dict[str, object]]:
-    """The first matching row of DESIGN.md section 5 for one run, and the evidence it used."""
+    """The first matching row of DESIGN.md section 5 for one run, and the evidence it used.
+
+    Before the table, three run-wide guards keep every object of the run: any object opted out
+    or in a protected namespace, and a Pod already terminating (its containers may still run;
+    its Secrets and NetworkPolicy wait for a sweep that finds it gone).
+    """
     k8s = config.k8s
     facts: dict[str, object] = {"run": key}
+    guards = [(_object_guard(obj, config), obj) for obj in members]
+    for guard in KEPT_RUNS:  # in this order, whatever the order of the listing
+        kept_by = sorted(f"{o.kind} {o.namespace}/{o.name}" for g, o in guards if g == guard)
+        if kept_by:
+            facts["kept_by"] = kept_by
+            return guard, facts
+    pods = [obj for obj in members if obj.kind == "Pod"]
+    if any(pod.deleting for pod in pods):
+        facts["terminating"] = [pod.name for pod in pods if pod.deleting]
+        return "pod_terminating", facts
     youngest = max(obj.created for obj in members)
     facts["youngest_age_s"] = now - youngest
     if now - youngest < k8s.min_age.total_seconds():
@@ -211,9 +255,8 @@ def _run_row(
         return "lease_absent_run_active", facts  # row 4
     if store is StoreState.UNKNOWN:
         return "store_unknown", facts  # row 5
-    pods = [obj for obj in members if obj.kind == "Pod"]
     if any(pod.containers.get(k8s.results_sidecar) is False for pod in pods):
-        return "results_egress_in_progress", facts  # row 6
+        return "results_egress_in_progress", facts  # row 6: a container status always beats the phase
     if k8s.step_store != "none":
         pending = _undurable_steps(key, pods, evidence, config)
         if pending:
@@ -222,8 +265,17 @@ def _run_row(
     return ORPHAN, facts  # row 8
 
 
+def valid_attempt(label: str | None) -> bool:
+    """An attempt label the step store can match by value: ASCII decimal digits (``"01"`` is attempt 1)."""
+    return bool(label) and label.isascii() and label.isdigit()  # type: ignore[union-attr]
+
+
 def _undurable_steps(key: str, pods: list[K8sObject], evidence: Evidence, config: Settings) -> dict[str, str]:
-    """Step attempts of the run's pods whose results are not proven durable, with their state."""
+    """Step attempts of the run's pods whose results are not proven durable, with why (DESIGN.md 5, row 7).
+
+    Only a terminal row for the pod's own (run, step, attempt) with durable results (or a failed
+    status) proves it: no row, an unknown one, or missing or malformed labels all count as not durable.
+    """
     k8s = config.k8s
     pending: dict[str, str] = {}
     for pod in pods:
@@ -231,10 +283,13 @@ def _undurable_steps(key: str, pods: list[K8sObject], evidence: Evidence, config
         attempt = pod.labels.get(k8s.attempt_label)
         if step is None and attempt is None:
             continue  # not a step pod
-        if not step or not attempt:
+        if not step or attempt is None:
             pending[pod.name] = "step_labels_incomplete"
             continue
+        if not valid_attempt(attempt):
+            pending[pod.name] = "attempt_label_malformed"
+            continue
         state = step_state(step_key(key, step, attempt), evidence.steps, config)
-        if state in (StoreState.ACTIVE, StoreState.UNKNOWN):
+        if state is not StoreState.TERMINAL:
             pending[step_key(key, step, attempt)] = state.value
     return pending
