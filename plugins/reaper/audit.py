@@ -104,7 +104,7 @@ def page(
         s["href"] = "?" + urlencode({"dag_id": s["dag_id"], "run_id": s["run_id"]})
         s["deleted"] = (s.get("outcomes") or {}).get("deleted", 0)  # type: ignore[union-attr]
         s["reported"] = sum(d["count"] for d in s.get("decisions", []) if d["action"] == "report")  # type: ignore[union-attr,index]
-    columns = ["at", "dag_id", "run_id", "phase", "branch", "why", "deleted", "reported"]
+    columns = ["at", "dag_id", "run_id", "execution", "phase", "branch", "why", "deleted", "reported"]
     parts = ["<h1>Reaper sweeps</h1>", _table(sweeps, columns, link="run_id")]
     if dag_id and run_id:
         filters = {"scope": scope, "rule": rule, "action": action, "name": name}
@@ -115,12 +115,26 @@ def page(
             f'<input type="hidden" name="run_id" value="{escape(run_id)}">{form}<button>Filter</button></form>',
             _table(
                 _records(led, dag_id, run_id, filters),
-                ["scope", "kind", "action", "rule", "reason", "name", "location", "result", "detail", "uid"],
+                [
+                    "execution",
+                    "scope",
+                    "kind",
+                    "action",
+                    "rule",
+                    "reason",
+                    "name",
+                    "location",
+                    "result",
+                    "detail",
+                    "uid",
+                ],
             ),
         ]
     style = "<style>body{font-family:sans-serif}td,th{border:1px solid #ccc;padding:2px 6px}</style>"
     return f"<!doctype html><html><head><title>Reaper audit</title>{style}</head><body>{''.join(parts)}</body></html>"
 
 
-app = FastAPI(title="Reaper audit")
+# No generated docs: FastAPI would serve /docs, /redoc and /openapi.json outside the router,
+# so without Airflow's login.
+app = FastAPI(title="Reaper audit", docs_url=None, redoc_url=None, openapi_url=None)
 app.include_router(router)

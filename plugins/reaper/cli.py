@@ -14,7 +14,7 @@ import sys
 from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import TextIO
+from typing import NoReturn, TextIO
 
 from reaper import exports
 from reaper.config import ConfigError, config_path, load_config
@@ -31,11 +31,24 @@ def _timestamp(text: str) -> datetime:
         ) from None
     if when.tzinfo is None:
         raise argparse.ArgumentTypeError(f"expected a timestamp with an offset (Z or +hh:mm), got {text!r}")
+    try:
+        datetime.fromtimestamp(when.timestamp(), UTC)  # what the output prints (_iso) must exist
+    except (OverflowError, ValueError, OSError):
+        raise argparse.ArgumentTypeError(
+            f"expected a time between 0001-01-01T00:00:00Z and 9999-12-31T23:59:59Z, got {text!r}"
+        ) from None
     return when
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as one line on stderr (exit status 2) like every other bad input."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="reaper", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="reaper", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     ev = commands.add_parser("evaluate", help="what-if: evaluate a phase's policy on fleet exports")
     ev.add_argument("--config", help="config file (default: $REAPER_CONFIG, else include/reaper.yaml)")

@@ -193,6 +193,7 @@ class K8sConfig(_Section):
     delete_rate_per_cluster: float = Field(20.0, gt=0)
     max_retries: int = Field(4, ge=0, le=10)
     request_timeout: Duration = timedelta(seconds=30)
+    pod_gone_timeout: Duration = timedelta(seconds=10)
 
     @field_validator("terminal_statuses", "step_failed_statuses")
     @classmethod
@@ -346,14 +347,79 @@ def config_path(path: str | os.PathLike[str] | None = None) -> Path:
 def load_config(path: str | os.PathLike[str] | None = None) -> Settings:
     """Read and validate the config file; raise :class:`ConfigError` on any problem."""
     file = config_path(path)
+    return parse_settings(_read_yaml(file), str(file))
+
+
+def _read_yaml(file: Path) -> object:
+    """The file's one YAML document, or :class:`ConfigError` for anything a parser would take or crash on."""
     try:
         text = file.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"invalid config {file}: cannot read the file ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"invalid config {file}: (top level): expected UTF-8 text, byte {exc.start} is not") from None
     try:
-        data = yaml.safe_load(text)
+        return _document(text, file)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"invalid config {file}: not valid YAML{where}") from None
-    return parse_settings(data, str(file))
+        parts = (getattr(exc, "context", None), getattr(exc, "problem", None))
+        detail = ", ".join(p for p in parts if p) or str(exc).splitlines()[0]
+        raise ConfigError(f"invalid config {file}: not valid YAML{where}: {detail}") from None
+    except RecursionError:
+        raise ConfigError(f"invalid config {file}: (top level): nested too deeply for a config") from None
+
+
+def _document(text: str, file: Path) -> object:
+    """What ``yaml.safe_load`` does, with the duplicate-key check between composing and constructing."""
+    loader = yaml.SafeLoader(text)
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            return None
+        duplicates = _duplicate_keys(loader, root)
+        if duplicates:
+            raise ConfigError(f"invalid config {file}: " + "; ".join(duplicates))
+        return loader.construct_document(root)
+    finally:
+        loader.dispose()
+
+
+_MERGE = "tag:yaml.org,2002:merge"
+
+
+def _duplicate_keys(loader: yaml.SafeLoader, root: yaml.Node) -> list[str]:
+    """``path: duplicate key at line N (first at line M)`` for each key a mapping names twice.
+
+    YAML parsers keep the last of two equal keys silently, so the value a reviewer
+    read higher up may not be the one in force. Keys are compared as constructed
+    (``1`` and ``1.0`` are one key, as they would be in the loaded mapping). A key
+    that a merge (``<<``) brings in may be overridden: that is what merges are for.
+    """
+    found: list[tuple[int, str]] = []
+    visited: set[int] = set()
+    pending: list[tuple[yaml.Node, tuple[str, ...]]] = [(root, ())]
+    while pending:
+        node, path = pending.pop()
+        if id(node) in visited:  # an alias: checked where it is anchored (and never looped over)
+            continue
+        visited.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            pending += [(item, (*path, str(i))) for i, item in enumerate(node.value)]
+        elif isinstance(node, yaml.MappingNode):
+            first: dict[object, int] = {}
+            for key_node, value_node in node.value:
+                if key_node.tag == _MERGE:
+                    pending.append((value_node, path))
+                    continue
+                if not isinstance(key_node, yaml.ScalarNode):
+                    continue  # a list or mapping as a key: construction refuses it as unhashable
+                key = loader.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                if key in first:
+                    where = ".".join((*path, str(key)))
+                    found.append((line, f"{where}: duplicate key at line {line} (first at line {first[key]})"))
+                else:
+                    first[key] = line
+                pending.append((value_node, (*path, str(key))))
+    return [message for _, message in sorted(found)]

@@ -10,13 +10,19 @@ import re
 from datetime import timedelta
 
 EXPECTED = "a duration such as 90s, 15m, 3h, 2d or ISO 8601 (P3D, PT72H)"
+# The longest duration anywhere: MongoDB's TTL (``ledger.retention``) takes at most 2**31 - 1
+# seconds, and a cap this far below ``timedelta.max`` keeps sums such as
+# ``max_job_timeout + slack`` from overflowing.
+MAX = timedelta(days=24855)
 
-_SHORT = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d|w)$")
+# re.ASCII: a bare "\d" also matches non-ASCII digits such as "\u0663".
+_SHORT = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d|w)$", re.ASCII)
 _SHORT_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 # ISO 8601 durations without years and months: those have no fixed length in seconds.
 _ISO = re.compile(
     r"^P(?!$)(?:(?P<w>\d+(?:\.\d+)?)W)?(?:(?P<d>\d+(?:\.\d+)?)D)?"
-    r"(?:T(?=\d)(?:(?P<h>\d+(?:\.\d+)?)H)?(?:(?P<m>\d+(?:\.\d+)?)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?$"
+    r"(?:T(?=\d)(?:(?P<h>\d+(?:\.\d+)?)H)?(?:(?P<m>\d+(?:\.\d+)?)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?$",
+    re.ASCII,
 )
 
 
@@ -34,6 +40,9 @@ def parse_duration(value: object) -> timedelta:
         raise ValueError(f"expected {EXPECTED}, got {type(value).__name__} {value!r}")
     if seconds < 0:
         raise ValueError(f"expected a non-negative duration, got {value!r}")
+    # Compared as seconds: timedelta() itself raises OverflowError long before a float overflows.
+    if seconds > MAX.total_seconds():
+        raise ValueError(f"expected a duration of at most {MAX.days}d (about 68 years), got {value!r}")
     return timedelta(seconds=seconds)
 
 

@@ -44,6 +44,7 @@ class GcloudInstance(msgspec.Struct):
     selfLink: str = ""
     labels: dict[str, str] = {}
     lastStopTimestamp: datetime | None = None
+    deletionProtection: bool = False
 
 
 def _aware(ts: datetime, path: str) -> float:
@@ -70,6 +71,7 @@ def instance_record(
     labels: dict[str, str],
     created: float,
     last_stop: float | None,
+    deletion_protection: bool = False,
 ) -> GceInstance:
     """The one normalizer of an instance, for exports and for the Compute SDK alike.
 
@@ -79,7 +81,7 @@ def instance_record(
     if not project:
         raise ValueError(f"instance {name}: no project in selfLink or zone URL")
     zone = _url_part(zone_url, "zones") or zone_url
-    return GceInstance(project, zone, name, str(instance_id), status, labels, created, last_stop)
+    return GceInstance(project, zone, name, str(instance_id), status, labels, created, last_stop, deletion_protection)
 
 
 def gce_instance(raw: GcloudInstance) -> GceInstance:
@@ -95,6 +97,7 @@ def gce_instance(raw: GcloudInstance) -> GceInstance:
         None
         if raw.lastStopTimestamp is None
         else _aware(raw.lastStopTimestamp, f"instance {raw.name} lastStopTimestamp"),
+        raw.deletionProtection,
     )
 
 
@@ -130,20 +133,27 @@ class _Meta(msgspec.Struct):
     labels: dict[str, str] = {}
     resourceVersion: str = ""
     ownerReferences: list[_OwnerRef] = []
+    deletionTimestamp: str | None = None
 
 
 class _Container(msgspec.Struct):
     name: str
+    restartPolicy: str | None = None  # "Always" on an init container: a native sidecar
 
 
 class _Spec(msgspec.Struct):
     containers: list[_Container] = []
     initContainers: list[_Container] = []
     activeDeadlineSeconds: int | None = None
+    restartPolicy: str = "Always"  # the API's default
+
+
+class _Terminated(msgspec.Struct, frozen=True):
+    exitCode: int | None = None
 
 
 class _State(msgspec.Struct, frozen=True):
-    terminated: dict[str, object] | None = None
+    terminated: _Terminated | None = None
 
 
 class _ContainerStatus(msgspec.Struct):
@@ -152,7 +162,6 @@ class _ContainerStatus(msgspec.Struct):
 
 
 class _Status(msgspec.Struct):
-    phase: str = ""
     containerStatuses: list[_ContainerStatus] = []
     initContainerStatuses: list[_ContainerStatus] = []
 
@@ -168,6 +177,28 @@ class KubeItem(msgspec.Struct):
 
 class _KubeList(msgspec.Struct):
     items: list[KubeItem]
+    kind: str = ""
+
+
+def _finished_for_good(status: _ContainerStatus | None, restarted_on_failure: bool) -> bool:
+    """Whether a container has terminated and will never run again (DESIGN.md section 5, row 6).
+
+    Its own status decides, never the pod's phase: a Succeeded or Failed pod whose container still
+    reports running is still running. No status yet, running or waiting: not finished. Terminated
+    with exit code 0: finished. Terminated otherwise: finished only where nothing restarts it.
+    """
+    if status is None or status.state.terminated is None:
+        return False
+    return status.state.terminated.exitCode == 0 or not restarted_on_failure
+
+
+def _containers(spec: _Spec, status: _Status) -> dict[str, bool]:
+    statuses = {s.name: s for s in status.containerStatuses + status.initContainerStatuses}
+    pod_restarts = spec.restartPolicy in ("Always", "OnFailure")
+    found = {c.name: _finished_for_good(statuses.get(c.name), pod_restarts) for c in spec.containers}
+    for c in spec.initContainers:
+        found[c.name] = _finished_for_good(statuses.get(c.name), pod_restarts or c.restartPolicy == "Always")
+    return found
 
 
 def k8s_object(item: KubeItem, cluster: str, kind: str | None = None) -> K8sObject:
@@ -177,13 +208,7 @@ def k8s_object(item: KubeItem, cluster: str, kind: str | None = None) -> K8sObje
     containers: dict[str, bool] = {}
     deadline = None
     if kind == "Pod" and item.spec is not None:
-        status = item.status or _Status()
-        finished = status.phase in ("Succeeded", "Failed")
-        terminated = {
-            s.name for s in status.containerStatuses + status.initContainerStatuses if s.state.terminated is not None
-        }
-        for container in item.spec.containers + item.spec.initContainers:
-            containers[container.name] = finished or container.name in terminated
+        containers = _containers(item.spec, item.status or _Status())
         deadline = item.spec.activeDeadlineSeconds
     return K8sObject(
         kind=kind,
@@ -197,6 +222,7 @@ def k8s_object(item: KubeItem, cluster: str, kind: str | None = None) -> K8sObje
         containers=containers,
         owner_references=len(meta.ownerReferences),
         active_deadline_seconds=deadline,
+        deleting=meta.deletionTimestamp is not None,
     )
 
 
@@ -204,9 +230,41 @@ _KUBECTL = msgspec.json.Decoder(_KubeList)
 
 
 def load_k8s(path: str | Path, cluster: str) -> list[K8sObject]:
-    """Read a ``kubectl get pods,secrets,networkpolicies -A -o json`` export; other kinds are ignored."""
+    """Read ``kubectl get pods,secrets,networkpolicies -A -o json`` or a typed ``PodList``; other kinds are ignored."""
     listing = _decode(path, "--k8s", _KUBECTL)
-    return _normalize(path, "--k8s", lambda: [k8s_object(i, cluster) for i in listing.items if i.kind in K8S_KINDS])
+    return _normalize(
+        path, "--k8s", lambda: [k8s_object(i, cluster, kind) for i, kind in _item_kinds(listing) if kind in K8S_KINDS]
+    )
+
+
+# Lists that do not say their items' kind, and item kinds that do not say what the object is.
+_UNTYPED_LISTS = ("", "List", "PartialObjectMetadataList")
+_NO_KIND = ("", "PartialObjectMetadata")
+
+
+def _item_kinds(listing: _KubeList) -> list[tuple[KubeItem, str]]:
+    """Each item with its kind: its own, else the one its typed list names (``PodList`` -> ``Pod``).
+
+    The API and client libraries leave the kind off the items of a typed list. An item
+    whose kind cannot be known is an error, never skipped: skipping it would report
+    "no orphans" for objects the reaper never read.
+    """
+    typed = listing.kind not in _UNTYPED_LISTS and listing.kind.endswith("List")
+    listed = listing.kind.removesuffix("List") if typed else ""
+    kinds = []
+    for i, item in enumerate(listing.items):
+        own = "" if item.kind in _NO_KIND else item.kind
+        meta = item.metadata
+        where = f"$.items[{i}] ({meta.namespace}/{meta.name})" if meta.namespace else f"$.items[{i}] ({meta.name})"
+        if own and listed and own != listed:
+            raise ValueError(f"{where}: kind {own} in a {listing.kind}; expected {listed}")
+        if not (own or listed):
+            raise ValueError(
+                f"{where}: no kind, and the list ({listing.kind or 'no kind'}) does not name one; "
+                "expected a kind on each item, or a typed list such as PodList"
+            )
+        kinds.append((item, own or listed))
+    return kinds
 
 
 # --- evidence files --------------------------------------------------------------------------
@@ -231,9 +289,21 @@ _WRITERS = msgspec.json.Decoder(list[WriterRecord])
 
 
 def load_runs(path: str | Path) -> Keyed[str]:
-    """Run-store documents ``{"_id", "status"}``; the export is the whole store, so a missing key is not_found."""
+    """Run-store documents ``{"_id", "status"}``; the export is the whole store, so a missing key is not_found.
+
+    Records of one key that disagree make it unknown (``failed``): either status alone
+    could decide the run, so neither is evidence. ``{"$oid": hex}`` and the string
+    ``hex`` are one key, as the run store looks a key up in both forms.
+    """
     docs = _decode(path, "--runs", _RUNS)
-    return Keyed(known={_run_key(d.id): d.status for d in docs}, complete=True)
+    known: dict[str, str] = {}
+    disputed: set[str] = set()
+    for doc in docs:
+        key = _run_key(doc.id)
+        if known.setdefault(key, doc.status) != doc.status:
+            disputed.add(key)
+    agreed = {key: status for key, status in known.items() if key not in disputed}
+    return Keyed(known=agreed, failed=frozenset(disputed), complete=True)
 
 
 def load_leases(path: str | Path) -> Keyed[float | None]:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
 from reaper.audit import READ_RUNS, app, ledger
 from reaper.config import LedgerConfig
 from reaper.ledger import Ledger
 
-IDS = {"dag_id": "reaper_gce_enforcement", "run_id": "manual__2026-11-29T12:00:00+00:00"}
+IDS = {"dag_id": "reaper_gce_enforcement", "run_id": "manual__2026-11-29T12:00:00+00:00", "execution": 0}
 GCE = {**IDS, "target": "gce"}
 
 
@@ -79,6 +80,22 @@ def test_anonymous_requests_are_refused(led, path: str) -> None:
     finally:
         app.dependency_overrides.clear()
     assert response.status_code == 401
+
+
+@pytest.mark.parametrize("path", ["/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"])
+def test_generated_docs_are_not_served(path: str) -> None:
+    # FastAPI serves these by default without any dependency: the API's shape to anyone who asks.
+    response = TestClient(app).get(path)
+    assert response.status_code in (401, 404)
+    assert "openapi" not in response.text.lower()
+
+
+def test_every_route_requires_read_access() -> None:
+    # A route added without the router (as FastAPI adds its docs) would answer anonymous requests.
+    assert app.routes
+    for route in app.routes:
+        assert isinstance(route, APIRoute), route
+        assert any(d.dependency is READ_RUNS for d in route.dependencies), route.path
 
 
 def test_sweeps_api(authorized) -> None:

@@ -204,6 +204,7 @@ def _bad(tmp_path: Path, option: str, content: str, capsys: pytest.CaptureFixtur
         ("--runs", '[{"_id": "r1"}]', "missing required field `status`"),
         ("--runs", '{"r1": "failed"}', "Expected `array`"),
         ("--leases", "[1, 2]", "Expected `str`"),
+        ("--leases", '{"run-live": true}', "Expected `array`"),
         (
             "--writer-health",
             '[{"manager": "m", "project": "p", "last_pass": "now", "failing": false}]',
@@ -221,19 +222,38 @@ def test_unreadable_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert code == 2 and out == "" and "cannot read the file" in capsys.readouterr().err
 
 
-def test_bad_config_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("budget: {max_stale_fraction: 2}\n", "budget.max_stale_fraction: expected"),
+        ("gce: {slack: 99999999999d}\n", "gce.slack: expected a duration of at most 24855d"),
+        ("gce: {slack: 1h}\ngce: {slack: 2h}\n", "gce: duplicate key at line 2 (first at line 1)"),
+    ],
+)
+def test_bad_config_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, expected: str) -> None:
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("budget: {max_stale_fraction: 2}\n")
+    cfg.write_text(text)
     code, out = run_cli("evaluate", "--config", str(cfg), *INPUTS)
     err = capsys.readouterr().err
-    assert code == 2 and out == "" and "budget.max_stale_fraction" in err and str(cfg) in err
+    assert code == 2 and out == "" and err.count("\n") == 1 and expected in err and str(cfg) in err
 
 
-@pytest.mark.parametrize("now", ["yesterday", "2026-11-29T12:00:00"])
-def test_bad_now_exits_2(now: str, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("now", "expected"),
+    [
+        ("yesterday", "expected an RFC 3339 timestamp"),
+        ("2026-11-29T12:00:00", "expected a timestamp with an offset"),
+        ("9999-12-31T23:59:59-23:59", "expected a time between 0001-01-01T00:00:00Z and 9999-12-31T23:59:59Z"),
+        ("0001-01-01T00:00:00+23:59", "expected a time between 0001-01-01T00:00:00Z and 9999-12-31T23:59:59Z"),
+    ],
+)
+def test_bad_now_is_one_line_and_exits_2(now: str, expected: str, capsys: pytest.CaptureFixture[str]) -> None:
+    out = io.StringIO()
     with pytest.raises(SystemExit) as info:
-        run_cli("evaluate", "--now", now)
-    assert info.value.code == 2 and "--now" in capsys.readouterr().err
+        main(["evaluate", "--now", now], out=out)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and out.getvalue() == ""
+    assert err.count("\n") == 1 and "--now" in err and expected in err
 
 
 def test_runs_accept_mongoexport_object_ids(tmp_path: Path) -> None:
@@ -245,6 +265,121 @@ def test_runs_accept_mongoexport_object_ids(tmp_path: Path) -> None:
     decisions = evaluate_json("enforcement", inputs=inputs)["decisions"]
     status = {d["evidence"]["status"] for d in decisions if d["name"] == "sandbox-run-dead"}
     assert status == {"failed"}
+
+
+# --- duplicate evidence and list shapes -----------------------------------------------------
+
+OID = "65a1f0c2e4b0a1b2c3d4e5f6"
+
+
+def _sample_items() -> list[dict[str, object]]:
+    return json.loads((SAMPLES / "k8s-objects.json").read_text())["items"]
+
+
+def _k8s_decisions(
+    tmp_path: Path, listings: Sequence[dict[str, object]], runs: object = None, leases: object = None
+) -> dict[str, tuple[str, str]]:
+    """(action, reason) per ``kind/name`` in enforcement; the sample's runs and leases where not given."""
+    inputs: list[str] = []
+    for i, listing in enumerate(listings):
+        path = tmp_path / f"k8s-{i}.json"
+        path.write_text(json.dumps(listing))
+        inputs += ["--k8s", str(path)]
+    for option, content, sample in (("--runs", runs, "runs.json"), ("--leases", leases, "leases.json")):
+        path = SAMPLES / sample
+        if content is not None:
+            path = tmp_path / sample
+            path.write_text(json.dumps(content))
+        inputs += [option, str(path)]
+    decisions = evaluate_json("enforcement", inputs=inputs)["decisions"]
+    return {f"{d['kind']}/{d['name']}": (d["action"], d["reason"]) for d in decisions}
+
+
+def _dead_run(tmp_path: Path, runs: list[object], key: str = "run-dead") -> set[tuple[str, str]]:
+    """The (action, reason)s of the sample's old run ``run-dead``, relabelled ``key``, with no lease held."""
+    items = [i for i in _sample_items() if i["metadata"].get("labels", {}).get("iterion.io/run-id") == "run-dead"]
+    for item in items:
+        item["metadata"]["labels"]["iterion.io/run-id"] = key
+    return set(_k8s_decisions(tmp_path, [{"kind": "List", "items": items}], runs=runs, leases=[]).values())
+
+
+def test_runs_that_disagree_on_one_key_make_it_unknown(tmp_path: Path) -> None:
+    runs = [{"_id": "run-dead", "status": "running"}, {"_id": "run-dead", "status": "succeeded"}]
+    assert _dead_run(tmp_path, runs) == {("report", "store_unknown")}
+    # Either record alone would decide it: each order of the two must stay unknown.
+    assert _dead_run(tmp_path, runs[::-1]) == {("report", "store_unknown")}
+
+
+def test_identical_duplicate_runs_are_one_record(tmp_path: Path) -> None:
+    assert _dead_run(tmp_path, [{"_id": "run-dead", "status": "failed"}] * 2) == {("delete", "sandbox_orphan")}
+
+
+@pytest.mark.parametrize(
+    ("runs", "expected"),
+    [
+        ([{"_id": {"$oid": OID}, "status": "failed"}, {"_id": OID, "status": "failed"}], ("delete", "sandbox_orphan")),
+        ([{"_id": {"$oid": OID}, "status": "running"}, {"_id": OID, "status": "failed"}], ("report", "store_unknown")),
+        ([{"_id": OID, "status": "failed"}, {"_id": {"$oid": OID}, "status": "running"}], ("report", "store_unknown")),
+    ],
+)
+def test_an_object_id_and_its_hex_string_are_one_run(tmp_path: Path, runs: list[object], expected: tuple) -> None:
+    assert _dead_run(tmp_path, runs, key=OID) == {expected}
+
+
+def test_duplicate_leases_are_harmless(tmp_path: Path) -> None:
+    decisions = _k8s_decisions(tmp_path, [{"kind": "List", "items": _sample_items()}], leases=["run-live"] * 2)
+    assert {reason for name, (_, reason) in decisions.items() if "sandbox-run-live" in name} == {"lease_held"}
+
+
+def test_typed_lists_carry_their_items_kind(tmp_path: Path) -> None:
+    # What the API and client libraries return: PodList, SecretList, NetworkPolicyList, items without kind.
+    typed = []
+    for kind in ("Pod", "Secret", "NetworkPolicy"):
+        items = [{k: v for k, v in i.items() if k != "kind"} for i in _sample_items() if i["kind"] == kind]
+        typed.append({"kind": f"{kind}List", "apiVersion": "v1", "items": items})
+    expected = _k8s_decisions(tmp_path, [{"kind": "List", "items": _sample_items()}])
+    assert len(expected) == 29
+    assert _k8s_decisions(tmp_path, typed) == expected
+
+
+def test_items_of_other_kinds_are_still_ignored(tmp_path: Path) -> None:
+    config_map = {"metadata": {"name": "cm", "uid": "u1", "creationTimestamp": "2026-11-01T00:00:00Z"}}
+    listings = (
+        {"kind": "ConfigMapList", "items": [config_map]},
+        {"kind": "List", "items": [{"kind": "ConfigMap", **config_map}]},
+    )
+    assert _k8s_decisions(tmp_path, listings) == {}
+
+
+def _meta(name: str) -> dict[str, object]:
+    return {"name": name, "namespace": "ci", "uid": name, "creationTimestamp": "2026-11-01T00:00:00Z"}
+
+
+@pytest.mark.parametrize(
+    ("listing", "expected"),
+    [
+        (
+            {"kind": "List", "items": [{"kind": "Pod", "metadata": _meta("a")}, {"metadata": _meta("b")}]},
+            "$.items[1] (ci/b): no kind, and the list (List) does not name one",
+        ),
+        ({"items": [{"metadata": _meta("a")}]}, "$.items[0] (ci/a): no kind, and the list (no kind) does not name one"),
+        (
+            {"kind": "PartialObjectMetadataList", "items": [{"kind": "PartialObjectMetadata", "metadata": _meta("s")}]},
+            "$.items[0] (ci/s): no kind, and the list (PartialObjectMetadataList) does not name one",
+        ),
+        (
+            {"kind": "PartialObjectMetadataList", "items": [{"metadata": _meta("s")}]},
+            "$.items[0] (ci/s): no kind, and the list (PartialObjectMetadataList) does not name one",
+        ),
+        (
+            {"kind": "PodList", "items": [{"kind": "Secret", "metadata": _meta("s")}]},
+            "$.items[0] (ci/s): kind Secret in a PodList",
+        ),
+    ],
+)
+def test_an_item_whose_kind_cannot_be_known_is_an_input_error(tmp_path, capsys, listing: dict, expected: str) -> None:
+    # Skipping it would print "no orphans" for a file the reaper could not read.
+    assert expected in _bad(tmp_path, "--k8s", json.dumps(listing), capsys)
 
 
 def test_python_dash_m_and_console_script_agree() -> None:

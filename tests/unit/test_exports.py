@@ -1,0 +1,93 @@
+"""The normalizers shared by exports and the adapters: what a Pod's container states and an object's
+deletion state mean (DESIGN.md section 5, row 6 and the terminating rule), and GCE deletion protection."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from reaper.exports import GcloudInstance, KubeItem, gce_instance, k8s_object
+
+SIDECAR = "results-egress"
+RUNNING = {"running": {"startedAt": "2026-11-29T11:00:00Z"}}
+WAITING = {"waiting": {"reason": "CrashLoopBackOff"}}
+EXIT_0 = {"terminated": {"exitCode": 0, "reason": "Completed"}}
+EXIT_1 = {"terminated": {"exitCode": 1, "reason": "Error"}}
+
+
+def pod(
+    sidecar_state: dict | None,
+    phase: str = "Running",
+    restart_policy: str = "Never",
+    native: bool = False,
+    **meta: object,
+) -> dict:
+    """A step pod whose egress sidecar is in ``sidecar_state`` (None: no status reported yet)."""
+    sidecar_status = [] if sidecar_state is None else [{"name": SIDECAR, "state": sidecar_state}]
+    spec: dict = {"containers": [{"name": "step"}], "restartPolicy": restart_policy}
+    status: dict = {"phase": phase, "containerStatuses": [{"name": "step", "state": EXIT_0}]}
+    if native:  # an init container with restartPolicy Always
+        spec["initContainers"] = [{"name": SIDECAR, "restartPolicy": "Always"}]
+        status["initContainerStatuses"] = sidecar_status
+    else:
+        spec["containers"].append({"name": SIDECAR})
+        status["containerStatuses"] += sidecar_status
+    metadata = {"name": "p", "uid": "u", "creationTimestamp": "2026-11-29T10:00:00Z", **meta}
+    return {"kind": "Pod", "metadata": metadata, "spec": spec, "status": status}
+
+
+def normalize(raw: dict):  # type: ignore[no-untyped-def]
+    return k8s_object(msgspec.convert(raw, KubeItem), "c1")
+
+
+@pytest.mark.parametrize(
+    ("raw", "finished"),
+    [
+        (pod(RUNNING, phase="Succeeded"), False),  # a container status beats the phase
+        (pod(RUNNING, phase="Failed"), False),  # DeadlineExceeded with the sidecar still uploading
+        (pod(WAITING), False),
+        (pod(None, phase="Succeeded"), False),  # no status reported: counts as running
+        (pod(EXIT_1, native=True), False),  # a native sidecar is restarted whatever the pod's policy
+        (pod(EXIT_1, restart_policy="OnFailure"), False),
+        (pod(EXIT_1, restart_policy="Always"), False),
+        (pod({"terminated": {"reason": "Unknown"}}, restart_policy="OnFailure"), False),  # no exit code
+        (pod(EXIT_1, restart_policy="Never"), True),  # failed for good: nothing will upload
+        (pod(EXIT_0, restart_policy="OnFailure"), True),
+        (pod(EXIT_0, native=True), True),
+    ],
+    ids=[
+        "succeeded-pod-sidecar-running",
+        "failed-pod-sidecar-running",
+        "waiting",
+        "no-status",
+        "native-sidecar-exit-1",
+        "exit-1-onfailure",
+        "exit-1-always",
+        "no-exit-code-onfailure",
+        "exit-1-never",
+        "exit-0-onfailure",
+        "native-sidecar-exit-0",
+    ],
+)
+def test_sidecar_finished_for_good_only_when_terminated_and_never_restarted(raw: dict, finished: bool) -> None:
+    assert normalize(raw).containers[SIDECAR] is finished
+
+
+def test_deletion_timestamp_marks_an_object_terminating() -> None:
+    assert normalize(pod(EXIT_0, deletionTimestamp="2026-11-29T11:00:00Z")).deleting is True
+    assert normalize(pod(EXIT_0)).deleting is False
+
+
+def test_deletion_protection_is_read_from_the_instance() -> None:
+    raw = {
+        "name": "vm",
+        "id": "7",
+        "status": "RUNNING",
+        "zone": "https://www.googleapis.com/compute/v1/projects/p/zones/z",
+        "creationTimestamp": "2026-11-29T10:00:00Z",
+        "deletionProtection": True,
+    }
+    assert gce_instance(msgspec.convert(raw, GcloudInstance)).deletion_protection is True
+    assert (
+        gce_instance(msgspec.convert({**raw, "deletionProtection": False}, GcloudInstance)).deletion_protection is False
+    )
