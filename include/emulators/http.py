@@ -24,6 +24,7 @@ from typing import ClassVar
 from urllib.parse import parse_qs, urlsplit
 
 Route = tuple[str, re.Pattern[str], str]  # (method, path pattern, kind)
+Hook = Callable[[tuple[str, ...]], None]  # called with the request's path arguments
 
 
 def free_port() -> int:
@@ -95,7 +96,7 @@ class Faults:
 
 
 class State:
-    """Counters and faults every emulator state has; subclasses add the resources."""
+    """Counters, faults and mutation hooks every emulator state has; subclasses add the resources."""
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
@@ -104,6 +105,30 @@ class State:
         self.requests: list[tuple[str, str]] = []  # (method, path with query), for asserting on requests
         self.inflight: Counter[str] = Counter()  # requests being served now, per kind
         self.max_inflight: Counter[str] = Counter()  # the most ever served at once, per kind
+        self._hooks: dict[tuple[str, str], list[list]] = {}  # (when, kind) -> [[hook, remaining calls]]
+        self.rewrites: dict[str, Callable[[object], object]] = {}  # kind -> rewrite of the answer's body
+
+    def on(self, when: str, kind: str, hook: Hook, times: int | None = 1) -> None:
+        """Change the world at a point of the reaper's conversation with the API (the fault and race harness).
+
+        ``when`` is ``"before"`` (the request of ``kind`` has arrived and is not handled yet) or
+        ``"after"`` (it was handled and its answer has not gone out yet: the client cannot have
+        seen it). ``hook`` gets the request's path arguments; it runs ``times`` times (None: always).
+        A hook may raise :class:`ApiError` to answer the request with that error instead.
+        """
+        with self.lock:
+            self._hooks.setdefault((when, kind), []).append([hook, times])
+
+    def fire(self, when: str, kind: str, args: tuple[str, ...]) -> None:
+        with self.lock:
+            due = []
+            for entry in self._hooks.get((when, kind), []):
+                if entry[1] is None or entry[1] > 0:
+                    due.append(entry[0])
+                    if entry[1] is not None:
+                        entry[1] -= 1
+        for hook in due:
+            hook(args)
 
     def stats(self) -> dict[str, object]:
         with self.lock:
@@ -183,8 +208,12 @@ class Handler(BaseHTTPRequestHandler):
                 state.inflight[kind] += 1
                 state.max_inflight[kind] = max(state.max_inflight[kind], state.inflight[kind])
             try:
+                state.fire("before", kind, args)
                 self._inject(kind)
-                self._send(200, self.render(kind, self.handle_api(kind, args, query), query))
+                body = self.handle_api(kind, args, query)
+                state.fire("after", kind, args)
+                rewrite = state.rewrites.get(kind)
+                self._send(200, self.render(kind, rewrite(body) if rewrite else body, query))
             finally:
                 with state.lock:
                     state.inflight[kind] -= 1

@@ -192,7 +192,7 @@ class K8sConfig(_Section):
     delete_concurrency: int = Field(8, ge=1, le=64)
     delete_rate_per_cluster: float = Field(20.0, gt=0)
     max_retries: int = Field(4, ge=0, le=10)
-    request_timeout: Duration = timedelta(seconds=30)
+    request_timeout: Duration = timedelta(seconds=10)
     pod_gone_timeout: Duration = timedelta(seconds=10)
 
     @field_validator("terminal_statuses", "step_failed_statuses")
@@ -275,6 +275,35 @@ class Settings(_Section):
     metrics: MetricsConfig = MetricsConfig()
 
     @model_validator(mode="after")
+    def _room_to_delete(self) -> Settings:
+        # DESIGN.md section 6: deletes stop a margin before the run's timeout (one request and one ledger
+        # write); a schedule that leaves less than the margin again for the sweep itself could not delete.
+        for target in ("gce", "k8s"):
+            margin = self.send_margin(target)
+            if getattr(self, target).enabled and self.run_timeout(target) < 2 * margin:
+                raise _KeyError(
+                    ("airflow", f"{target}_schedule"),
+                    f"expected at least {2 * margin / RUN_TIMEOUT_FRACTION} with {target}.request_timeout "
+                    f"{getattr(self, target).request_timeout} and ledger.timeout {self.ledger.timeout}: deletes stop "
+                    f"{margin} before the run's timeout ({RUN_TIMEOUT_FRACTION:.0%} of the schedule)",
+                )
+        return self
+
+    def send_margin(self, target: str) -> timedelta:
+        """How long before the run's timeout and the lease's expiry a delete task stops sending.
+
+        After the last send, at most one request (``request_timeout``) is in flight and one ledger
+        write (``ledger.timeout``) records its outcome; a few seconds more for the task to end.
+        """
+        request_timeout: timedelta = getattr(self, target).request_timeout
+        return request_timeout + self.ledger.timeout + SEND_MARGIN_SLACK
+
+    def run_timeout(self, target: str) -> timedelta:
+        """A sweep run's timeout: most of its schedule interval (an hour for manual triggers only)."""
+        schedule: timedelta = getattr(self.airflow, f"{target}_schedule")
+        return schedule * RUN_TIMEOUT_FRACTION if schedule else timedelta(hours=1)
+
+    @model_validator(mode="after")
     def _liveness_authority(self) -> Settings:
         # DESIGN.md section 5: without a lease source an in-flight run's sandbox could be reaped.
         if self.k8s.enabled and self.k8s.lease_source == "none" and self.rules.sandbox_orphan == Mode.DELETE:
@@ -284,6 +313,10 @@ class Settings(_Section):
                 "(no liveness authority: an in-flight run's sandbox could be reaped)",
             )
         return self
+
+
+RUN_TIMEOUT_FRACTION = 0.9
+SEND_MARGIN_SLACK = timedelta(seconds=5)
 
 
 class _KeyError(ValueError):

@@ -10,17 +10,74 @@ lease that keeps the DAGs of one target from sweeping at the same time.
 
 from __future__ import annotations
 
+import logging
 import time
+import uuid
 from collections.abc import Collection, Iterable
 from datetime import UTC, datetime, timedelta
 
-from pymongo import MongoClient, UpdateOne, WriteConcern
-from pymongo.errors import DuplicateKeyError
+from pymongo import MongoClient, ReturnDocument, UpdateOne, WriteConcern
+from pymongo.collection import Collection as MongoCollection
+from pymongo.errors import DuplicateKeyError, OperationFailure
 
 from reaper.config import LedgerConfig
 
-FENCE = ("dag_id", "run_id", "target", "scope", "uid", "action")
+# ``execution`` is the DAG run's clear_number: a cleared run's records never overwrite the first ones.
+FENCE = ("dag_id", "run_id", "execution", "target", "scope", "uid", "action")
+EXECUTION = ("dag_id", "run_id", "execution")
 ONE_BATCH = 100_000  # documents per cursor batch: above any realistic sweep, so one round trip
+TTL = "expireAfterSeconds"
+# What listIndexes reports besides the definition: the format version, and fields of old servers.
+_NOT_DEFINITION = ("v", "ns", "background")
+
+log = logging.getLogger(__name__)
+
+
+def ensure_index(
+    collection: MongoCollection, keys: list[tuple[str, int]], name: str, *, unique: bool = False, ttl: int | None = None
+) -> None:
+    """Make ``name`` exactly this index, whatever an earlier config or version of the reaper left.
+
+    ``createIndex`` refuses a name or a key pattern that exists with other options, and
+    would go on refusing at every sweep until someone fixed the index by hand. So an
+    index that differs only in its TTL gets the new one in place (``collMod``); any
+    other difference, or a ``collMod`` the server refuses, drops and rebuilds it; and
+    another index on the same keys, which would block ours, is dropped.
+    """
+    wanted: dict[str, object] = {
+        "key": keys,
+        **({"unique": True} if unique else {}),
+        **({TTL: ttl} if ttl is not None else {}),
+    }
+    indexes = {index: _definition(info) for index, info in collection.index_information().items()}
+    for other, definition in indexes.items():
+        if other != name and definition["key"] == keys:
+            log.warning("%s: dropping index %s, which has the keys of index %s", collection.full_name, other, name)
+            collection.drop_index(other)
+    have = indexes.get(name)
+    if have == wanted:
+        return
+    if have is not None:
+        if ttl is not None and TTL in have and {**have, TTL: ttl} == wanted and _set_ttl(collection, name, ttl):
+            return
+        log.warning("%s: rebuilding index %s as %s (it was %s)", collection.full_name, name, wanted, have)
+        collection.drop_index(name)
+    collection.create_index(keys, name=name, **{k: v for k, v in wanted.items() if k != "key"})
+
+
+def _definition(info: dict[str, object]) -> dict[str, object]:
+    """An index as ``index_information`` reports it, reduced to what ``createIndex`` would be given."""
+    return {k: v for k, v in info.items() if k not in _NOT_DEFINITION and v is not False}
+
+
+def _set_ttl(collection: MongoCollection, name: str, ttl: int) -> bool:
+    """Change a TTL index's expiry in place; False when refused (MongoDB's readWrite role lacks ``collMod``)."""
+    try:
+        collection.database.command("collMod", collection.name, index={"name": name, TTL: ttl})
+    except OperationFailure as exc:
+        log.warning("%s: collMod of index %s refused (%s); rebuilding it", collection.full_name, name, exc.code)
+        return False
+    return True
 
 
 class Ledger:
@@ -34,10 +91,11 @@ class Ledger:
         self.retention = int(config.retention.total_seconds())
 
     def ensure_indexes(self) -> None:
-        self.records.create_index([(f, 1) for f in FENCE], unique=True, name="fence")
-        self.records.create_index("at", expireAfterSeconds=self.retention, name="retention")
-        self.sweeps.create_index([("dag_id", 1), ("run_id", 1)], unique=True, name="sweep")
-        self.sweeps.create_index("at", expireAfterSeconds=self.retention, name="retention")
+        """The fence and retention indexes as this version and config define them, changed in place if need be."""
+        ensure_index(self.records, [(f, 1) for f in FENCE], "fence", unique=True)
+        ensure_index(self.records, [("at", 1)], "retention", ttl=self.retention)
+        ensure_index(self.sweeps, [(f, 1) for f in EXECUTION], "sweep", unique=True)
+        ensure_index(self.sweeps, [("at", 1)], "retention", ttl=self.retention)
 
     def write(self, records: Iterable[dict[str, object]]) -> int:
         """Upsert records by their fence; returns how many. Raises if the write is not acknowledged."""
@@ -48,39 +106,71 @@ class Ledger:
         return len(ops)
 
     def outcomes(
-        self, dag_id: str, run_id: str, uids: Collection[str] | None = None
+        self, ids: dict[str, object], uids: Collection[str] | None = None
     ) -> dict[tuple[str, str], dict[str, object]]:
-        """Outcomes already recorded in this sweep, by (scope, uid): a retried delete skips them.
+        """Outcomes already recorded by this execution, by (scope, uid): a retried delete skips them.
 
         ``uids`` narrows the lookup to one batch's resources. One round trip either way: the
         whole answer comes in the first batch (a delete batch is small; a sweep's outcomes are
         capped by ``max_deletions_per_sweep``), so no ``getMore`` follows.
         """
-        query: dict[str, object] = {"dag_id": dag_id, "run_id": run_id, "action": "outcome"}
+        return {(str(r["scope"]), str(r["uid"])): r for r in self._find(ids, "outcome", uids)}
+
+    def intents(self, ids: dict[str, object], uids: Collection[str]) -> set[tuple[str, str]]:
+        """(scope, uid) of the intents this execution wrote: their delete may have been sent."""
+        return {(str(r["scope"]), str(r["uid"])) for r in self._find(ids, "delete_intent", uids)}
+
+    def _find(self, ids: dict[str, object], action: str, uids: Collection[str] | None) -> Iterable[dict[str, object]]:
+        query: dict[str, object] = {f: ids[f] for f in EXECUTION}
+        query["action"] = action
         if uids is not None:
             query["uid"] = {"$in": sorted(uids)}
-        found = self.records.find(query, {"_id": 0}, batch_size=ONE_BATCH)
-        return {(str(r["scope"]), str(r["uid"])): r for r in found}
+        return self.records.find(query, {"_id": 0}, batch_size=ONE_BATCH)
 
     def summary(self, doc: dict[str, object]) -> None:
-        key = {"dag_id": doc["dag_id"], "run_id": doc["run_id"]}
+        """One summary per execution: a cleared run adds its own, the first one stays."""
+        key = {f: doc[f] for f in EXECUTION}
         self.sweeps.update_one(key, {"$set": {**doc, "at": datetime.now(UTC)}}, upsert=True)
 
     # --- the per-target sweep lease -----------------------------------------------------------
 
-    def acquire(self, target: str, holder: str, ttl: timedelta) -> str | None:
-        """Take the target's sweep lease for ``holder``; None if taken, else who held it before (or '')."""
+    def acquire(self, target: str, holder: str, ttl: timedelta) -> dict[str, object] | None:
+        """Take the target's sweep lease for ``holder``; None if another holds it.
+
+        The lease is fenced: it carries a token, new each time the lease changes hands, that a
+        plan is stamped with and every send checks (:meth:`lease_problem`). The holder taking it
+        again (a retried task) keeps its token and extends the expiry.
+        """
         now = time.time()
-        lease = {"holder": holder, "expires_at": now + ttl.total_seconds()}
         try:
-            previous = self.locks.find_one_and_update(
+            lease = self.locks.find_one_and_update(
                 {"_id": target, "$or": [{"holder": holder}, {"expires_at": {"$lt": now}}]},
-                {"$set": lease},
+                [
+                    {
+                        "$set": {
+                            "token": {"$cond": [{"$eq": ["$holder", holder]}, "$token", uuid.uuid4().hex]},
+                            "holder": holder,
+                            "expires_at": now + ttl.total_seconds(),
+                        }
+                    }
+                ],
                 upsert=True,
+                return_document=ReturnDocument.AFTER,
             )
         except DuplicateKeyError:
             return None  # held by another, unexpired: the upsert collided with it
-        return "" if previous is None else str(previous.get("holder", ""))
+        return {"holder": lease["holder"], "token": lease["token"], "expires_at": float(lease["expires_at"])}
+
+    def lease_problem(self, target: str, holder: str, token: str) -> str | None:
+        """Why the target's sweep lease does not cover ``holder`` with ``token`` right now, or None."""
+        lease = self.locks.find_one({"_id": target})
+        if lease is None:
+            return "the sweep lease was released"
+        if lease.get("holder") != holder or lease.get("token") != token:
+            return f"the sweep lease is held by {lease.get('holder')} under another token"
+        if float(lease.get("expires_at", 0)) <= time.time():
+            return "the sweep lease has expired"
+        return None
 
     def release(self, target: str, holder: str) -> None:
         self.locks.delete_one({"_id": target, "holder": holder})

@@ -80,7 +80,8 @@ def test_recreated_instance_with_a_new_id_is_not_deleted(gce) -> None:
     seen = planned(clients)
     add_instance(fleet, "p", "us-east1-b", "vm", heartbeat_age=86400, instance_id=222)  # same name, new VM
     outcome = deleter(clients).delete([seen["vm"]])[0]
-    assert outcome.result == "changed_since_plan" and "id 111 -> 222" in outcome.detail
+    # Re-read by id: the planned VM (111) is gone; the new one (222) is another instance.
+    assert (outcome.result, outcome.detail) == ("already_gone", "404 on get")
     assert fleet.counters["delete"] == 0 and fleet.names("p") == {"vm"}
 
 

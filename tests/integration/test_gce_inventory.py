@@ -141,3 +141,37 @@ def test_clients_come_from_the_airflow_connection(gce, monkeypatch: pytest.Monke
     monkeypatch.setenv("AIRFLOW_CONN_GCE_EMULATOR", json.dumps({"conn_type": "google_cloud_platform", "extra": extra}))
     from_conn = clients_from_connection("gce_emulator")
     assert [i.name for i in list_project(from_conn, "p", SELECTOR, fast_backoff(), 10).instances] == ["vm"]
+
+
+def test_an_answer_marked_partial_success_is_an_incomplete_listing(gce) -> None:
+    # Issue 16.2: the field mask used to drop the top-level warning, so a listing with one zone's
+    # stale VMs missing counted as complete and the budget saw 10 of 20 stale instead of 40 of 50.
+    fleet, clients = gce
+    for i in range(10):
+        add_instance(fleet, "p", "us-east1-b", f"b-{i}")
+        add_instance(fleet, "p", "us-east1-c", f"c-{i}", heartbeat_age=86400)
+    fleet.faults.partial_zones.add(("p", "us-east1-c"))
+    listing = list_project(clients, "p", SELECTOR, fast_backoff(), 10)
+    assert {i.zone for i in listing.instances} == {"us-east1-b"}
+    assert not listing.complete and "PARTIAL_SUCCESS" in listing.problems[0]
+    assert incomplete_scopes([listing]) == {("gce", "p")}
+
+
+def test_an_instance_created_between_page_reads_repeats_one_and_marks_the_listing_incomplete(gce) -> None:
+    # Issue 16.5: offset-based pages shift when an instance sorting before the offset appears.
+    fleet, clients = gce
+    for i in range(600):
+        add_instance(fleet, "p", "us-east1-c", f"vm-{i:04d}")
+    fleet.on("after", "aggregated_list", lambda _: add_instance(fleet, "p", "us-east1-b", "new-vm"))
+    listing = list_project(clients, "p", SELECTOR, fast_backoff(), 10)
+    names = Counter(i.name for i in listing.instances)
+    assert names.most_common(1)[0][1] == 2, "the emulator did not shift the page"
+    assert not listing.complete and any("listed twice" in p for p in listing.problems)
+
+
+def test_deletion_protection_is_listed(gce) -> None:
+    fleet, clients = gce
+    add_instance(fleet, "p", "us-east1-b", "guarded")["deletionProtection"] = True
+    add_instance(fleet, "p", "us-east1-b", "plain")
+    listing = list_project(clients, "p", SELECTOR, fast_backoff(), 10)
+    assert {i.name: i.deletion_protection for i in listing.instances} == {"guarded": True, "plain": False}

@@ -8,35 +8,58 @@ from datetime import timedelta
 import pytest
 from pymongo import MongoClient
 from pymongo.errors import PyMongoError
+from pymongo.monitoring import CommandFailedEvent, CommandListener, CommandStartedEvent, CommandSucceededEvent
 
 from include.emulators.http import free_port
 from reaper.config import LedgerConfig
 from reaper.ledger import FENCE, Ledger
-from reaper.sweep.factory import delete_batch
+from reaper.sweep.deletes import Fence, SweepHalted, delete_batch
 from tests.builders import inst
 from tests.integration.conftest import Daemon, mongo_binary
 
-IDS = {"dag_id": "reaper_gce_enforcement", "run_id": "manual__1"}
+IDS = {"dag_id": "reaper_gce_enforcement", "run_id": "manual__1", "execution": 0}
+HOLDER = "reaper_gce_enforcement/manual__1#0"
 
 
 class FakeTarget:
-    """Deletes by name and remembers every delete it was asked for (the adapters are tested elsewhere)."""
+    """Deletes by name through the guard and remembers every delete it sent (the adapters are tested elsewhere)."""
 
     name = "gce"
 
     def __init__(self, existing: set[str], crash_after: int | None = None) -> None:
         self.existing, self.calls, self.crash_after = existing, [], crash_after
 
-    def delete(self, resources):  # type: ignore[no-untyped-def]
+    def uid(self, r):  # type: ignore[no-untyped-def]
+        return r.id
+
+    def unit(self, r):  # type: ignore[no-untyped-def]
+        return r.project, r.id
+
+    def record_name(self, r):  # type: ignore[no-untyped-def]
+        return r.name
+
+    def delete(self, resources, guard):  # type: ignore[no-untyped-def]
         out = []
         for r in resources:
-            self.calls.append(r.name)
-            result = "deleted" if r.name in self.existing else "already_gone"
-            self.existing.discard(r.name)
-            if self.crash_after is not None and len(self.calls) >= self.crash_after:
-                raise RuntimeError("worker killed")  # after the delete, before any outcome is written
-            out.append({"scope": r.scope, "uid": r.id, "name": r.name, "result": result, "detail": ""})
+            why = guard.before_send(r)
+            if why:
+                result, detail = "not_attempted", why
+            else:
+                self.calls.append(r.name)
+                gone = r.name not in self.existing
+                self.existing.discard(r.name)
+                if self.crash_after is not None and len(self.calls) >= self.crash_after:
+                    raise RuntimeError("worker killed")  # after the delete, before its outcome is written
+                result = ("deleted" if r.id in guard.sent_before else "already_gone") if gone else "deleted"
+                detail = ""
+            guard.record(r, result, detail)
+            out.append({"scope": r.scope, "uid": r.id, "name": r.name, "result": result, "detail": detail})
         return out
+
+
+def fence(ledger: Ledger, deadline: float | None = None) -> Fence:
+    lease = ledger.acquire("gce", HOLDER, timedelta(minutes=5))
+    return Fence(IDS, HOLDER, str(lease["token"]), deadline)
 
 
 @pytest.fixture
@@ -66,7 +89,7 @@ def test_retry_after_a_crash_between_intent_and_delete(ledger) -> None:
         [{**IDS, "target": "gce", "scope": r.scope, "uid": r.id, "action": "delete_intent"} for r in resources]
     )
     target = FakeTarget({r.name for r in resources})
-    assert delete_batch(ledger, target, IDS, resources) == {"deleted": 3}
+    assert delete_batch(ledger, target, fence(ledger), resources) == {"deleted": 3}
     assert sorted(target.calls) == ["vm-0", "vm-1", "vm-2"]
     assert ledger.records.count_documents({"action": "delete_intent"}) == 3  # rewritten, not duplicated
     assert ledger.records.count_documents({"action": "outcome", "result": "deleted"}) == 3
@@ -76,14 +99,17 @@ def test_retry_after_a_crash_between_delete_and_outcome(ledger) -> None:
     resources = [inst(name=f"vm-{i}") for i in range(3)]
     target = FakeTarget({r.name for r in resources}, crash_after=2)
     with pytest.raises(RuntimeError):
-        delete_batch(ledger, target, IDS, resources)
-    assert ledger.records.count_documents({"action": "outcome"}) == 0
+        delete_batch(ledger, target, fence(ledger), resources)
+    # Outcomes are written as each delete completes: the first one survived the crash of the second.
+    assert ledger.records.count_documents({"action": "outcome"}) == 1
     target.crash_after = None
-    assert delete_batch(ledger, target, IDS, resources) == {"already_gone": 2, "deleted": 1}
+    # vm-1's delete went out before the crash: its intent makes the 404 this sweep's own delete (18.4).
+    assert delete_batch(ledger, target, fence(ledger), resources) == {"deleted": 2}
     # A third try (e.g. the task retried again) sends nothing: every outcome is recorded.
-    assert delete_batch(ledger, target, IDS, resources) == {}
-    assert target.calls.count("vm-0") == 2 and target.calls.count("vm-2") == 1
-    assert ledger.records.count_documents({"action": "outcome"}) == 3
+    assert delete_batch(ledger, target, fence(ledger), resources) == {}
+    assert target.calls == ["vm-0", "vm-1", "vm-1", "vm-2"]
+    outcomes = {r["name"]: r["result"] for r in ledger.records.find({"action": "outcome"})}
+    assert outcomes == {"vm-0": "deleted", "vm-1": "deleted", "vm-2": "deleted"}
 
 
 def test_no_delete_without_a_durable_intent() -> None:
@@ -95,19 +121,149 @@ def test_no_delete_without_a_durable_intent() -> None:
     ledger = Ledger(client, LedgerConfig(database="reaper", timeout="1s"))
     ledger.ensure_indexes()
     target = FakeTarget({"vm-0"})
+    batch_fence = fence(ledger)
     daemon.stop()  # the ledger can no longer acknowledge the intent
     with pytest.raises(PyMongoError):
-        delete_batch(ledger, target, IDS, [inst(name="vm-0")])
+        delete_batch(ledger, target, batch_fence, [inst(name="vm-0")])
     assert target.calls == []
 
 
-def test_sweep_lease(ledger) -> None:
-    assert ledger.acquire("gce", "a", timedelta(minutes=5)) == ""
+def test_an_intent_that_cannot_be_written_sends_nothing_and_fails_the_task(ledger) -> None:
+    target = FakeTarget({"vm-0", "vm-1"})
+    resources = [inst(name="vm-0"), inst(name="vm-1")]
+    batch_fence = fence(ledger)
+    ledger.records.drop_index("fence")
+    ledger.records.create_index([("name", 1)], unique=True, name="clash")
+    ledger.records.insert_one({"name": "vm-0"})  # the intent of vm-0 now collides: the write fails
+    with pytest.raises(SweepHalted, match="intent not recorded"):
+        delete_batch(ledger, target, batch_fence, resources)
+    assert target.calls == []
+
+
+def test_nothing_is_sent_without_the_lease_or_after_the_deadline(ledger) -> None:
+    target = FakeTarget({"vm-0", "vm-1", "vm-2"})
+    late = [inst(name="vm-0"), inst(name="vm-1")]
+    assert delete_batch(ledger, target, fence(ledger, deadline=time.time() - 1), late) == {"not_attempted": 2}
+    ledger.locks.delete_many({})  # the lease expired and was taken over by another sweep
+    ledger.acquire("gce", "someone-else", timedelta(minutes=5))
+    assert delete_batch(ledger, target, Fence(IDS, HOLDER, "old-token", None), [inst(name="vm-2")]) == {
+        "not_attempted": 1
+    }
+    assert target.calls == [] and ledger.records.count_documents({"action": "delete_intent"}) == 0
+    details = {r["name"]: r["detail"] for r in ledger.records.find({"action": "outcome"})}
+    assert details["vm-0"].startswith("deadline reached") and "held by someone-else" in details["vm-2"]
+
+
+def test_sweep_lease_is_fenced_by_a_token(ledger) -> None:
+    a = ledger.acquire("gce", "a", timedelta(minutes=5))
+    assert a is not None and ledger.lease_problem("gce", "a", a["token"]) is None
     assert ledger.acquire("gce", "b", timedelta(minutes=5)) is None
-    assert ledger.acquire("gce", "a", timedelta(minutes=5)) == "a"  # re-entrant for the holder (task retries)
+    again = ledger.acquire("gce", "a", timedelta(minutes=5))  # re-entrant for the holder (task retries)
+    assert again["token"] == a["token"] and again["expires_at"] >= a["expires_at"]
     ledger.locks.update_one({"_id": "gce"}, {"$set": {"expires_at": time.time() - 1}})
-    assert ledger.acquire("gce", "b", timedelta(minutes=5)) == "a"  # an expired lease is taken over
+    assert ledger.lease_problem("gce", "a", a["token"]) == "the sweep lease has expired"
+    b = ledger.acquire("gce", "b", timedelta(minutes=5))  # an expired lease is taken over, with a new token
+    assert b["token"] != a["token"]
+    assert "held by b" in ledger.lease_problem("gce", "a", a["token"])
     ledger.release("gce", "a")  # not the holder: no effect
     assert ledger.acquire("gce", "a", timedelta(minutes=5)) is None
     ledger.release("gce", "b")
-    assert ledger.acquire("gce", "a", timedelta(minutes=5)) == ""
+    assert ledger.lease_problem("gce", "b", b["token"]) == "the sweep lease was released"
+
+
+# --- indexes across config and version changes ------------------------------------------------
+
+DAY = 86400
+WANTED = {
+    "ledger": {"fence": (list(FENCE), True, None), "retention": (["at"], False, 400 * DAY)},
+    "sweeps": {"sweep": (["dag_id", "run_id", "execution"], True, None), "retention": (["at"], False, 400 * DAY)},
+}
+
+
+class Commands(CommandListener):
+    """The names of the commands a client sends, to tell an in-place change from a rebuild."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def started(self, event: CommandStartedEvent) -> None:
+        self.names.append(event.command_name)
+
+    def succeeded(self, event: CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: CommandFailedEvent) -> None:
+        pass
+
+
+def _indexes(led: Ledger) -> dict[str, dict[str, tuple[list[str], bool, int | None]]]:
+    """(key fields, unique, TTL) of every index but ``_id_``, per collection."""
+    return {
+        c.name: {
+            name: ([k for k, _ in info["key"]], bool(info.get("unique")), info.get("expireAfterSeconds"))
+            for name, info in c.index_information().items()
+            if name != "_id_"
+        }
+        for c in (led.records, led.sweeps)
+    }
+
+
+def _watched(port: int, db: str, retention: str) -> tuple[Ledger, Commands]:
+    commands = Commands()
+    client = MongoClient(f"mongodb://127.0.0.1:{port}/", serverSelectionTimeoutMS=3000, event_listeners=[commands])
+    return Ledger(client, LedgerConfig(database=db, retention=retention)), commands
+
+
+def test_a_retention_change_is_applied_in_place(ledger, mongo, mongo_server) -> None:
+    changed, commands = _watched(mongo_server.port, mongo[1], "30d")
+    changed.ensure_indexes()
+    ttl = {name: indexes["retention"][2] for name, indexes in _indexes(changed).items()}
+    assert ttl == {"ledger": 30 * DAY, "sweeps": 30 * DAY}
+    assert "collMod" in commands.names and not {"dropIndexes", "createIndexes"} & set(commands.names)
+
+
+def test_indexes_already_in_shape_are_left_alone(ledger, mongo, mongo_server) -> None:
+    again, commands = _watched(mongo_server.port, mongo[1], "400d")
+    again.ensure_indexes()
+    assert set(commands.names) == {"listIndexes"}
+    assert _indexes(again) == WANTED
+
+
+@pytest.mark.parametrize(
+    ("collection", "keys", "options"),
+    [
+        ("ledger", [("dag_id", 1), ("run_id", 1)], {"name": "fence", "unique": True}),  # an older fence
+        ("ledger", [(f, 1) for f in FENCE], {"name": "fence"}),  # the fence without uniqueness
+        ("ledger", [("written", 1)], {"name": "retention", "expireAfterSeconds": 60}),  # TTL on another field
+        ("sweeps", [("dag_id", 1), ("run_id", 1)], {"name": "sweep", "unique": True, "expireAfterSeconds": 60}),
+        ("ledger", [("at", 1)], {"name": "at_1", "expireAfterSeconds": 60}),  # same keys, another name
+    ],
+)
+def test_an_index_that_differs_otherwise_is_rebuilt(mongo, collection: str, keys: list, options: dict) -> None:
+    client, db = mongo
+    client[db][collection].create_index(keys, **options)
+    led = Ledger(client, LedgerConfig(database=db))
+    led.ensure_indexes()
+    assert _indexes(led) == WANTED
+
+
+def test_a_refused_collmod_falls_back_to_a_rebuild() -> None:
+    # MongoDB's readWrite role may drop and create indexes but not run collMod (SecantusDB's may).
+    port = free_port()
+    argv = [mongo_binary(), "--host", "127.0.0.1", "--port", str(port), "--storage-path", ":memory:"]
+    daemon = Daemon([*argv, "--enable-test-commands"], port, "SecantusDB")
+    try:
+        Ledger(MongoClient(f"mongodb://127.0.0.1:{port}/"), LedgerConfig(database="reaper")).ensure_indexes()
+        changed, commands = _watched(port, "reaper", "30d")
+        unauthorized = {"failCommands": ["collMod"], "errorCode": 13}
+        changed.records.database.client.admin.command(
+            "configureFailPoint", "failCommand", mode={"times": 2}, data=unauthorized
+        )
+        changed.ensure_indexes()
+        assert {name: indexes["retention"][2] for name, indexes in _indexes(changed).items()} == {
+            "ledger": 30 * DAY,
+            "sweeps": 30 * DAY,
+        }
+        assert commands.names.count("collMod") == 2 and commands.names.count("dropIndexes") == 2
+    finally:
+        daemon.stop()

@@ -28,6 +28,9 @@ class GceFaults(Faults):
     failing_pages: set[tuple[str, int]] = field(default_factory=set)  # (project, page index) -> 503
     deny_set_labels: set[str] = field(default_factory=set)  # projects whose setLabels answer 403
     failing_operations: set[str] = field(default_factory=set)  # instance names whose delete op ends in error
+    # (project, zone): the aggregated list leaves the zone's instances out and says so only with a
+    # top-level PARTIAL_SUCCESS warning, as the API does when some results may be missing.
+    partial_zones: set[tuple[str, str]] = field(default_factory=set)
 
 
 def fingerprint(labels: dict[str, str]) -> str:
@@ -43,6 +46,7 @@ class Fleet(State):
         self.operations: dict[str, dict[str, object]] = {}
         self.faults: GceFaults = GceFaults()
         self.mutations: list[tuple[float, str, str]] = []  # (time, project, kind)
+        self.deleted_ids: list[str] = []  # the instance ids delete calls were accepted for, in order
         self._op_ids = itertools.count(1)
 
     # --- seeding ---------------------------------------------------------------------------
@@ -107,7 +111,13 @@ class Fleet(State):
         return self.projects[project]
 
     def instance(self, project: str, zone: str, name: str) -> dict[str, object]:
-        found = self.zones(project).get(zone, {}).get(name)
+        """An instance by name, or by its numeric id: the API takes either in the ``instance`` path
+        segment (pattern ``[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?|[1-9][0-9]{0,19}``; names start with a letter)."""
+        instances = self.zones(project).get(zone, {})
+        if name.isdigit():
+            found = next((i for i in instances.values() if i["id"] == name), None)
+        else:
+            found = instances.get(name)
         if found is None:
             raise ApiError(
                 404, "notFound", f"The resource 'projects/{project}/zones/{zone}/instances/{name}' was not found"
@@ -119,6 +129,7 @@ class Fleet(State):
             if project in self.faults.deny_set_labels:
                 raise ApiError(403, "forbidden", f"Required 'compute.instances.setLabels' permission for '{name}'")
             instance = self.instance(project, zone, name)
+            name = str(instance["name"])
             if body.get("labelFingerprint") != instance["labelFingerprint"]:
                 raise ApiError(
                     412, "conditionNotMet", "Labels fingerprint either invalid or resource labels have changed"
@@ -132,9 +143,16 @@ class Fleet(State):
     def delete(self, project: str, zone: str, name: str) -> dict[str, object]:
         with self.lock:
             instance = self.instance(project, zone, name)
+            if instance.get("deletionProtection"):
+                raise ApiError(
+                    400,
+                    "resourceInUseByAnotherResource",
+                    "Invalid resource usage: 'Resource cannot be deleted if it's protected against deletion.'",
+                )
             instance["status"] = "STOPPING"
             self.mutations.append((time.monotonic(), project, "delete"))
-            return self._operation(project, zone, name, "delete", done=False)
+            self.deleted_ids.append(str(instance["id"]))
+            return self._operation(project, zone, str(instance["name"]), "delete", done=False)
 
     def _operation(self, project: str, zone: str, name: str, kind: str, done: bool) -> dict[str, object]:
         op_name = f"operation-{next(self._op_ids)}-{kind}"

@@ -119,10 +119,11 @@ class GceHandler(Handler):
         with fleet.lock:
             zones = fleet.zones(project)
             unreachable = {z for p, z in fleet.faults.unreachable if p == project}
+            partial = {z for p, z in fleet.faults.partial_zones if p == project}
             rows = sorted(
                 (zone, name, inst)
                 for zone, instances in zones.items()
-                if zone not in unreachable
+                if zone not in unreachable | partial
                 for name, inst in instances.items()
                 if _matches(inst, wanted)
             )
@@ -142,6 +143,8 @@ class GceHandler(Handler):
             "items": items,
             "selfLink": f"https://www.googleapis.com/compute/v1/projects/{project}/aggregated/instances",
         }
+        if partial:
+            body.update(_warning("PARTIAL_SUCCESS", "Some results may be missing from the response.", "-"))
         if offset + size < len(rows):
             body["nextPageToken"] = _token(offset + size)
         return body

@@ -3,8 +3,11 @@
 Every object gets a ``uid``, a ``resourceVersion`` and a ``creationTimestamp``.
 Deleting an object deletes its dependents (``ownerReferences``) in the
 background unless the propagation policy is ``Orphan``, as the garbage collector
-does. The cluster remembers whether a Secret's ``data`` was ever served, so
-tests can prove the reaper never asked for it.
+does. Deleting a Pod is graceful, as on a real API server: the answer is the Pod
+with ``metadata.deletionTimestamp`` set, and the object stays (terminating) until
+the kubelet has stopped its containers (``K8sFaults.pod_shutdown`` seconds, at most
+its grace period) and no finalizer is left. The cluster remembers whether a
+Secret's ``data`` was ever served, so tests can prove the reaper never asked for it.
 """
 
 from __future__ import annotations
@@ -32,10 +35,14 @@ RESOURCE_OF_KIND = {kind: resource for resource, (kind, _) in RESOURCES.items()}
 
 @dataclass
 class K8sFaults(Faults):
-    """The shared faults plus: answer 410 Gone to this many requests that carry a continue token."""
+    """The shared faults plus: answer 410 Gone to this many requests that carry a continue token;
+    answer this many list pages with the continue token of the request again (a looping server);
+    how long a deleted Pod's containers take to stop (capped by its grace period)."""
 
     expire_continue_tokens: int = 0
+    repeat_continue_tokens: int = 0
     cascade_delay: float = 0.0
+    pod_shutdown: float = 0.2
 
 
 class Cluster(State):
@@ -49,6 +56,7 @@ class Cluster(State):
         # Indexes, so a list page and a delete cost what they would on a real API server, not a scan:
         self._sorted: dict[str, list[tuple[str, str, str]]] = {}  # resource -> keys in list order (lazy)
         self._dependents: dict[str, set[tuple[str, str, str]]] = {}  # owner uid -> dependent keys
+        self._stopped: set[tuple[str, str, str]] = set()  # terminating Pods whose containers have stopped
 
     def _version(self) -> str:
         return str(next(self._versions))
@@ -89,6 +97,7 @@ class Cluster(State):
             return found
 
     def delete(self, resource: str, namespace: str, name: str, options: dict[str, object]) -> dict[str, object]:
+        """Delete as the API server does; the answer is the object as deleted (or now terminating)."""
         with self.lock:
             obj = self.get(resource, namespace, name)
             meta: dict[str, object] = obj["metadata"]  # type: ignore[assignment]
@@ -102,21 +111,64 @@ class Cluster(State):
                 )
             if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:  # type: ignore[union-attr,index]
                 raise ApiError(409, "Conflict", f"Precondition failed: resourceVersion of {resource} {name!r}")
-            del self.objects[(resource, namespace, name)]
-            self._sorted.pop(resource, None)
             self.deletes.append((time.monotonic(), resource, namespace, name))
+            if resource == "pods" or meta.get("finalizers"):
+                return self._begin_graceful_delete((resource, namespace, name), obj)
+            self._remove((resource, namespace, name))
+        if options.get("propagationPolicy") != "Orphan":
+            self._cascade(self._dependents.pop(str(meta["uid"]), set()))
+        return obj
+
+    def _begin_graceful_delete(self, key: tuple[str, str, str], obj: dict[str, object]) -> dict[str, object]:
+        """Mark the object terminating; the kubelet (a timer here) and the finalizers remove it later."""
+        meta: dict[str, object] = obj["metadata"]  # type: ignore[assignment]
+        if "deletionTimestamp" not in meta:
+            grace = float((obj.get("spec") or {}).get("terminationGracePeriodSeconds", 30))  # type: ignore[union-attr]
+            meta["deletionTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            meta["deletionGracePeriodSeconds"] = int(grace)
+            meta["resourceVersion"] = self._version()
+            if key[0] == "pods":
+                stop_after = min(grace, self.faults.pod_shutdown)
+                timer = threading.Timer(stop_after, self._containers_stopped, [key, str(meta["uid"])])
+                timer.daemon = True
+                timer.start()
+            else:
+                self._containers_stopped(key, str(meta["uid"]))
+        return obj
+
+    def _containers_stopped(self, key: tuple[str, str, str], uid: str) -> None:
+        """The kubelet has stopped the Pod: it goes once no finalizer holds it."""
+        with self.lock:
+            obj = self.objects.get(key)
+            if obj is None or obj["metadata"]["uid"] != uid:  # type: ignore[index]
+                return  # gone already, or recreated under the same name: another object
+            meta: dict[str, object] = obj["metadata"]  # type: ignore[assignment]
+            self._stopped.add(key)
+            if meta.get("finalizers"):
+                return
+            self._remove(key)
             dependents = self._dependents.pop(str(meta["uid"]), set())
-        if dependents and options.get("propagationPolicy") != "Orphan":
-            self._cascade(dependents)
-        return {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "status": "Success",
-            "details": {"name": name, "kind": resource, "uid": meta["uid"]},
-        }
+        self._cascade(dependents)
+
+    def remove_finalizers(self, key: tuple[str, str, str]) -> None:
+        """What the controller owning a finalizer does when it is done (tests call it)."""
+        with self.lock:
+            meta: dict[str, object] = self.objects[key]["metadata"]  # type: ignore[assignment]
+            meta["finalizers"] = []
+            meta["resourceVersion"] = self._version()
+            done = "deletionTimestamp" in meta and (key[0] != "pods" or key in self._stopped)
+        if done:
+            self._containers_stopped(key, str(meta["uid"]))
+
+    def _remove(self, key: tuple[str, str, str]) -> None:
+        del self.objects[key]
+        self._stopped.discard(key)
+        self._sorted.pop(key[0], None)
 
     def _cascade(self, dependents: set[tuple[str, str, str]]) -> None:
         """The garbage collector: dependents of a deleted owner go too, in the background."""
+        if not dependents:
+            return
 
         def collect() -> None:
             for resource, namespace, name in sorted(dependents):

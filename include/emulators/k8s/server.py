@@ -26,7 +26,7 @@ _ROUTES: list[Route] = [
     ("DELETE", re.compile(_PREFIX + r"/namespaces/([^/]+)/(pods|secrets|networkpolicies)/([^/]+)$"), "delete"),
 ]
 _REASONS = {404: "NotFound", 409: "Conflict", 410: "Expired", 422: "Invalid", 429: "TooManyRequests"}
-_METADATA_ONLY = "as=PartialObjectMetadataList"
+_METADATA_ONLY = "as=PartialObjectMetadata"  # ...List for lists
 
 
 def parse_selector(text: str) -> Callable[[dict[str, str]], bool]:
@@ -89,7 +89,7 @@ class K8sHandler(Handler):
             return cluster.create(resource, namespace, self.body())
         if kind == "get":
             return self._serve_objects(resource, [cluster.get(resource, namespace, args[2])])[0]
-        return cluster.delete(resource, namespace, args[2], self.body())
+        return self._serve_objects(resource, [cluster.delete(resource, namespace, args[2], self.body())])[0]
 
     def _serve_objects(self, resource: str, objects: list[dict[str, object]]) -> list[dict[str, object]]:
         if _METADATA_ONLY in (self.headers.get("Accept") or ""):
@@ -120,6 +120,10 @@ class K8sHandler(Handler):
             except (ValueError, KeyError, TypeError):
                 raise ApiError(400, "BadRequest", "continue key is not valid") from None
         page, resume = cluster.select(resource, namespace, matches, after, limit)  # type: ignore[arg-type]
+        with cluster.lock:
+            if token and resume and cluster.faults.repeat_continue_tokens > 0:
+                cluster.faults.repeat_continue_tokens -= 1
+                resume = after  # a server that hands back the token it was given: the list never ends
         version = str(next(cluster._versions))
         kind, api_version = RESOURCES[resource]
         metadata_only = _METADATA_ONLY in (self.headers.get("Accept") or "")
@@ -130,7 +134,7 @@ class K8sHandler(Handler):
             "items": self._serve_objects(resource, page),
         }
         if resume:
-            body["metadata"]["continue"] = _continue_token(resume, version)  # type: ignore[index]
+            body["metadata"]["continue"] = token if resume == after else _continue_token(resume, version)  # type: ignore[index]
         return body
 
 

@@ -1,13 +1,20 @@
-"""Deleting planned instances: re-validated, rate-limited, bounded, and every outcome returned as data.
+"""Deleting planned instances: re-validated, rate-limited, fenced, bounded, every outcome returned as data.
 
-Immediately before each delete the instance is read again and must still have
-the planned ``id`` (not a new VM under the same name), the planned heartbeat
-label value (its manager has not come back) and the planned status class
-(a TERMINATED instance has not been restarted); otherwise it is skipped as
-``changed_since_plan``. Deletes are ``delete_unary`` plus a wait on the zone
-operation with the same client options (the SDK's extended-operation poller
-would poll the real endpoint). A 404 means already gone; 429, 5xx and timeouts
-are retried with backoff, then that instance alone fails and the sweep goes on.
+For each planned instance, in this order (DESIGN.md section 6):
+
+1. the project's rate-limit token, first: a wait happens before the re-read, never between it and the delete;
+2. the re-read, by numeric id: it must still be the planned VM (same id and name), carry the planned
+   heartbeat label value (its manager has not come back), have the planned status class (a TERMINATED
+   instance has not been restarted), match the selector, carry no opt-out label and have no deletion
+   protection; otherwise ``changed_since_plan``;
+3. the guard (lease, deadline, stop) and the durable intent;
+4. ``delete_unary`` by numeric id, which the Compute API takes in place of the name: a VM recreated under
+   the same name after the re-read has another id and can never be the one deleted;
+5. a wait on the zone operation (same client options: the SDK's poller would poll the real endpoint),
+   cut short at the guard's deadline (``operation_pending``).
+
+A 404 means already gone, or ``deleted`` when this sweep's own delete call may have caused it. 429, 5xx and
+timeouts are retried with backoff, each retry guarded again; then that instance alone fails.
 """
 
 from __future__ import annotations
@@ -24,15 +31,18 @@ from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
 
 from reaper.config import Settings
+from reaper.fence import NOT_ATTEMPTED, Halted, SendGuard
 from reaper.gce.clients import ComputeClients, transient
 from reaper.model import GceInstance
 from reaper.ratelimit import BucketsPerScope
 from reaper.retry import Backoff
 
 T = TypeVar("T")
-GET_FIELD_MASK = "id,name,status,labels"  # what re-validation compares
+GET_FIELD_MASK = "id,name,status,labels,deletionProtection"  # what re-validation compares
 DELETED, ALREADY_GONE, CHANGED, FAILED = "deleted", "already_gone", "changed_since_plan", "failed"
+OPERATION_PENDING = "operation_pending"  # the delete was accepted; its operation had not finished by the deadline
 _DONE = compute_v1.Operation.Status.DONE
+_POLL = 1.0  # seconds between operation polls once the server-side wait has returned
 
 
 @dataclass(frozen=True)
@@ -65,28 +75,48 @@ class GceDeleter:
         gce = config.gce
         self.clients = clients
         self.heartbeat_label = gce.heartbeat_label
+        self.selector = gce.selector
+        self.opt_out = gce.opt_out_label
         self.concurrency = gce.delete_concurrency
         self.timeout = gce.request_timeout.total_seconds()
         self.operation_timeout = gce.operation_timeout.total_seconds()
         self.backoff = backoff or Backoff(gce.max_retries)
         self.buckets = BucketsPerScope(gce.delete_rate_per_project)
 
-    def delete(self, planned: Sequence[GceInstance]) -> list[Outcome]:
+    def delete(self, planned: Sequence[GceInstance], guard: SendGuard | None = None) -> list[Outcome]:
         """Delete every planned instance that is still what the plan saw; one outcome each, in order.
 
         Work is interleaved across projects: plans come project by project, and workers that all
         took the same project would queue on its rate limit while the others sit idle.
         """
+        guard = guard or SendGuard()
         order = interleave(range(len(planned)), key=lambda i: planned[i].project)
+
+        def one(i: int) -> Outcome:
+            outcome = self._delete_one(planned[i], guard)
+            guard.record(planned[i], outcome.result, outcome.detail)
+            return outcome
+
         with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="gce-delete") as pool:
-            done = dict(zip(order, pool.map(lambda i: self._delete_one(planned[i]), order), strict=True))
+            done = dict(zip(order, pool.map(one, order), strict=True))
         return [done[i] for i in range(len(planned))]
 
     def _outcome(self, inst: GceInstance, result: str, detail: str = "") -> Outcome:
         return Outcome(inst.project, inst.zone, inst.name, inst.id, result, detail)
 
-    def _delete_one(self, inst: GceInstance) -> Outcome:
-        target = {"project": inst.project, "zone": inst.zone, "instance": inst.name}
+    def _gone(self, inst: GceInstance, guard: SendGuard, where: str, sent: bool) -> Outcome:
+        """A 404: this sweep's own doing when its delete call (now or in an earlier try) went out."""
+        if sent or inst.id in guard.sent_before:
+            return self._outcome(inst, DELETED, f"404 on {where} after this sweep's delete call")
+        return self._outcome(inst, ALREADY_GONE, f"404 on {where}")
+
+    def _delete_one(self, inst: GceInstance, guard: SendGuard) -> Outcome:
+        why = guard.check()
+        if why:
+            return self._outcome(inst, NOT_ATTEMPTED, why)
+        self.buckets.acquire(inst.project)  # before the re-read: no wait between it and the delete
+        # By id: a VM recreated under the name is another instance, and this one is gone.
+        target = {"project": inst.project, "zone": inst.zone, "instance": inst.id}
         try:
             current = self.backoff.call(
                 lambda: self.clients.instances.get(
@@ -95,40 +125,64 @@ class GceDeleter:
                 transient,
             )
         except gexc.NotFound:
-            return self._outcome(inst, ALREADY_GONE, "404 on get")
+            return self._gone(inst, guard, "get", sent=False)
         except Exception as exc:
             return self._outcome(inst, FAILED, f"get: {type(exc).__name__}: {exc}")
         changes = self._changes(inst, current)
         if changes:
             return self._outcome(inst, CHANGED, "; ".join(changes))
-        self.buckets.acquire(inst.project)
+        why = guard.before_send(inst)
+        if why:
+            return self._outcome(inst, NOT_ATTEMPTED, why)
+        attempts = 0
+
+        def send() -> compute_v1.Operation:
+            nonlocal attempts
+            if attempts:
+                guard.ensure()  # a retry is a new send: the lease and the deadline must still hold
+            attempts += 1
+            return self.clients.instances.delete_unary(**target, retry=None, timeout=self.timeout)
+
         try:
-            op = self.backoff.call(
-                lambda: self.clients.instances.delete_unary(**target, retry=None, timeout=self.timeout), transient
-            )
+            op = self.backoff.call(send, transient)
         except gexc.NotFound:
-            return self._outcome(inst, ALREADY_GONE, "404 on delete")
+            # A 404 after an earlier attempt of this call timed out or failed is this call's own work.
+            return self._gone(inst, guard, "delete", sent=attempts > 1)
+        except Halted as exc:
+            return self._outcome(inst, NOT_ATTEMPTED, f"retry of the delete not sent: {exc}")
         except Exception as exc:
             return self._outcome(inst, FAILED, f"delete: {type(exc).__name__}: {exc}")
-        return self._wait(inst, op)
+        return self._wait(inst, op, guard)
 
     def _changes(self, planned: GceInstance, current: compute_v1.Instance) -> list[str]:
+        """Everything that makes the instance now a different one from what the plan decided on."""
         changes = []
-        if str(current.id) != planned.id:
-            changes.append(f"id {planned.id} -> {current.id} (recreated under the same name)")
-        now_beat = current.labels.get(self.heartbeat_label)
+        if str(current.id) != planned.id or current.name != planned.name:
+            changes.append(f"{planned.name} ({planned.id}) is now {current.name} ({current.id})")
+        labels = current.labels
+        now_beat = labels.get(self.heartbeat_label)
         if now_beat != planned.labels.get(self.heartbeat_label):
             changes.append(f"heartbeat {planned.labels.get(self.heartbeat_label)} -> {now_beat}")
         if status_class(current.status) != status_class(planned.status):
             changes.append(f"status {planned.status} -> {current.status}")
+        if any(labels.get(key) != value for key, value in self.selector.items()):
+            changes.append("no longer matches the selector")
+        if labels.get(self.opt_out[0]) == self.opt_out[1]:
+            changes.append(f"opted out ({self.opt_out[0]}={self.opt_out[1]})")
+        if current.deletion_protection:
+            changes.append("deletion protection set")
         return changes
 
-    def _wait(self, inst: GceInstance, op: compute_v1.Operation) -> Outcome:
-        deadline = time.monotonic() + self.operation_timeout
+    def _wait(self, inst: GceInstance, op: compute_v1.Operation, guard: SendGuard) -> Outcome:
+        """Wait for the operation until it is done, its own timeout, or the guard's deadline or stop."""
+        give_up = time.monotonic() + self.operation_timeout
         name = op.name
         try:
             while op.status != _DONE:
-                if time.monotonic() > deadline:
+                why = guard.check(lease=False)
+                if why:
+                    return self._outcome(inst, OPERATION_PENDING, f"operation {name} not done: {why}")
+                if time.monotonic() > give_up:
                     return self._outcome(inst, FAILED, f"operation {name} not done after {self.operation_timeout:.0f}s")
                 op = self.backoff.call(
                     lambda: self.clients.operations.wait(
@@ -136,6 +190,8 @@ class GceDeleter:
                     ),
                     transient,
                 )
+                if op.status != _DONE:
+                    time.sleep(_POLL)
         except Exception as exc:
             return self._outcome(inst, FAILED, f"operation {name}: {type(exc).__name__}: {exc}")
         if "error" in op and op.error.errors:

@@ -2,8 +2,10 @@
 
 One ``aggregated_list`` per page (``max_results=500``), the selector pushed down
 as a server-side label filter, every page token followed to the end. A page that
-fails after its retries, a zone entry with a warning other than "no results",
-an ``unreachables`` entry or an instance that cannot be normalized marks the
+fails after its retries, a top-level warning (``PARTIAL_SUCCESS``: "some results
+may be missing"), a zone entry with a warning other than "no results", an
+``unreachables`` entry, an instance listed twice (an instance created between
+page reads shifts the pages) or an instance that cannot be normalized marks the
 project's listing incomplete: the policy then holds every delete there.
 """
 
@@ -22,8 +24,9 @@ from reaper.retry import Backoff
 PAGE_SIZE = 500
 HARMLESS_WARNINGS = ("NO_RESULTS_ON_PAGE",)
 # Partial response: only what the rules read. A full instance is ~3 KB of JSON the SDK would parse.
-INSTANCE_FIELDS = "name,id,status,zone,selfLink,labels,creationTimestamp,lastStopTimestamp"
-LIST_FIELD_MASK = f"items/*/instances({INSTANCE_FIELDS}),items/*/warning,nextPageToken,unreachables"
+INSTANCE_FIELDS = "name,id,status,zone,selfLink,labels,creationTimestamp,lastStopTimestamp,deletionProtection"
+# The top-level warning must stay in the mask: without it a partial answer reads as a complete one.
+LIST_FIELD_MASK = f"items/*/instances({INSTANCE_FIELDS}),items/*/warning,warning,nextPageToken,unreachables"
 
 
 @dataclass
@@ -60,6 +63,7 @@ def normalize(pb: object) -> GceInstance:
         dict(pb.labels),  # type: ignore[attr-defined]
         rfc3339(pb.creation_timestamp, f"instance {name} creationTimestamp"),  # type: ignore[attr-defined]
         rfc3339(stopped, f"instance {name} lastStopTimestamp") if stopped else None,
+        pb.deletion_protection,  # type: ignore[attr-defined]
     )
 
 
@@ -71,6 +75,7 @@ def list_project(
         project=project, filter=label_filter(selector), max_results=PAGE_SIZE
     )
     seen_tokens: set[str] = set()
+    seen_ids: set[str] = set()
 
     def one_page() -> compute_v1.InstanceAggregatedList:
         # The pager fetches exactly one page when created; we follow tokens ourselves so each page
@@ -88,14 +93,21 @@ def list_project(
             return listing
         listing.pages += 1
         raw = compute_v1.InstanceAggregatedList.pb(page)
+        if raw.HasField("warning"):
+            listing.problems.append(f"page {listing.pages}: {raw.warning.code}: {raw.warning.message}")
         for scope, scoped in raw.items.items():
             if scoped.HasField("warning") and scoped.warning.code not in HARMLESS_WARNINGS:
                 listing.problems.append(f"{scope}: {scoped.warning.code}: {scoped.warning.message}")
             for inst in scoped.instances:
                 try:
-                    listing.instances.append(normalize(inst))
+                    record = normalize(inst)
                 except ValueError as exc:
                     listing.problems.append(str(exc))
+                    continue
+                if record.id in seen_ids:
+                    listing.problems.append(f"instance {record.id} ({record.name}) listed twice: the pages moved")
+                seen_ids.add(record.id)
+                listing.instances.append(record)
         listing.problems += [f"unreachable: {u}" for u in raw.unreachables]
         token = page.next_page_token
         if not token:

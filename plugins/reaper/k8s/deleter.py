@@ -1,37 +1,50 @@
 """Deleting orphaned runs' objects, a run at a time: Pod, then Secrets, then NetworkPolicy.
 
-Every delete carries ``preconditions.uid`` (an object recreated under the same
-name for a new run is never deleted) and ``propagationPolicy: Background``. 404
-means already gone; 409 means the object changed under us: skip it and the rest
-of its run. A run whose Pod could not be deleted keeps its Secrets and
-NetworkPolicy (the Pod may still mount them); the next sweep finishes a
-partially deleted run. 429 and 5xx are retried with backoff, bounded.
+Before a run's first delete its evidence is read again (``revalidate``: the lease still absent, the
+run still terminal or gone); a run that changed is skipped whole. Every delete carries
+``preconditions.uid`` and ``preconditions.resourceVersion``, so an object recreated, relabelled or
+opted out after the plan answers 409 and is skipped, and ``propagationPolicy: Background``; answers
+are asked for as metadata only (a Secret's delete would otherwise echo its data). A Pod's delete is
+graceful: while the Pod is still terminating (grace period, finalizers) its containers may run, so it
+is recorded ``terminating`` and the run's Secrets and NetworkPolicy wait for a later sweep that finds it
+gone. 404 means already gone (``deleted`` when this sweep's own delete call went out first); 409
+means changed under us. A run stops at its first object that is not gone: a Pod that could not be
+deleted keeps the Secrets it may mount. 429 and 5xx are retried with backoff, bounded, each retry guarded.
 """
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import msgspec
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from reaper.config import Settings
+from reaper.fence import NOT_ATTEMPTED, Halted, SendGuard
 from reaper.k8s.client import PATHS, call, transient
 from reaper.model import K8sObject
 from reaper.ratelimit import BucketsPerScope
 from reaper.retry import Backoff
 
-DELETED, ALREADY_GONE, CHANGED, FAILED, NOT_ATTEMPTED = (
+DELETED, ALREADY_GONE, CHANGED, FAILED, TERMINATING = (
     "deleted",
     "already_gone",
     "changed_since_plan",
     "failed",
-    "not_attempted",
+    "terminating",
 )
+GONE = (DELETED, ALREADY_GONE)
 ORDER = {"Pod": 0, "Secret": 1, "NetworkPolicy": 2}
+METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+_POLL = 0.5  # seconds between reads of a terminating Pod
+
+# Why a run's evidence no longer supports deleting it, or None (the lease and the run store read again).
+Revalidate = Callable[[str, str], str | None]
 
 
 @dataclass(frozen=True)
@@ -45,63 +58,151 @@ class Outcome:
     detail: str = ""
 
 
+class _Meta(msgspec.Struct):
+    uid: str = ""
+    deletionTimestamp: str | None = None
+
+
+class _Answer(msgspec.Struct):
+    metadata: _Meta = msgspec.field(default_factory=_Meta)
+
+
+_ANSWER = msgspec.json.Decoder(_Answer)
+
+
+def run_key(obj: K8sObject, run_label: str) -> tuple[str, str]:
+    """The (cluster, run) an object belongs to: the unit deletes are grouped, ordered and stopped by."""
+    return obj.cluster, obj.labels.get(run_label, "")
+
+
 class K8sDeleter:
     def __init__(
-        self, api_for: Callable[[str], k8s.ApiClient], config: Settings, backoff: Backoff | None = None
+        self,
+        api_for: Callable[[str], k8s.ApiClient],
+        config: Settings,
+        backoff: Backoff | None = None,
+        revalidate: Revalidate | None = None,
     ) -> None:
         cfg = config.k8s
         self.api_for = api_for
         self.run_label = cfg.run_label
         self.concurrency = cfg.delete_concurrency
         self.timeout = cfg.request_timeout.total_seconds()
+        self.pod_gone_timeout = cfg.pod_gone_timeout.total_seconds()
         self.backoff = backoff or Backoff(cfg.max_retries)
         self.buckets = BucketsPerScope(cfg.delete_rate_per_cluster)
+        self.revalidate = revalidate
 
-    def delete(self, planned: Sequence[K8sObject]) -> list[Outcome]:
+    def delete(self, planned: Sequence[K8sObject], guard: SendGuard | None = None) -> list[Outcome]:
         """Delete the planned objects run by run; one outcome per object, in the order given."""
+        guard = guard or SendGuard()
         runs: dict[tuple[str, str], list[K8sObject]] = defaultdict(list)
         for obj in planned:
-            runs[(obj.cluster, obj.labels.get(self.run_label, ""))].append(obj)
+            runs[run_key(obj, self.run_label)].append(obj)
         groups = [sorted(members, key=lambda o: ORDER.get(o.kind, 9)) for members in runs.values()]
         with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="k8s-delete") as pool:
-            done = {(o.cluster, o.uid): o for outcomes in pool.map(self._delete_run, groups) for o in outcomes}
+            results = pool.map(lambda group: self._delete_run(group, guard), groups)
+            done = {(o.cluster, o.uid): o for outcomes in results for o in outcomes}
         return [done[(obj.cluster, obj.uid)] for obj in planned]
 
-    def _delete_run(self, members: list[K8sObject]) -> list[Outcome]:
+    def _delete_run(self, members: list[K8sObject], guard: SendGuard) -> list[Outcome]:
         outcomes: list[Outcome] = []
-        stopped = ""
+        first = members[0]
+        stopped = guard.check()
+        if not stopped and self.revalidate:
+            changed = self.revalidate(first.cluster, first.labels.get(self.run_label, ""))
+            if changed:
+                return [self._record(obj, guard, CHANGED, changed) for obj in members]
         for obj in members:
             if stopped:
-                outcomes.append(self._outcome(obj, NOT_ATTEMPTED, f"after {stopped}; the next sweep retries"))
+                outcomes.append(self._record(obj, guard, NOT_ATTEMPTED, stopped))
                 continue
-            outcome = self._delete_one(obj)
-            outcomes.append(outcome)
-            if outcome.result in (CHANGED, FAILED):
-                stopped = f"{obj.kind} {obj.namespace}/{obj.name}: {outcome.result}"
+            outcome = self._delete_one(obj, guard)
+            outcomes.append(self._record(obj, guard, outcome.result, outcome.detail))
+            if outcome.result not in GONE:
+                stopped = f"after {obj.kind} {obj.namespace}/{obj.name}: {outcome.result}; the next sweep decides again"
         return outcomes
+
+    def _record(self, obj: K8sObject, guard: SendGuard, result: str, detail: str) -> Outcome:
+        guard.record(obj, result, detail)
+        return Outcome(obj.cluster, obj.kind, obj.namespace, obj.name, obj.uid, result, detail)
+
+    def _path(self, obj: K8sObject) -> str:
+        prefix, resource = PATHS[obj.kind]
+        return f"{prefix}/namespaces/{obj.namespace}/{resource}/{obj.name}"
+
+    def _delete_one(self, obj: K8sObject, guard: SendGuard) -> Outcome:
+        api = self.api_for(obj.cluster)
+        self.buckets.acquire(obj.cluster)
+        why = guard.before_send(obj)
+        if why:
+            return self._outcome(obj, NOT_ATTEMPTED, why)
+        preconditions = {"uid": obj.uid}
+        if obj.resource_version:
+            preconditions["resourceVersion"] = obj.resource_version
+        body = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "preconditions": preconditions,
+            "propagationPolicy": "Background",
+        }
+        attempts = 0
+
+        def send() -> bytes:
+            nonlocal attempts
+            if attempts:
+                guard.ensure()  # a retry is a new send
+            attempts += 1
+            return call(api, "DELETE", self._path(obj), self.timeout, body=body, accept=METADATA)
+
+        try:
+            answer = self.backoff.call(send, transient)
+        except ApiException as exc:
+            if exc.status == 404:
+                if attempts > 1 or obj.uid in guard.sent_before:
+                    return self._outcome(obj, DELETED, "404 after this sweep's delete call")
+                return self._outcome(obj, ALREADY_GONE, "404 on delete")
+            if exc.status == 409:
+                if obj.kind == "Pod" and self._terminating(api, obj):
+                    return self._outcome(obj, TERMINATING, "409, and the Pod is already terminating")
+                return self._outcome(obj, CHANGED, "409: a precondition failed (recreated, relabelled or opted out)")
+            return self._outcome(obj, FAILED, f"HTTP {exc.status} {exc.reason}")
+        except Halted as exc:
+            return self._outcome(obj, NOT_ATTEMPTED, f"retry of the delete not sent: {exc}")
+        except Exception as exc:
+            return self._outcome(obj, FAILED, f"{type(exc).__name__}: {exc}")
+        if obj.kind == "Pod" and self._still_terminating(api, obj, answer, guard):
+            return self._outcome(obj, TERMINATING, "the Pod is terminating; its Secrets and NetworkPolicy wait")
+        return self._outcome(obj, DELETED)
 
     def _outcome(self, obj: K8sObject, result: str, detail: str = "") -> Outcome:
         return Outcome(obj.cluster, obj.kind, obj.namespace, obj.name, obj.uid, result, detail)
 
-    def _delete_one(self, obj: K8sObject) -> Outcome:
-        prefix, resource = PATHS[obj.kind]
-        path = f"{prefix}/namespaces/{obj.namespace}/{resource}/{obj.name}"
-        body = {
-            "apiVersion": "v1",
-            "kind": "DeleteOptions",
-            "preconditions": {"uid": obj.uid},
-            "propagationPolicy": "Background",
-        }
-        api = self.api_for(obj.cluster)
-        self.buckets.acquire(obj.cluster)
+    def _terminating(self, api: k8s.ApiClient, obj: K8sObject) -> bool:
+        """Whether the planned Pod (same uid) still exists with a deletionTimestamp."""
         try:
-            self.backoff.call(lambda: call(api, "DELETE", path, self.timeout, body=body), transient)
+            meta = _ANSWER.decode(call(api, "GET", self._path(obj), self.timeout, accept=METADATA)).metadata
         except ApiException as exc:
             if exc.status == 404:
-                return self._outcome(obj, ALREADY_GONE, "404 on delete")
-            if exc.status == 409:
-                return self._outcome(obj, CHANGED, "409: uid precondition failed (recreated or changed)")
-            return self._outcome(obj, FAILED, f"HTTP {exc.status} {exc.reason}")
-        except Exception as exc:
-            return self._outcome(obj, FAILED, f"{type(exc).__name__}: {exc}")
-        return self._outcome(obj, DELETED)
+                return False
+            raise
+        return meta.uid == obj.uid and meta.deletionTimestamp is not None
+
+    def _still_terminating(self, api: k8s.ApiClient, obj: K8sObject, answer: bytes, guard: SendGuard) -> bool:
+        """After a graceful delete: wait (bounded) for the Pod to go; True while it is still there.
+
+        Any doubt (an undecodable answer, a failed read) counts as still terminating: the run's
+        Secrets and NetworkPolicy then wait for the next sweep, which is the safe side.
+        """
+        try:
+            if _ANSWER.decode(answer).metadata.deletionTimestamp is None:
+                return False  # deleted at once: the answer is the object as it was removed
+            give_up = time.monotonic() + self.pod_gone_timeout
+            while True:
+                if not self._terminating(api, obj):
+                    return False
+                if time.monotonic() >= give_up or guard.check(lease=False):
+                    return True
+                time.sleep(_POLL)
+        except Exception:
+            return True

@@ -7,10 +7,12 @@ policy keeps or reports, never deletes, what they would have vouched for.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 
 from reaper.config import Settings
-from reaper.model import Evidence, K8sObject, Keyed
+from reaper.model import Evidence, K8sObject, Keyed, LeaseState, StoreState
+from reaper.policy.k8s import lease_state, run_state
 
 LeaseReader = Callable[[list[str]], Keyed[float | None] | None]
 RunReader = Callable[[list[str]], Keyed[str]]
@@ -43,3 +45,33 @@ def gather(
         steps=steps(sorted(attempts)) if steps and cfg.step_store != "none" else None,
         incomplete=incomplete,
     )
+
+
+def still_reapable(
+    run: str, config: Settings, leases: LeaseReader | None, runs: RunReader | None, now: float | None = None
+) -> str | None:
+    """Read a run's lease and state again right before its first delete: None if it is still an
+    orphan (lease absent, run terminal or provably gone), else what changed since the plan."""
+    k8s = config.k8s
+    at = time.time() if now is None else now
+    lease = lease_state(run, leases([run]) if leases else None, at, k8s.lease_clock_skew.total_seconds())
+    if lease is not LeaseState.ABSENT:
+        return f"lease {lease.value} when read again before the delete"
+    store, status = run_state(run, runs([run]) if runs else None, k8s.terminal_statuses)
+    if store not in (StoreState.TERMINAL, StoreState.NOT_FOUND):
+        return f"run store {store.value} ({status}) when read again before the delete"
+    return None
+
+
+def unguarded_step_pods(objects: Iterable[K8sObject], config: Settings) -> list[str]:
+    """A loud warning when step pods are seen but no step store checks their results (DESIGN.md 5, row 7)."""
+    k8s = config.k8s
+    if k8s.step_store != "none":
+        return []
+    pods = [o for o in objects if o.kind == "Pod" and (k8s.step_label in o.labels or k8s.attempt_label in o.labels)]
+    if not pods:
+        return []
+    return [
+        f"{len(pods)} pods carry step labels ({k8s.step_label}, {k8s.attempt_label}) but k8s.step_store is none: "
+        "their results are NOT checked for durability before their sandbox is reaped; set k8s.step_store: postgres"
+    ]

@@ -2,8 +2,9 @@
 
 Cluster-wide lists with the label selector, ``limit=500`` and ``continue``
 tokens to the end. A ``410 Gone`` (the continue token expired) restarts that
-list once; a second one, or any failure after retries, marks the cluster
-incomplete, which holds every delete in it. Hygiene findings (Pods without
+list once; a second one, a continue token the server already gave (a list that
+would never end), or any failure after retries, marks the cluster incomplete,
+which holds every delete in it. Hygiene findings (Pods without
 ``activeDeadlineSeconds``, objects without ``ownerReferences``) are collected
 for the report: the seed design's two other defences.
 """
@@ -61,7 +62,13 @@ class ClusterListing:
 
 
 def list_kind(
-    api: k8s.ApiClient, cluster: str, kind: str, selector: dict[str, str], backoff: Backoff, timeout: float
+    api: k8s.ApiClient,
+    cluster: str,
+    kind: str,
+    selector: dict[str, str],
+    backoff: Backoff,
+    timeout: float,
+    page_size: int = PAGE_SIZE,
 ) -> tuple[list[K8sObject], int, str | None]:
     """All objects of one kind: (objects, pages, problem or None). Secrets are metadata only."""
     prefix, resource = PATHS[kind]
@@ -70,9 +77,10 @@ def list_kind(
     while True:
         objects: list[K8sObject] = []
         pages, token = 0, ""
+        seen: set[str] = set()
         try:
             while True:
-                query: list[tuple[str, object]] = [("labelSelector", selector_string(selector)), ("limit", PAGE_SIZE)]
+                query: list[tuple[str, object]] = [("labelSelector", selector_string(selector)), ("limit", page_size)]
                 if token:
                     query.append(("continue", token))
                 raw = backoff.call(
@@ -84,6 +92,9 @@ def list_kind(
                 token = page.metadata.next
                 if not token:
                     return objects, pages, None
+                if token in seen:
+                    return objects, pages, f"{kind}: the API repeated a continue token after {pages} pages"
+                seen.add(token)
         except ApiException as exc:
             if exc.status == 410 and token and restarts == 0:
                 restarts += 1
@@ -96,11 +107,16 @@ def list_kind(
 
 
 def list_cluster(
-    api: k8s.ApiClient, cluster: str, selector: dict[str, str], backoff: Backoff, timeout: float
+    api: k8s.ApiClient,
+    cluster: str,
+    selector: dict[str, str],
+    backoff: Backoff,
+    timeout: float,
+    page_size: int = PAGE_SIZE,
 ) -> ClusterListing:
     listing = ClusterListing(cluster)
     for kind in PATHS:
-        objects, pages, problem = list_kind(api, cluster, kind, selector, backoff, timeout)
+        objects, pages, problem = list_kind(api, cluster, kind, selector, backoff, timeout, page_size)
         listing.objects += objects
         listing.pages += pages
         if problem:

@@ -17,15 +17,15 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from datetime import UTC, datetime, timedelta
-from itertools import zip_longest
 
 import msgspec
 from airflow.sdk import DAG, ObjectStoragePath, Param, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from reaper.config import Settings
-from reaper.model import Action, Decision, Evidence, Override, Phase, Plan
+from reaper.model import Action, Evidence, Override, Phase, Plan
 from reaper.sweep.alerts import notifiers
+from reaper.sweep.deletes import STALE_PLAN, Fence, PlanRef, config_digest, cut_batches, delete_batch, stale
 from reaper.sweep.targets import TARGETS
 
 log = logging.getLogger(__name__)
@@ -58,51 +58,28 @@ def _uid(resource: object) -> str:
     return str(getattr(resource, "uid", None) or resource.id)  # type: ignore[attr-defined]
 
 
-def _fence(ctx: dict[str, str], target: str, resource: object, action: str) -> dict[str, object]:
+def _fence(ctx: dict[str, object], target: str, resource: object, action: str) -> dict[str, object]:
     return {**ctx, "target": target, "scope": resource.scope, "uid": _uid(resource), "action": action}  # type: ignore[attr-defined]
 
 
-def _run_context() -> tuple[dict[str, object], dict[str, str]]:
+def _run_context() -> tuple[dict[str, object], dict[str, object]]:
+    """The task's context, and the ids of this execution of the sweep.
+
+    Clearing any task of a DAG run raises its ``clear_number``: each value is one execution,
+    with its own plan, its own ledger records and its own summary (DESIGN.md sections 6 and 7).
+    """
     context = get_current_context()
     run = context["dag_run"]
-    return context, {"dag_id": run.dag_id, "run_id": run.run_id}
+    return context, {"dag_id": run.dag_id, "run_id": run.run_id, "execution": int(run.clear_number or 0)}
 
 
-def _path(config: Settings, ids: dict[str, str], name: str) -> ObjectStoragePath:
-    safe_run = ids["run_id"].replace(":", "_").replace("+", "_")
-    return ObjectStoragePath(config.airflow.sweep_store) / ids["dag_id"] / safe_run / name
+def _holder(ids: dict[str, object]) -> str:
+    return f"{ids['dag_id']}/{ids['run_id']}#{ids['execution']}"
 
 
-def delete_batch(ledger, target, ids: dict[str, str], resources: list[object]) -> dict[str, int]:  # type: ignore[no-untyped-def]
-    """Delete one batch, safely under task retries.
-
-    Resources with an outcome already in the ledger for this sweep are skipped: a
-    retry never deletes twice. The intents are written (acknowledged) before any
-    delete is sent; if that write fails, this raises and nothing is deleted. A
-    crash after a delete and before its outcome is harmless: the retry's
-    re-validation finds the resource gone (``already_gone``) and records that.
-    """
-    done = ledger.outcomes(ids["dag_id"], ids["run_id"], {_uid(r) for r in resources})
-    todo = [r for r in resources if (r.scope, _uid(r)) not in done]  # type: ignore[attr-defined]
-    ledger.write([{**_fence(ids, target.name, r, "delete_intent"), "kind": "intent", "name": r.name} for r in todo])
-    outcomes = target.delete(todo)
-    ledger.write([{**ids, "target": target.name, "action": "outcome", "kind": "outcome", **o} for o in outcomes])
-    return dict(Counter(o["result"] for o in outcomes))
-
-
-def interleaved(decisions: list[Decision]) -> list[Decision]:
-    """Round-robin over scopes: the first of each scope, then the second of each, and so on.
-
-    The policy yields deletes scope by scope; cut into batches as they come, one batch would
-    hold a few scopes and wait on their per-scope rate limits while the others sit idle. Taken
-    in turns, every batch spreads over as many scopes as there are, and the per-scope limits
-    stop bounding the sweep.
-    """
-    by_scope: dict[str, list[Decision]] = {}
-    for d in decisions:
-        by_scope.setdefault(d.resource.scope, []).append(d)
-    rounds = zip_longest(*by_scope.values())
-    return [d for turn in rounds for d in turn if d is not None]
+def _path(config: Settings, ids: dict[str, object], name: str) -> ObjectStoragePath:
+    safe_run = str(ids["run_id"]).replace(":", "_").replace("+", "_")
+    return ObjectStoragePath(config.airflow.sweep_store) / str(ids["dag_id"]) / safe_run / str(ids["execution"]) / name
 
 
 def _summary(plan: Plan) -> dict[str, object]:
@@ -127,7 +104,7 @@ def _summary(plan: Plan) -> dict[str, object]:
 
 def _build(config: Settings, name: str, phase: Phase) -> DAG:
     interval: timedelta = getattr(config.airflow, f"{name}_schedule")
-    timeout = interval * 0.9 if interval else timedelta(hours=1)
+    timeout = config.run_timeout(name)
     params: dict[str, Param] = {
         "dry_run": Param(False, type="boolean", description="Run the whole graph, delete nothing."),
         "scopes": Param(
@@ -172,7 +149,7 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
             context, ids = _run_context()
             p = context["params"]
             configured = target.scopes()
-            wanted = list(p.get("scopes") or configured)
+            wanted = list(dict.fromkeys(p.get("scopes") or configured))  # a scope named twice is swept once
             unknown = sorted(set(wanted) - set(configured))
             if unknown:
                 raise AirflowFailException(
@@ -183,10 +160,15 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
                 raise AirflowFailException("params.override_reason: expected a non-empty reason with override_budget")
             ledger = _ledger(config)
             ledger.ensure_indexes()
-            if ledger.acquire(name, f"{ids['dag_id']}/{ids['run_id']}", timeout) is None:
+            lease = ledger.acquire(name, _holder(ids), timeout)
+            if lease is None:
                 raise AirflowFailException(f"another reaper {name} sweep holds the {name} sweep lease; not sweeping")
+            context["ti"].xcom_push(key="lease", value=lease)
             shards = min(config.airflow.shards, max(1, len(wanted)))
             return [s for s in (sorted(wanted)[i::shards] for i in range(shards)) if s]
+
+        def _lease() -> dict[str, object]:
+            return get_current_context()["ti"].xcom_pull(task_ids="resolve_scopes", key="lease") or {}
 
         @task
         def list_inventory(shard: list[str]) -> dict[str, object]:
@@ -205,6 +187,7 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
                 "incomplete": listing.problems,
                 "hygiene": listing.hygiene,
                 "listed_at": listed_at,
+                "token": _lease().get("token"),
             }
 
         def _resources(listings: list[dict[str, object]]) -> list[object]:
@@ -216,28 +199,33 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
             _, ids = _run_context()
             listings = list(listings)  # the mapped results, fetched once (each pass would fetch them again)
             incomplete = [scope for x in listings for scope in x["incomplete"]]  # type: ignore[attr-defined]
-            evidence = target.evidence(_resources(listings), incomplete)  # type: ignore[arg-type]
+            resources = _resources(listings)
+            evidence = target.evidence(resources, incomplete)  # type: ignore[arg-type]
             # Everything the policy sees was read by now: labels since listing began, the stores just now.
             evidence = msgspec.structs.replace(
                 evidence,
                 swept=frozenset((target.name, scope) for x in listings for scope in x["scopes"]),  # type: ignore[attr-defined]
                 observed_until=datetime.now(UTC).timestamp(),
             )
+            warnings = target.warnings(resources)  # type: ignore[arg-type]
+            for warning in warnings:
+                log.warning("%s", warning)
             path = _path(config, ids, "evidence.json")
             path.write_bytes(msgspec.json.encode(evidence))
-            return {"path": str(path), "incomplete": incomplete}
+            return {"path": str(path), "incomplete": incomplete, "token": _lease().get("token"), "warnings": warnings}
 
         @task
         def evaluate_policy(
             listings: list[dict[str, object]], evidence_ref: dict[str, object]
-        ) -> list[list[dict[str, object]]]:
+        ) -> list[dict[str, object]]:
             """Returns the candidate batches (``delete`` maps over them); the summary goes to XCom ``summary``."""
             context, ids = _run_context()
             listings = list(listings)
             p = context["params"]
             evidence = msgspec.json.decode(ObjectStoragePath(str(evidence_ref["path"])).read_bytes(), type=Evidence)
-            user = str(getattr(context["dag_run"], "triggering_user_name", None) or "scheduler")
-            override = Override(str(p["override_reason"]), user) if p.get("override_budget") else None
+            run = context["dag_run"]
+            triggered_by = str(getattr(run, "triggering_user_name", None) or "scheduler")
+            override, override_record = _override(p, ids, triggered_by)
             from reaper.policy import evaluate
 
             # Ages are measured at the time the inventory was read, not later: a label read then may
@@ -258,17 +246,24 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
                 if d.action is not Action.KEEP
             ]
             _ledger(config).write(records)
-            deletes = [] if p.get("dry_run") or plan.capped else interleaved(plan.deletes())
-            size = config.airflow.delete_batch_size
-            batches = [
-                [msgspec.to_builtins(d.resource) for d in deletes[i : i + size]] for i in range(0, len(deletes), size)
-            ]
+            token = str(_lease().get("token") or "")
+            # Inputs listed or read under another lease (a partly cleared run) are another execution's.
+            foreign = token == "" or any(x.get("token") != token for x in [*listings, evidence_ref])
+            plan_ref = PlanRef(int(ids["execution"]), token, config_digest(config))  # type: ignore[call-overload]
+            deletes = [] if p.get("dry_run") or plan.capped or foreign else plan.deletes()
+            units = cut_batches([d.resource for d in deletes], config.airflow.delete_batch_size, target.unit)
+            batches = [{"plan": msgspec.to_builtins(plan_ref), "resources": msgspec.to_builtins(u)} for u in units]
             summary = _summary(plan)
-            summary["override"] = {"reason": override.reason, "user": override.user} if override else None
-            summary["dry_run"] = bool(p.get("dry_run"))
-            summary["hygiene"] = dict(sum((Counter(x.get("hygiene") or {}) for x in listings), Counter()))
-            summary["incomplete"] = {s: probs for x in listings for s, probs in (x["incomplete"] or {}).items()}
-            summary["deletes"] = len(plan.deletes())
+            summary.update(
+                override=override_record,
+                triggered_by=triggered_by,
+                dry_run=bool(p.get("dry_run")),
+                stale_inputs=foreign,
+                warnings=evidence_ref.get("warnings") or [],
+                hygiene=dict(sum((Counter(x.get("hygiene") or {}) for x in listings), Counter())),
+                incomplete={s: probs for x in listings for s, probs in (x["incomplete"] or {}).items()},
+                deletes=len(plan.deletes()),
+            )
             context["ti"].xcom_push(key="summary", value=summary)
             return batches
 
@@ -277,26 +272,46 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
 
         @task.branch
         def budget_check() -> str:
+            """Choose between deleting and only reporting, for the reasons that stop the whole sweep.
+
+            Per-scope holds (budget, writer health, incomplete listings) are already in the plan as
+            reports; here: the global cap, a dry run, inputs from another execution, or nothing to do.
+            """
             summary = _summary_of_sweep()
             deletes = int(summary["deletes"])  # type: ignore[call-overload]
             if summary["capped"]:
                 why = f"max_deletions_per_sweep exceeded ({summary['capped']}): everything is reported"
             elif summary["dry_run"]:
                 why = "dry_run: nothing is deleted"
+            elif summary.get("stale_inputs") and deletes:
+                why = "the listing or evidence was read by another execution or under another lease: reported only"
             elif deletes == 0:
                 why = "nothing to delete"
             else:
                 why = f"{deletes} deletes within the cap"
-            branch = "report_only" if summary["capped"] or summary["dry_run"] or deletes == 0 else "delete"
+            reports = summary["capped"] or summary["dry_run"] or summary.get("stale_inputs") or deletes == 0
+            branch = "report_only" if reports else "delete"
             log.info("budget_check -> %s: %s", branch, why)
             get_current_context()["ti"].xcom_push(key="branch", value={"branch": branch, "why": why})
             return branch
 
         @task(pool=f"reaper_{name}", pool_slots=1)
-        def delete(batch: list[dict[str, object]]) -> dict[str, int]:
-            _, ids = _run_context()
-            resources = [msgspec.convert(b, type=target.resource_type) for b in batch]
-            return delete_batch(_ledger(config), target, ids, resources)
+        def delete(batch: dict[str, object]) -> dict[str, int]:
+            context, ids = _run_context()
+            lease = _lease()
+            current = PlanRef(int(ids["execution"]), str(lease.get("token") or ""), config_digest(config))  # type: ignore[call-overload]
+            why = stale(msgspec.convert(batch["plan"], PlanRef), current)
+            resources = [msgspec.convert(b, type=target.resource_type) for b in batch["resources"]]  # type: ignore[union-attr]
+            if why:
+                # Another execution's plan: never run it. The next sweep plans again from what it lists.
+                log.warning("not deleting %d planned resources: %s", len(resources), why)
+                return {STALE_PLAN: len(resources)}
+            started = context["dag_run"].start_date
+            ends = [float(lease["expires_at"])]  # type: ignore[arg-type]
+            if started is not None:
+                ends.append((started + timeout).timestamp())
+            fence = Fence(ids, _holder(ids), str(lease["token"]), min(ends) - config.send_margin(name).total_seconds())
+            return delete_batch(_ledger(config), target, fence, resources)
 
         @task
         def report_only() -> int:
@@ -311,14 +326,16 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
             summary = _summary_of_sweep()
             ledger = _ledger(config)
             branch = context["ti"].xcom_pull(task_ids="budget_check", key="branch") or {}
-            outcomes = Counter(str(o["result"]) for o in ledger.outcomes(ids["dag_id"], ids["run_id"]).values())
+            outcomes = Counter(str(o["result"]) for o in ledger.outcomes(ids).values())
+            stale_plans = sum(int((r or {}).get(STALE_PLAN, 0)) for r in _delete_results(context))
             doc = {**ids, "target": name, "phase": phase.value, **branch, "outcomes": dict(outcomes), **summary}
+            doc["stale_plan"] = stale_plans
             if config.metrics.pushgateway_url:
                 from reaper.metrics import push_sweep
 
                 doc["metrics_push_failures"] = push_sweep(
                     config.metrics.pushgateway_url,
-                    ids["dag_id"],
+                    str(ids["dag_id"]),
                     name,
                     summary,
                     dict(outcomes),
@@ -326,14 +343,14 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
                     config.metrics.timeout.total_seconds(),
                 )
             ledger.summary(doc)
-            return {"branch": branch.get("branch"), "outcomes": dict(outcomes)}
+            return {"branch": branch.get("branch"), "outcomes": dict(outcomes), "stale_plan": stale_plans}
 
         @task
         def release_lease() -> None:
             """The teardown of ``resolve_scopes``: runs whenever the lease was taken, even after a
             failed task, so the next sweep need not wait for the lease to expire."""
             _, ids = _run_context()
-            _ledger(config).release(name, f"{ids['dag_id']}/{ids['run_id']}")
+            _ledger(config).release(name, _holder(ids))
 
         shards = resolve_scopes()
         listings = list_inventory.expand(shard=shards)
@@ -346,3 +363,33 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
         [deleted, reported] >> record() >> release_lease().as_teardown(setups=shards)
 
     return sweep()
+
+
+def _override(
+    params: dict[str, object], ids: dict[str, object], triggered_by: str
+) -> tuple[Override | None, dict[str, object] | None]:
+    """The budget override of this execution, and what the ledger records about it.
+
+    An override is given for the evidence its trigger saw: it applies to the first execution of
+    the run only. A cleared run (a later execution) sees new evidence and runs without it, and
+    records that it did; Airflow does not tell a task who cleared its run (its audit log does).
+    """
+    if not params.get("override_budget"):
+        return None, None
+    record: dict[str, object] = {"reason": str(params["override_reason"]), "user": triggered_by}
+    if int(ids["execution"]) > 0:  # type: ignore[call-overload]
+        record.update(
+            applied=False,
+            why=f"execution {ids['execution']}: the run was cleared; an override applies to its first execution only",
+        )
+        return None, record
+    record["applied"] = True
+    return Override(str(params["override_reason"]), triggered_by), record
+
+
+def _delete_results(context: dict[str, object]) -> list[dict[str, int] | None]:
+    """What this execution's mapped delete tasks returned (none when the report branch was taken)."""
+    found = context["ti"].xcom_pull(task_ids="delete", default=None)  # type: ignore[attr-defined]
+    if found is None:
+        return []
+    return list(found) if isinstance(found, list | tuple) else [found]

@@ -9,11 +9,13 @@ time, and the SDKs behind the adapters take seconds to import.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
 from reaper.config import Settings
-from reaper.model import Evidence, GceInstance, K8sObject, Resource
+from reaper.fence import SendGuard
+from reaper.model import Evidence, GceInstance, K8sObject, Keyed, Resource
 from reaper.retry import Backoff
 
 
@@ -46,6 +48,16 @@ class GceTarget:
     def scopes(self) -> list[str]:
         return list(self.config.gce.projects)
 
+    def uid(self, resource: GceInstance) -> str:
+        return resource.id
+
+    def unit(self, resource: GceInstance) -> tuple[str, str]:
+        """Instances are deleted independently: each is its own unit of a batch."""
+        return resource.project, resource.id
+
+    def record_name(self, resource: GceInstance) -> str:
+        return resource.name
+
     def list(self, scopes: list[str]) -> Listing:
         """In-scope instances of these projects, and the problems of each incomplete listing."""
         from reaper.gce.inventory import list_projects
@@ -69,10 +81,13 @@ class GceTarget:
         records = PrometheusWriterHealth(health).read() if health.source == "prometheus" else None
         return Evidence(writer_health=records, incomplete=frozenset(("gce", s) for s in incomplete))
 
-    def delete(self, resources: list[Resource]) -> list[dict[str, str]]:
+    def warnings(self, resources: list[Resource]) -> list[str]:
+        return []
+
+    def delete(self, resources: list[Resource], guard: SendGuard) -> list[dict[str, str]]:
         from reaper.gce.deleter import GceDeleter
 
-        outcomes = GceDeleter(self.clients, self.config).delete(resources)  # type: ignore[arg-type]
+        outcomes = GceDeleter(self.clients, self.config).delete(resources, guard)  # type: ignore[arg-type]
         return [outcome_record(o.project, o.id, o.name, o.result, o.detail) for o in outcomes]
 
 
@@ -94,6 +109,18 @@ class K8sTarget:
 
     def scopes(self) -> list[str]:
         return list(self.config.k8s.clusters)
+
+    def uid(self, resource: K8sObject) -> str:
+        return resource.uid
+
+    def unit(self, resource: K8sObject) -> tuple[str, str]:
+        """A run's objects are one unit: batched together, deleted Pod first, stopped together."""
+        from reaper.k8s.deleter import run_key
+
+        return run_key(resource, self.config.k8s.run_label)
+
+    def record_name(self, resource: K8sObject) -> str:
+        return f"{resource.kind}/{resource.namespace}/{resource.name}"
 
     def list(self, scopes: list[str]) -> Listing:
         """Managed objects of these clusters, problems of incomplete listings, and hygiene findings
@@ -118,35 +145,61 @@ class K8sTarget:
         result.hygiene = dict(hygiene)
         return result
 
+    @cached_property
+    def leases(self) -> Callable[[list[str]], Keyed[float | None] | None] | None:
+        """The configured liveness authority's reader, or None (every lease unknown)."""
+        k8s = self.config.k8s
+        if k8s.lease_source == "nats":
+            from reaper.stores.nats import NatsLeases, nats_options
+
+            return NatsLeases(nats_options(k8s.nats_leases.conn_id), k8s.nats_leases).read
+        if k8s.lease_source == "mongo":
+            from reaper.stores.mongo import MongoLeases, mongo_client
+
+            cfg = k8s.mongo_leases
+            return MongoLeases(mongo_client(cfg.conn_id, cfg.timeout.total_seconds()), cfg).read
+        return None
+
+    @cached_property
+    def runs(self) -> Callable[[list[str]], Keyed[str]] | None:
+        """The run store's reader, or None (every run's state unknown)."""
+        k8s = self.config.k8s
+        if k8s.run_store != "mongo":
+            return None
+        from reaper.stores.mongo import MongoRunStore, mongo_client
+
+        cfg = k8s.mongo_run_store
+        return MongoRunStore(mongo_client(cfg.conn_id, cfg.timeout.total_seconds()), cfg).read
+
     def evidence(self, resources: list[Resource], incomplete: list[str]) -> Evidence:
         from reaper.k8s.evidence import gather
-        from reaper.stores.mongo import MongoLeases, MongoRunStore, mongo_client
-        from reaper.stores.nats import NatsLeases, nats_url
         from reaper.stores.postgres import PostgresStepStore, postgres_connect
 
         k8s = self.config.k8s
-        leases = None
-        if k8s.lease_source == "nats":
-            leases = NatsLeases(nats_url(k8s.nats_leases.conn_id), k8s.nats_leases).read
-        elif k8s.lease_source == "mongo":
-            cfg = k8s.mongo_leases
-            leases = MongoLeases(mongo_client(cfg.conn_id, cfg.timeout.total_seconds()), cfg).read
-        runs = None
-        if k8s.run_store == "mongo":
-            cfg_runs = k8s.mongo_run_store
-            runs = MongoRunStore(mongo_client(cfg_runs.conn_id, cfg_runs.timeout.total_seconds()), cfg_runs).read
         steps = None
         if k8s.step_store == "postgres":
             cfg_steps = k8s.postgres_step_store
             connect = postgres_connect(cfg_steps.conn_id, cfg_steps.timeout.total_seconds())
             steps = PostgresStepStore(connect, cfg_steps).read
         incomplete_scopes = frozenset(("k8s", s) for s in incomplete)
-        return gather(resources, self.config, leases, runs, steps, incomplete_scopes)  # type: ignore[arg-type]
+        return gather(resources, self.config, self.leases, self.runs, steps, incomplete_scopes)  # type: ignore[arg-type]
 
-    def delete(self, resources: list[Resource]) -> list[dict[str, str]]:
+    def warnings(self, resources: list[Resource]) -> list[str]:
+        from reaper.k8s.evidence import unguarded_step_pods
+
+        return unguarded_step_pods(resources, self.config)  # type: ignore[arg-type]
+
+    def revalidate(self, cluster: str, run: str) -> str | None:
+        """Right before a run's first delete: its lease still absent and its run still over, or why not."""
+        from reaper.k8s.evidence import still_reapable
+
+        return still_reapable(run, self.config, self.leases, self.runs)
+
+    def delete(self, resources: list[Resource], guard: SendGuard) -> list[dict[str, str]]:
         from reaper.k8s.deleter import K8sDeleter
 
-        outcomes = K8sDeleter(self.api_for, self.config).delete(resources)  # type: ignore[arg-type]
+        deleter = K8sDeleter(self.api_for, self.config, revalidate=self.revalidate)
+        outcomes = deleter.delete(resources, guard)  # type: ignore[arg-type]
         return [
             outcome_record(o.cluster, o.uid, f"{o.kind}/{o.namespace}/{o.name}", o.result, o.detail) for o in outcomes
         ]

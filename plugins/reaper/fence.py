@@ -1,0 +1,125 @@
+"""What must hold at the instant a delete is sent, and where its intent and outcome go (DESIGN.md 6 and 7).
+
+Both deleters ask a :class:`SendGuard` before every send: the sweep has not been
+told to stop (SIGTERM), its deadline has not passed, and it still holds the
+target's sweep lease under the token its plan was made with. The guard then
+makes the intent durable (if that fails, nothing is sent) and takes each outcome
+as it is observed, so a task killed mid-batch loses nothing it saw. The default
+guard permits everything and records nothing: what the adapters' own tests use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+from collections.abc import Callable, Collection, Iterator
+
+from reaper.model import Resource
+
+NOT_ATTEMPTED = "not_attempted"
+
+
+class Halted(Exception):
+    """Raised inside a send when the guard no longer permits it; never retried."""
+
+
+class SendGuard:
+    """The conditions of one delete task's sends, and the sink of its intents and outcomes.
+
+    - ``deadline``: unix seconds after which nothing is sent (the run's timeout and the lease's
+      expiry, less a margin that covers one request and one ledger write).
+    - ``lease``: returns why the sweep lease no longer covers this task, or None.
+    - ``intent(resource)``: makes the intent durable; raising means the delete must not be sent.
+    - ``outcome(resource, result, detail)``: records one outcome as it is observed.
+    - ``sent_before``: uids whose delete an earlier try of this execution may have sent (it wrote
+      their intent): a 404 for one of those is this sweep's own delete, so ``deleted``.
+    """
+
+    def __init__(
+        self,
+        deadline: float | None = None,
+        lease: Callable[[], str | None] | None = None,
+        intent: Callable[[Resource], None] | None = None,
+        outcome: Callable[[Resource, str, str], None] | None = None,
+        sent_before: Collection[str] = frozenset(),
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.deadline, self._lease, self._intent, self._outcome = deadline, lease, intent, outcome
+        self.sent_before = frozenset(sent_before)
+        self.clock = clock
+        self._stop = threading.Event()
+        self._why = ""
+        self._lock = threading.Lock()
+
+    def halt(self, why: str) -> None:
+        """Stop sending at once (SIGTERM, a failed ledger write); the first reason is kept."""
+        with self._lock:
+            if not self._stop.is_set():
+                self._why = why
+                self._stop.set()
+
+    @property
+    def halted(self) -> str:
+        return self._why if self._stop.is_set() else ""
+
+    def check(self, lease: bool = True) -> str | None:
+        """Why nothing may be sent now, or None; ``lease=False`` for waits, which send nothing."""
+        if self._stop.is_set():
+            return self._why
+        if self.deadline is not None and self.clock() >= self.deadline:
+            return "deadline reached: left for the next sweep"
+        return self._lease() if lease and self._lease else None
+
+    def before_send(self, resource: Resource) -> str | None:
+        """Check, then make the intent durable. None: send now. A failed intent write halts the task."""
+        why = self.check()
+        if why:
+            return why
+        if self._intent:
+            try:
+                self._intent(resource)
+            except Exception as exc:
+                self.halt(f"ledger: intent not recorded ({type(exc).__name__})")
+                return self._why
+        return None
+
+    def ensure(self) -> None:
+        """Inside a send or a retry of it: raise :class:`Halted` unless it may go out now."""
+        why = self.check()
+        if why:
+            raise Halted(why)
+
+    def record(self, resource: Resource, result: str, detail: str) -> None:
+        """Record one outcome now; a failed write halts the task (its intents stay for the retry)."""
+        if self._outcome:
+            try:
+                self._outcome(resource, result, detail)
+            except Exception as exc:
+                self.halt(f"ledger: outcome not recorded ({type(exc).__name__})")
+
+
+@contextlib.contextmanager
+def halt_on_sigterm(guard: SendGuard) -> Iterator[None]:
+    """While deleting, SIGTERM stops every send at once; the previous handler still runs.
+
+    Airflow's task runner only calls the operator's ``on_kill`` on SIGTERM and lets the task run
+    on until SIGKILL: without this, worker threads would keep deleting after the run timed out.
+    Signal handlers can only be set from the main thread; elsewhere this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def handler(signum: int, frame: object) -> None:
+        guard.halt("SIGTERM: the task is being stopped")
+        if callable(previous):
+            previous(signum, frame)
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,186 @@
+"""The delete stage of a sweep: batches that never split a run, and one batch executed under the fence.
+
+A plan belongs to one execution of one sweep (DESIGN.md section 6). ``evaluate_policy`` stamps every
+batch with a :class:`PlanRef`: the execution that made it (the DAG run's ``clear_number``), the sweep
+lease token it held, and the config it was made under. A ``delete`` task runs a batch only when all
+three are still its own; a cleared or re-run task holding someone else's plan deletes nothing and
+says so (the next sweep plans again). Inside a batch every send is guarded (:mod:`reaper.fence`):
+lease, deadline, SIGTERM; intents are durable before the send, outcomes are written as observed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections import Counter, defaultdict
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
+from itertools import zip_longest
+from typing import Protocol
+
+import msgspec
+
+from reaper.config import Settings
+from reaper.fence import NOT_ATTEMPTED, SendGuard, halt_on_sigterm
+from reaper.model import Resource
+
+log = logging.getLogger(__name__)
+GONE = ("deleted", "already_gone")
+STALE_PLAN = "stale_plan"
+
+
+class PlanRef(msgspec.Struct, frozen=True):
+    """What a plan was made under; only the same execution, lease token and config may run it."""
+
+    execution: int
+    token: str
+    config: str
+
+
+def config_digest(config: Settings) -> str:
+    """A short fingerprint of the whole config: a plan made under another config is not run."""
+    return hashlib.sha256(config.model_dump_json().encode()).hexdigest()[:16]
+
+
+def stale(plan: PlanRef, current: PlanRef) -> str | None:
+    """Why a plan may not be run by this task, or None."""
+    if plan.execution != current.execution:
+        return f"planned by execution {plan.execution} of this run; this is execution {current.execution}"
+    if plan.token != current.token:
+        return "planned under another sweep lease than the one this task runs under"
+    if plan.config != current.config:
+        return "planned under another config"
+    return None
+
+
+def interleaved(units: list[list[Resource]]) -> list[list[Resource]]:
+    """Round-robin over scopes: the first unit of each scope, then the second of each, and so on.
+
+    The policy yields deletes scope by scope; cut into batches as they come, one batch would
+    hold a few scopes and wait on their per-scope rate limits while the others sit idle.
+    """
+    by_scope: dict[str, list[list[Resource]]] = defaultdict(list)
+    for unit in units:
+        by_scope[unit[0].scope].append(unit)
+    return [unit for turn in zip_longest(*by_scope.values()) for unit in turn if unit is not None]
+
+
+def cut_batches(resources: Iterable[Resource], size: int, unit: Callable[[Resource], Hashable]) -> list[list[Resource]]:
+    """Batches of at most ``size`` resources that never split a unit (a Kubernetes run: DESIGN.md 6).
+
+    A unit larger than ``size`` makes a batch of its own: splitting it would let a retried or
+    reordered batch delete a run's Secrets apart from (or before) its Pod.
+    """
+    grouped: dict[Hashable, list[Resource]] = {}
+    for resource in resources:
+        grouped.setdefault(unit(resource), []).append(resource)
+    batches: list[list[Resource]] = []
+    for members in interleaved(list(grouped.values())):
+        if batches and len(batches[-1]) + len(members) <= size:
+            batches[-1].extend(members)
+        else:
+            batches.append(list(members))
+    return batches
+
+
+class LedgerLike(Protocol):
+    def write(self, records: Iterable[dict[str, object]]) -> int: ...
+
+    def outcomes(self, ids: dict[str, object], uids: Iterable[str]) -> dict[tuple[str, str], dict[str, object]]: ...
+
+    def intents(self, ids: dict[str, object], uids: Iterable[str]) -> set[tuple[str, str]]: ...
+
+    def lease_problem(self, target: str, holder: str, token: str) -> str | None: ...
+
+
+class TargetLike(Protocol):
+    name: str
+
+    def uid(self, resource: Resource) -> str: ...
+
+    def unit(self, resource: Resource) -> Hashable: ...
+
+    def record_name(self, resource: Resource) -> str: ...
+
+    def delete(self, resources: list[Resource], guard: SendGuard) -> list[dict[str, str]]: ...
+
+
+@dataclass(frozen=True)
+class Fence:
+    """What one delete task runs under: its execution's ids, the sweep lease it holds, its deadline."""
+
+    ids: dict[str, object]  # dag_id, run_id, execution
+    holder: str
+    token: str
+    deadline: float | None
+
+
+class SweepHalted(Exception):
+    """The batch stopped sending before its end for a reason the task must fail on (SIGTERM, the ledger)."""
+
+
+def delete_batch(ledger: LedgerLike, target: TargetLike, fence: Fence, resources: list[Resource]) -> dict[str, int]:
+    """Delete one batch, safely under task retries, timeouts and SIGTERM; the counts of this try's outcomes.
+
+    What an earlier try of this execution recorded is not sent again: a resource with an outcome is
+    skipped, and a unit (a Kubernetes run) with any outcome that is not gone is not attempted again
+    (its Pod may still be running: its Secrets stay). A 404 for a resource whose intent an earlier try
+    wrote is that try's delete: ``deleted``. Raises :class:`SweepHalted` after recording what it could
+    when the task was told to stop or the ledger failed; reaching the deadline is not an error.
+    """
+    uids = {target.uid(r) for r in resources}
+    done = ledger.outcomes(fence.ids, uids)
+    sent = ledger.intents(fence.ids, uids)
+    units: dict[Hashable, list[Resource]] = defaultdict(list)
+    for resource in resources:
+        units[target.unit(resource)].append(resource)
+
+    def key(resource: Resource) -> tuple[str, str]:
+        return resource.scope, target.uid(resource)
+
+    def outcome(resource: Resource, result: str, detail: str) -> None:
+        ledger.write([_record(fence, target, resource, "outcome", {"result": result, "detail": detail})])
+
+    todo: list[Resource] = []
+    stopped: list[tuple[Resource, str]] = []
+    for members in units.values():
+        blocked = [done[key(r)] for r in members if key(r) in done and done[key(r)]["result"] not in GONE]
+        for r in members:
+            if key(r) in done:
+                continue
+            if blocked:
+                stopped.append((r, f"an earlier try recorded {blocked[0]['result']} for {blocked[0]['name']}"))
+            else:
+                todo.append(r)
+    guard = SendGuard(
+        deadline=fence.deadline,
+        lease=lambda: ledger.lease_problem(target.name, fence.holder, fence.token),
+        intent=lambda r: ledger.write([_record(fence, target, r, "delete_intent", {})]),
+        outcome=outcome,
+        sent_before={uid for _, uid in sent},
+    )
+    for resource, why in stopped:
+        guard.record(resource, NOT_ATTEMPTED, why)
+    with halt_on_sigterm(guard):
+        results = target.delete(todo, guard) if todo and not guard.halted else []
+    counts = Counter(o["result"] for o in results)
+    counts.update(NOT_ATTEMPTED for _ in stopped)
+    if guard.halted:
+        raise SweepHalted(f"{guard.halted}; recorded so far: {dict(counts)}")
+    return dict(counts)
+
+
+def _record(
+    fence: Fence, target: TargetLike, resource: Resource, action: str, extra: dict[str, object]
+) -> dict[str, object]:
+    kind = "intent" if action == "delete_intent" else action
+    return {
+        **fence.ids,
+        "target": target.name,
+        "scope": resource.scope,
+        "uid": target.uid(resource),
+        "action": action,
+        "kind": kind,
+        "name": target.record_name(resource),
+        **extra,
+    }
