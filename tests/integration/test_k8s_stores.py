@@ -72,10 +72,10 @@ def test_run_store_custom_fields(mongo) -> None:
     assert run_state("r2", answer, TERMINAL)[0] is StoreState.NOT_FOUND
 
 
-def test_undecodable_document_makes_its_batch_unknown(mongo) -> None:
+def test_undecodable_document_makes_its_key_unknown(mongo) -> None:
     client, db = mongo
     client[db]["runs"].insert_many([{"_id": "bad", "status": 7}, {"_id": "good", "status": "failed"}])
-    config = MongoRunStoreConfig(database=db, batch_size=1)
+    config = MongoRunStoreConfig(database=db)  # one batch: the bad record spoils only its own key
     answer = MongoRunStore(client, config).read(["bad", "good", "missing"])
     assert run_state("bad", answer, TERMINAL)[0] is StoreState.UNKNOWN
     assert run_state("good", answer, TERMINAL)[0] is StoreState.TERMINAL

@@ -9,7 +9,7 @@ import pytest
 
 from reaper.config import MongoRunStoreConfig, NatsLeaseConfig, PostgresStepStoreConfig
 from reaper.stores.mongo import MongoRunStore, mongo_client
-from reaper.stores.nats import NatsLeases, nats_url
+from reaper.stores.nats import NatsLeases, NatsOptions, nats_options
 from reaper.stores.postgres import PostgresStepStore, postgres_connect
 from tests.integration.test_k8s_stores import _put
 
@@ -33,15 +33,18 @@ def test_mongo_client_timeouts_are_bounded(monkeypatch) -> None:
     assert MongoRunStore(client, MongoRunStoreConfig()).read(["r1"]).failed == {"r1"}
 
 
-def test_nats_url_from_connection(monkeypatch, nats_server) -> None:
+def test_nats_options_from_connection(monkeypatch, nats_server) -> None:
     _conn(monkeypatch, "nats_test", conn_type="generic", host="127.0.0.1", port=nats_server.port)
-    url = nats_url("nats_test")
-    assert url == f"nats://127.0.0.1:{nats_server.port}"
+    options = nats_options("nats_test")
+    url = f"nats://127.0.0.1:{nats_server.port}"
+    assert options == NatsOptions((url,))
     asyncio.run(_put(url, "run_leases", ["r1", "r2"]))
-    assert set(NatsLeases(url, NatsLeaseConfig()).read().known) == {"r1"}
+    assert set(NatsLeases(options, NatsLeaseConfig()).read().known) == {"r1"}
 
 
 def test_postgres_connect_from_connection(monkeypatch, postgres) -> None:
+    import time
+
     import psycopg
 
     with psycopg.connect(postgres, autocommit=True) as conn:
@@ -58,5 +61,10 @@ def test_postgres_connect_from_connection(monkeypatch, postgres) -> None:
         password="postgres",
         schema=database,
     )
-    store = PostgresStepStore(postgres_connect("pg_test", 2.0), PostgresStepStoreConfig())
+    store = PostgresStepStore(postgres_connect("pg_test", 1.0), PostgresStepStoreConfig())
     assert store.read([("r1", "build", "1")]).known == {"r1/build/1": ("failed", False)}
+    with psycopg.connect(postgres) as migration:  # holds the table: the read times out, it does not wait
+        migration.execute("LOCK TABLE step_runs IN ACCESS EXCLUSIVE MODE")
+        started = time.monotonic()
+        assert store.read([("r1", "build", "1")]).failed == {"r1/build/1"}
+        assert time.monotonic() - started < 5

@@ -1,16 +1,34 @@
 """MongoDB evidence: the run store and the lease collection, read in batches of ``$in`` queries.
 
-A batch's keys that the successful query did not return are provably absent; any
-error, timeout or undecodable document makes that whole batch's keys unknown.
-Each batch is one round trip: the cursor's first batch holds every document it can match.
+One ``$in`` per batch asks for every form a document could hold each run key in (one round trip:
+the cursor's first batch holds every document it can match):
+
+- documented forms, whose records are evidence: the exact string, and the ObjectId when the key
+  is one, spelled as ObjectIds print (24 lower-case hex digits);
+- undocumented forms, whose records make the key unknown, because a type mismatch is never proof
+  of absence: the ObjectId of an upper-case spelling, the same integer as any BSON number when the
+  key is a canonical decimal, and an array holding any of these.
+
+A key is known when its records are all documented, all decode and all agree; no record at all
+proves it absent (the query succeeded). A key with an undocumented, undecodable or contradictory
+record is unknown on its own. Any error, timeout, or a returned document that belongs to no
+requested key (the server matched something unexpected) makes the whole batch unknown.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
+import re
+from collections import defaultdict
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
+from datetime import datetime
+from typing import TYPE_CHECKING
 
+from bson import Decimal128, ObjectId
+from bson.codec_options import DatetimeConversion
+from bson.errors import BSONError
 from pymongo import MongoClient
 from pymongo.collection import Collection
 from pymongo.errors import PyMongoError
@@ -18,21 +36,143 @@ from pymongo.errors import PyMongoError
 from reaper.config import MongoLeaseConfig, MongoRunStoreConfig
 from reaper.model import Keyed
 
+if TYPE_CHECKING:
+    from airflow.sdk import Connection
+
 log = logging.getLogger(__name__)
+
+# pymongo's timeouts, all bounded by the reaper's own: a connection's extras cannot lift them.
+_TIMEOUTS = ("serverSelectionTimeoutMS", "connectTimeoutMS", "socketTimeoutMS", "timeoutMS")
+_UNBOUNDED = {name.lower() for name in (*_TIMEOUTS, "waitQueueTimeoutMS", "wTimeoutMS")}
+# Int64 range, and canonical decimals (no sign on zero, no leading zeros, ASCII digits only).
+_INT64 = range(-(2**63), 2**63)
+_DECIMAL = re.compile(r"0|-?[1-9][0-9]{0,4000}", re.ASCII)
+
+Identity = tuple[str, object]
+# Requested keys a stored key value may belong to, each with whether that form is documented.
+Owners = dict[Identity | None, list[tuple[str, bool]]]
+
+
+class MongoConnectionError(RuntimeError):
+    """No client could be built for a connection. The message never quotes the connection's fields."""
 
 
 def mongo_client(conn_id: str, timeout: float) -> MongoClient:
-    """A client for the Airflow connection ``conn_id`` with every timeout bounded."""
-    from airflow.providers.mongo.hooks.mongo import MongoHook
+    """A client for the Airflow connection ``conn_id``, every timeout bounded by ``timeout`` seconds.
 
-    conn = MongoHook(mongo_conn_id=conn_id).get_connection(conn_id)
-    if conn.host and conn.host.startswith("mongodb"):
-        uri = conn.host
+    Built from the connection's fields as keyword arguments, never from a URI holding credentials.
+    pymongo's own errors may quote a password (``InvalidURI`` for a host URI with an unescaped one),
+    so a failure is re-raised naming the connection and the error type only, with no context.
+    """
+    from airflow.sdk import BaseHook
+
+    try:
+        return MongoClient(**client_options(BaseHook.get_connection(conn_id), timeout))
+    except Exception as exc:  # neither pymongo's message nor the traceback may leave this function
+        failure = str(exc) if isinstance(exc, MongoConnectionError) else type(exc).__name__
+    raise MongoConnectionError(
+        f"MongoDB connection {conn_id!r}: no client could be built ({failure}); check its fields"
+    )
+
+
+def client_options(conn: Connection, timeout: float) -> dict[str, object]:
+    """``MongoClient`` keyword arguments for ``conn``, read as MongoHook reads it, timeouts bounded.
+
+    The extras are pymongo options (``replicaSet``, ``authSource``, ``tlsCAFile``...) besides
+    MongoHook's own ``srv``, ``ssl``/``tls`` and ``allow_insecure``. A host may itself be a
+    ``mongodb://`` URI. As the path of a URI would, the schema names the authentication database
+    unless ``authSource`` does.
+    """
+    extras = dict(conn.extra_dejson)
+    srv = _flag(extras.pop("srv", False))
+    tls = [_flag(extras.pop(name)) for name in ("ssl", "tls") if name in extras]
+    insecure = _flag(extras.pop("allow_insecure", False))
+    options: dict[str, object] = {name: v for name, v in extras.items() if name.lower() not in _UNBOUNDED}
+    host = conn.host or "127.0.0.1"
+    if "://" in host:
+        options["host"] = host
+    elif srv:
+        if conn.port:
+            raise MongoConnectionError("an SRV connection takes no port")
+        options["host"] = f"mongodb+srv://{host}"
     else:
-        auth = f"{conn.login}:{conn.password}@" if conn.login else ""
-        uri = f"mongodb://{auth}{conn.host or '127.0.0.1'}:{conn.port or 27017}/"
-    ms = int(timeout * 1000)
-    return MongoClient(uri, serverSelectionTimeoutMS=ms, socketTimeoutMS=ms, connectTimeoutMS=ms, timeoutMS=ms)
+        options.update(host=host, port=conn.port or 27017)
+    if conn.login:
+        options["username"] = conn.login
+        if conn.schema and not any(name.lower() == "authsource" for name in options):
+            options["authSource"] = conn.schema
+    if conn.password:
+        options["password"] = conn.password
+    if tls:
+        options["tls"] = any(tls)
+        if any(tls) and insecure:
+            options["tlsAllowInvalidCertificates"] = True
+    options.update(dict.fromkeys(_TIMEOUTS, max(1, round(timeout * 1000))))
+    return options
+
+
+def _flag(value: object) -> bool:
+    return str(value).lower() == "true"
+
+
+# --- key forms ---------------------------------------------------------------------------------
+
+
+def _forms(key: str) -> list[tuple[object, bool]]:
+    """Every value a document could hold ``key`` as, each with whether that form is documented."""
+    forms: list[tuple[object, bool]] = [(key, True)]
+    if ObjectId.is_valid(key):
+        forms.append((ObjectId(key), key == key.lower()))
+    if _DECIMAL.fullmatch(key):
+        forms += [(number, False) for number in _bson_numbers(int(key))]
+    return forms
+
+
+def _bson_numbers(n: int) -> list[object]:
+    """``n`` as every BSON number type that holds it exactly.
+
+    Servers compare numbers across types, but not all alike: SecantusDB finds the double 2**63 by
+    that double only, not by the Decimal128 of the same value.
+    """
+    numbers: list[object] = [n] if n in _INT64 else []
+    with contextlib.suppress(ArithmeticError):  # more significant digits than a Decimal128 holds
+        numbers.append(Decimal128(str(n)))
+    with contextlib.suppress(OverflowError):
+        if int(float(n)) == n:
+            numbers.append(float(n))
+    return numbers
+
+
+def _identity(value: object) -> Identity | None:
+    """A stored key value, comparable with the requested forms; ``None`` if it can match none.
+
+    Numbers compare as doubles: a server may match a number to a key in double precision only
+    (SecantusDB finds the double 1e40 by the Decimal128 10**40). A number is never a documented
+    form, so a match this coarse can only make a key unknown, never give it a record.
+    """
+    if isinstance(value, str):
+        return ("str", value)
+    if isinstance(value, ObjectId):
+        return ("oid", value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return ("number", float(value))
+    if isinstance(value, Decimal128):
+        return ("number", float(value.to_decimal()))
+    return None
+
+
+def _owners_of(value: object, owners: Owners) -> list[tuple[str, bool]]:
+    """The requested keys a returned document's key value belongs to; an array is never documented."""
+    if isinstance(value, list):
+        found = [(key, False) for item in value for key, _ in owners.get(_identity(item), [])]
+    else:
+        found = owners.get(_identity(value), [])
+    if not found:
+        raise ValueError(f"the query returned a document that no requested key owns ({type(value).__name__})")
+    return found
+
+
+# --- batched lookup ----------------------------------------------------------------------------
 
 
 def batched_lookup(
@@ -43,38 +183,78 @@ def batched_lookup(
     projection: dict[str, int],
     decode: Callable[[dict[str, object]], object],
 ) -> Keyed:
-    """``{key: decode(doc)}`` for every key found; failed batches' keys in ``failed``."""
+    """``{key: decode(record)}`` for every key with agreeing documented records; the rest ``failed``."""
     wanted = sorted(set(keys))
     known: dict[str, object] = {}
     failed: set[str] = set()
     for start in range(0, len(wanted), batch_size):
         batch = wanted[start : start + batch_size]
         try:
-            # One more than the batch can match: a full first batch would leave the cursor open and
-            # cost an empty getMore round trip.
-            docs = collection.find({key_field: {"$in": batch}}, projection).batch_size(len(batch) + 1)
-            found = {}
-            for doc in docs:
-                key = doc.get(key_field)
-                if not isinstance(key, str):
-                    raise ValueError(f"document {doc.get('_id')!r}: {key_field} is not a string")
-                found[key] = decode(doc)
-            known.update(found)
-        except (PyMongoError, ValueError, TypeError) as exc:
+            records = _fetch(collection, key_field, batch, projection)
+        except (PyMongoError, BSONError, ValueError, TypeError) as exc:
             log.warning("%s: %d keys unknown: %s", collection.full_name, len(batch), exc)
             failed.update(batch)
+            continue
+        unknown: dict[str, str] = {}
+        for key, matches in records.items():
+            try:
+                known[key] = _agreed(matches, decode)
+            except (ValueError, TypeError) as exc:
+                unknown[key] = str(exc)
+        if unknown:
+            sample = "; ".join(f"{key!r}: {why}" for key, why in sorted(unknown.items())[:5])
+            log.warning("%s: %d keys unknown: %s", collection.full_name, len(unknown), sample)
+            failed.update(unknown)
     return Keyed(known=known, failed=frozenset(failed), complete=True)
+
+
+def _fetch(
+    collection: Collection, key_field: str, batch: list[str], projection: dict[str, int]
+) -> dict[str, list[tuple[bool, dict[str, object]]]]:
+    """Every record of the batch's keys, in any form, each with whether its form is documented."""
+    owners: Owners = defaultdict(list)
+    values: list[object] = []
+    for key in batch:
+        for value, documented in _forms(key):
+            values.append(value)
+            owner, same = (key, documented), owners[_identity(value)]
+            if owner not in same:  # 7, 7.0 and Decimal128("7") are one number
+                same.append(owner)
+    # One more than the query can match when keys are unique (``_id``): a full first batch would
+    # leave the cursor open and cost an empty getMore round trip.
+    cursor = collection.find({key_field: {"$in": values}}, projection).batch_size(len(values) + 1)
+    records: dict[str, list[tuple[bool, dict[str, object]]]] = defaultdict(list)
+    for doc in cursor:
+        for key, documented in _owners_of(doc.get(key_field), owners):
+            records[key].append((documented, doc))
+    return records
+
+
+def _agreed(matches: list[tuple[bool, dict[str, object]]], decode: Callable[[dict[str, object]], object]) -> object:
+    """The one value all of a key's records decode to; ``ValueError`` if any is odd or they disagree."""
+    if not all(documented for documented, _ in matches):
+        raise ValueError("a record holds the key in an undocumented form")
+    values = [decode(doc) for _, doc in matches]
+    if any(value != values[0] for value in values):
+        raise ValueError(f"{len(values)} records disagree")
+    return values[0]
+
+
+def _reading(collection: Collection) -> Collection:
+    """``collection`` decoding dates as aware UTC, and out-of-range dates as ``DatetimeMS``, not errors."""
+    codec = collection.codec_options.with_options(tz_aware=True, datetime_conversion=DatetimeConversion.DATETIME_AUTO)
+    return collection.with_options(codec_options=codec)
 
 
 class MongoRunStore:
     def __init__(self, client: MongoClient, config: MongoRunStoreConfig) -> None:
-        self.collection = client[config.database][config.collection]
+        self.collection = _reading(client[config.database][config.collection])
         self.config = config
 
     def _status(self, doc: dict[str, object]) -> str:
         status = doc.get(self.config.status_field)
         if not isinstance(status, str):
-            raise ValueError(f"run {doc.get(self.config.key_field)!r}: {self.config.status_field} is not a string")
+            raise ValueError(f"{self.config.status_field} is a {type(status).__name__}, not a string")
         return status
 
     def read(self, keys: Iterable[str]) -> Keyed[str]:
@@ -84,21 +264,22 @@ class MongoRunStore:
 
 
 def _expiry(doc: dict[str, object]) -> float | None:
+    """Unix seconds from a BSON date or a finite number; ``None`` (no expiry, held) if missing or null."""
     value = doc.get("expires_at")
     if value is None:
         return None
     if isinstance(value, datetime):
-        return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
-    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value.timestamp()
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
-    raise ValueError(f"lease {doc.get('_id')!r}: expires_at is neither a date nor unix seconds")
+    raise ValueError(f"expires_at is a {type(value).__name__} {value!r:.40}, not a date or finite unix seconds")
 
 
 class MongoLeases:
     """Leases as documents ``{_id: run key, expires_at}`` (BSON dates are UTC)."""
 
     def __init__(self, client: MongoClient, config: MongoLeaseConfig) -> None:
-        self.collection = client[config.database][config.collection]
+        self.collection = _reading(client[config.database][config.collection])
         self.config = config
 
     def read(self, keys: Iterable[str]) -> Keyed[float | None]:

@@ -1,16 +1,26 @@
 """Leases as keys of a NATS JetStream KV bucket: one key listing per sweep, never one get per run.
 
-A key present is a held lease (the bucket's TTL expires dead runners' keys). Any
-connection, JetStream or timeout error makes every lease unknown: ``None``.
+A key whose latest operation is a put is a held lease (the bucket's TTL expires dead runners'
+keys); a deleted or purged key is released. Only a listing that ran to its end with no error on
+its connection is complete. Any connection, JetStream or timeout error, and any error the client
+reports only to its callbacks (a slow consumer drops messages and says so nowhere else; a
+connection lost mid-listing), makes every lease unknown: ``None``. A key whose latest operation is
+none of these is that run's lease unknown.
+
+Credentials are ``nats.connect`` arguments, never part of a URL, and never logged.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass, field
+from urllib.parse import unquote
 
 import nats
-from nats.js.errors import NoKeysError
+from nats.aio.msg import Msg
+from nats.js.api import DeliverPolicy
+from nats.js.client import JetStreamContext
 
 from reaper.config import NatsLeaseConfig
 from reaper.model import Keyed
@@ -18,43 +28,172 @@ from reaper.model import Keyed
 log = logging.getLogger(__name__)
 
 
-def nats_url(conn_id: str) -> str:
-    """The server URL of the Airflow connection ``conn_id`` (host and port, or a nats:// URL as host)."""
+class ListingBroken(Exception):
+    """The client reported an error or lost its connection while the listing ran."""
+
+
+@dataclass(frozen=True)
+class NatsOptions:
+    """How to reach and authenticate to one connection's NATS servers; ``repr`` shows no secret."""
+
+    servers: tuple[str, ...]
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_url(cls, url: str) -> NatsOptions:
+        """Servers from a comma-separated URL list; a ``user:password@`` (or ``token@``) part moves out of it."""
+        parts = [_split_userinfo(u.strip()) for u in url.split(",")]
+        user, password = next(((u, p) for _, u, p in parts if u or p), (None, None))
+        servers = tuple(server for server, _, _ in parts)
+        if password is None:  # nats-py's reading of a URL: a user without a password is a token
+            return cls(servers, token=user)
+        return cls(servers, user=user, password=password)
+
+    def connect_kwargs(self) -> dict[str, object]:
+        return {"servers": list(self.servers), "user": self.user, "password": self.password, "token": self.token}
+
+    def redact(self, text: str) -> str:
+        """``text`` with every secret of these options blanked out."""
+        for secret in (self.password, self.token):
+            if secret:
+                text = text.replace(secret, "***")
+        return text
+
+
+def _split_userinfo(url: str) -> tuple[str, str | None, str | None]:
+    """``url`` without its userinfo, and the percent-decoded user and password that were in it."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    userinfo, at, hostport = rest.rpartition("@")
+    if not at:
+        return url, None, None
+    user, colon, password = userinfo.partition(":")
+    return f"{scheme}{sep}{hostport}", unquote(user) or None, unquote(password) if colon else None
+
+
+def nats_options(conn_id: str) -> NatsOptions:
+    """The servers and credentials of the Airflow connection ``conn_id``.
+
+    The host is a host name (with the port field) or a comma-separated list of ``nats://`` or
+    ``tls://`` URLs. Credentials come from login and password, or a token from the extra ``token``
+    (or a password without a login); credentials written into a host URL are moved out of it.
+    """
     from airflow.sdk import BaseHook
 
     conn = BaseHook.get_connection(conn_id)
-    if conn.host and "://" in conn.host:
-        return conn.host
-    return f"nats://{conn.host or '127.0.0.1'}:{conn.port or 4222}"
+    host = conn.host or "127.0.0.1"
+    url = host if "://" in host else f"nats://{host}:{conn.port or 4222}"
+    from_url = NatsOptions.from_url(url)
+    token = conn.extra_dejson.get("token") or (None if conn.login else conn.password)
+    if conn.login or token:
+        password = conn.password if conn.login else None
+        return NatsOptions(from_url.servers, user=conn.login, password=password, token=token)
+    return from_url
 
 
 class NatsLeases:
-    def __init__(self, url: str, config: NatsLeaseConfig) -> None:
-        self.url, self.config = url, config
+    def __init__(self, server: NatsOptions | str, config: NatsLeaseConfig) -> None:
+        self.options = server if isinstance(server, NatsOptions) else NatsOptions.from_url(server)
+        self.config = config
         self.prefix, self.suffix = config.key_template.split("{run}")
 
     def read(self, keys: object = None) -> Keyed[float | None] | None:
         """Every held lease (``keys`` is ignored: one listing answers for all runs)."""
         timeout = self.config.timeout.total_seconds()
         try:
-            keys = asyncio.run(asyncio.wait_for(self._keys(timeout), timeout * 2))
+            listed = asyncio.run(asyncio.wait_for(self._keys(timeout), timeout * 2))
         except Exception as exc:
-            log.warning("NATS leases unreadable, every lease unknown: %s: %s", type(exc).__name__, exc)
+            reason = self.options.redact(str(exc))
+            log.warning("NATS leases unreadable, every lease unknown: %s: %s", type(exc).__name__, reason)
             return None
-        runs = {
-            key[len(self.prefix) : len(key) - len(self.suffix)]: None
-            for key in keys
-            if key.startswith(self.prefix) and key.endswith(self.suffix)
-        }
-        return Keyed(known=runs, complete=True)
+        runs = {run: live for key, live in listed.items() if (run := self._run(key)) is not None}
+        known = {run: None for run, live in runs.items() if live}
+        return Keyed(known=known, failed=frozenset(run for run, live in runs.items() if live is None), complete=True)
 
-    async def _keys(self, timeout: float) -> list[str]:
-        client = await nats.connect(self.url, connect_timeout=timeout, allow_reconnect=False, max_reconnect_attempts=0)
+    def _run(self, key: str) -> str | None:
+        """The run whose lease ``key`` is: the template exactly, around a non-empty run key."""
+        if len(key) > len(self.prefix) + len(self.suffix) and key.startswith(self.prefix) and key.endswith(self.suffix):
+            return key[len(self.prefix) : len(key) - len(self.suffix)]
+        return None
+
+    async def _keys(self, timeout: float) -> dict[str, bool | None]:
+        """Every key of the bucket and whether it is live, or an exception as soon as the client reports an error."""
+        errors: list[str] = []
+        broken = asyncio.Event()
+
+        async def on_error(exc: Exception) -> None:
+            errors.append(type(exc).__name__)
+            broken.set()
+
+        async def on_lost() -> None:
+            errors.append("connection lost")
+            broken.set()
+
+        client = await nats.connect(
+            **self.options.connect_kwargs(),
+            connect_timeout=timeout,
+            allow_reconnect=False,
+            max_reconnect_attempts=0,
+            error_cb=on_error,
+            disconnected_cb=on_lost,
+            closed_cb=on_lost,
+        )
         try:
-            kv = await client.jetstream(timeout=timeout).key_value(self.config.bucket)
-            try:
-                return await kv.keys()
-            except NoKeysError:
-                return []
+            listing = asyncio.ensure_future(_list_bucket(client.jetstream(timeout=timeout), self.config.bucket))
+            alarm = asyncio.ensure_future(broken.wait())
+            await asyncio.wait({listing, alarm}, return_when=asyncio.FIRST_COMPLETED)
+            alarm.cancel()
+            if errors:
+                listing.cancel()
+                await asyncio.gather(listing, return_exceptions=True)
+                raise ListingBroken(", ".join(dict.fromkeys(errors)))
+            return listing.result()
         finally:
             await client.close()
+
+
+async def _list_bucket(js: JetStreamContext, bucket: str) -> dict[str, bool | None]:
+    """Each key of ``bucket`` and its latest operation, from one headers-only pass over its last messages.
+
+    Done when a message says nothing more is pending, or at once when the consumer had nothing to
+    deliver at all. Not nats-py's ``kv.keys()``: it takes the bucket for empty when its consumer info
+    (nothing pending) overtakes the messages already on their way, and lists nothing.
+    """
+    prefix = f"$KV.{bucket}."
+    latest: dict[str, bool | None] = {}
+    caught_up = asyncio.Event()
+
+    async def on_message(msg: Msg) -> None:
+        latest[msg.subject.removeprefix(prefix)] = _live(msg.headers)
+        if msg.metadata.num_pending == 0:
+            caught_up.set()
+
+    sub = await js.subscribe(
+        f"{prefix}>",
+        stream=f"KV_{bucket}",
+        cb=on_message,
+        ordered_consumer=True,
+        deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+        headers_only=True,
+    )
+    try:
+        info = await sub.consumer_info()
+        if info.num_pending != 0 or info.delivered is None or info.delivered.consumer_seq != 0:
+            await caught_up.wait()
+        return dict(latest)
+    finally:
+        await sub.unsubscribe()
+
+
+def _live(headers: dict[str, str] | None) -> bool | None:
+    """A put is live, a delete or purge (or the server's expiry marker) is not; anything else is unknown."""
+    operation = (headers or {}).get("KV-Operation")
+    marker = (headers or {}).get("Nats-Marker-Reason")
+    if operation is None and marker is None:
+        return True
+    if operation in ("DEL", "PURGE") or marker in ("MaxAge", "Purge", "Remove"):
+        return False
+    return None
