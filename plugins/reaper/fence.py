@@ -32,9 +32,10 @@ class SendGuard:
       expiry, less a margin that covers one request and one ledger write).
     - ``lease``: returns why the sweep lease no longer covers this task, or None.
     - ``intent(resource)``: makes the intent durable; raising means the delete must not be sent.
+    - ``sent(resource)``: records that the delete call went out and was accepted.
     - ``outcome(resource, result, detail)``: records one outcome as it is observed.
-    - ``sent_before``: uids whose delete an earlier try of this execution may have sent (it wrote
-      their intent): a 404 for one of those is this sweep's own delete, so ``deleted``.
+    - ``sent_before``: uids whose delete call an earlier try of this execution made (it recorded
+      ``sent``): a 404 for one of those is this sweep's own delete, so ``deleted``.
     """
 
     def __init__(
@@ -43,10 +44,11 @@ class SendGuard:
         lease: Callable[[], str | None] | None = None,
         intent: Callable[[Resource], None] | None = None,
         outcome: Callable[[Resource, str, str], None] | None = None,
+        sent: Callable[[Resource], None] | None = None,
         sent_before: Collection[str] = frozenset(),
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.deadline, self._lease, self._intent, self._outcome = deadline, lease, intent, outcome
+        self.deadline, self._lease, self._intent, self._outcome, self._sent = deadline, lease, intent, outcome, sent
         self.sent_before = frozenset(sent_before)
         self.clock = clock
         self._stop = threading.Event()
@@ -90,6 +92,14 @@ class SendGuard:
         why = self.check()
         if why:
             raise Halted(why)
+
+    def sent(self, resource: Resource) -> None:
+        """The delete call was accepted: a later 404 for this resource is this sweep's own doing."""
+        if self._sent:
+            try:
+                self._sent(resource)
+            except Exception as exc:
+                self.halt(f"ledger: delete call not recorded ({type(exc).__name__})")
 
     def record(self, resource: Resource, result: str, detail: str) -> None:
         """Record one outcome now; a failed write halts the task (its intents stay for the retry)."""

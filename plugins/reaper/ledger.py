@@ -117,8 +117,8 @@ class Ledger:
         return {(str(r["scope"]), str(r["uid"])): r for r in self._find(ids, "outcome", uids)}
 
     def intents(self, ids: dict[str, object], uids: Collection[str]) -> set[tuple[str, str]]:
-        """(scope, uid) of the intents this execution wrote: their delete may have been sent."""
-        return {(str(r["scope"]), str(r["uid"])) for r in self._find(ids, "delete_intent", uids)}
+        """(scope, uid) of the intents of this execution whose delete call went out (marked ``sent``)."""
+        return {(str(r["scope"]), str(r["uid"])) for r in self._find(ids, "delete_intent", uids) if r.get("sent")}
 
     def _find(self, ids: dict[str, object], action: str, uids: Collection[str] | None) -> Iterable[dict[str, object]]:
         query: dict[str, object] = {f: ids[f] for f in EXECUTION}

@@ -48,6 +48,7 @@ class FakeTarget:
                 self.calls.append(r.name)
                 gone = r.name not in self.existing
                 self.existing.discard(r.name)
+                guard.sent(r)
                 if self.crash_after is not None and len(self.calls) >= self.crash_after:
                     raise RuntimeError("worker killed")  # after the delete, before its outcome is written
                 result = ("deleted" if r.id in guard.sent_before else "already_gone") if gone else "deleted"
@@ -103,7 +104,7 @@ def test_retry_after_a_crash_between_delete_and_outcome(ledger) -> None:
     # Outcomes are written as each delete completes: the first one survived the crash of the second.
     assert ledger.records.count_documents({"action": "outcome"}) == 1
     target.crash_after = None
-    # vm-1's delete went out before the crash: its intent makes the 404 this sweep's own delete (18.4).
+    # vm-1's delete call went out before the crash: the 404 is this sweep's own delete (18.4).
     assert delete_batch(ledger, target, fence(ledger), resources) == {"deleted": 2}
     # A third try (e.g. the task retried again) sends nothing: every outcome is recorded.
     assert delete_batch(ledger, target, fence(ledger), resources) == {}

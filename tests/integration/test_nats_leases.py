@@ -210,3 +210,17 @@ def test_a_consumer_info_that_overtakes_the_keys_does_not_empty_the_listing(nats
     monkeypatch.setattr(Client, "_process_msg", late)
     answer = NatsLeases(url(nats_server.port), NatsLeaseConfig(timeout="2s")).read()
     assert answer is not None and set(answer.known) == {"r1", "r2"}
+
+
+def test_one_run_is_read_alone_with_the_same_rules(nats_server) -> None:
+    # The re-read right before a run's delete: only its key, held, released or never written.
+    ops = [("put", "r-held"), ("put", "r-released"), ("put", "other"), ("delete", "r-released")]
+    asyncio.run(_apply(nats_server.port, ops))
+    leases = NatsLeases(url(nats_server.port), NatsLeaseConfig(timeout="2s"))
+    now = time.time()
+    assert lease_state("r-held", leases.read(["r-held"]), now, 30) is LeaseState.HELD
+    assert lease_state("r-released", leases.read(["r-released"]), now, 30) is LeaseState.ABSENT
+    assert lease_state("r-never", leases.read(["r-never"]), now, 30) is LeaseState.ABSENT
+    assert set(leases.read(["r-held"]).known) == {"r-held"}  # not the whole bucket
+    nats_server.stop()
+    assert leases.read(["r-held"]) is None

@@ -152,6 +152,7 @@ class GceDeleter:
             return self._outcome(inst, NOT_ATTEMPTED, f"retry of the delete not sent: {exc}")
         except Exception as exc:
             return self._outcome(inst, FAILED, f"delete: {type(exc).__name__}: {exc}")
+        guard.sent(inst)
         return self._wait(inst, op, guard)
 
     def _changes(self, planned: GceInstance, current: compute_v1.Instance) -> list[str]:

@@ -1,7 +1,8 @@
 """Deleting orphaned runs' objects, a run at a time: Pod, then Secrets, then NetworkPolicy.
 
-Before a run's first delete its evidence is read again (``revalidate``: the lease still absent, the
-run still terminal or gone); a run that changed is skipped whole. Every delete carries
+Before a run's first delete, after its rate-limit token, its objects are read again (same uid and
+resourceVersion) and so is its evidence (``revalidate``: the lease still absent, the run still
+terminal or gone); a run that changed in any of these is skipped whole. Every delete carries
 ``preconditions.uid`` and ``preconditions.resourceVersion``, so an object recreated, relabelled or
 opted out after the plan answers 409 and is skipped, and ``propagationPolicy: Background``; answers
 are asked for as metadata only (a Secret's delete would otherwise echo its data). A Pod's delete is
@@ -41,7 +42,7 @@ DELETED, ALREADY_GONE, CHANGED, FAILED, TERMINATING = (
 GONE = (DELETED, ALREADY_GONE)
 ORDER = {"Pod": 0, "Secret": 1, "NetworkPolicy": 2}
 METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
-_POLL = 0.5  # seconds between reads of a terminating Pod
+_POLL = (0.1, 1.0)  # seconds between reads of a terminating Pod: first, doubling up to the last
 
 # Why a run's evidence no longer supports deleting it, or None (the lease and the run store read again).
 Revalidate = Callable[[str, str], str | None]
@@ -60,6 +61,7 @@ class Outcome:
 
 class _Meta(msgspec.Struct):
     uid: str = ""
+    resourceVersion: str = ""
     deletionTimestamp: str | None = None
 
 
@@ -106,22 +108,51 @@ class K8sDeleter:
         return [done[(obj.cluster, obj.uid)] for obj in planned]
 
     def _delete_run(self, members: list[K8sObject], guard: SendGuard) -> list[Outcome]:
-        outcomes: list[Outcome] = []
-        first = members[0]
+        """One run: its first token, then everything read again, then its objects in order, stopping early."""
         stopped = guard.check()
-        if not stopped and self.revalidate:
-            changed = self.revalidate(first.cluster, first.labels.get(self.run_label, ""))
+        if not stopped:
+            first = members[0]
+            self.buckets.acquire(first.cluster)  # before the re-reads: no wait between them and the delete
+            changed = self._changed(members) or (
+                self.revalidate and self.revalidate(first.cluster, first.labels.get(self.run_label, ""))
+            )
             if changed:
                 return [self._record(obj, guard, CHANGED, changed) for obj in members]
-        for obj in members:
+        outcomes: list[Outcome] = []
+        for i, obj in enumerate(members):
             if stopped:
                 outcomes.append(self._record(obj, guard, NOT_ATTEMPTED, stopped))
                 continue
-            outcome = self._delete_one(obj, guard)
+            outcome = self._delete_one(obj, guard, take_token=i > 0)
             outcomes.append(self._record(obj, guard, outcome.result, outcome.detail))
             if outcome.result not in GONE:
                 stopped = f"after {obj.kind} {obj.namespace}/{obj.name}: {outcome.result}; the next sweep decides again"
         return outcomes
+
+    def _changed(self, members: list[K8sObject]) -> str | None:
+        """Whether any object of the run changed since the plan (recreated, relabelled, opted out).
+
+        The preconditions catch a change to the object being deleted; this catches one to the
+        run's other objects before its Pod goes: the decision is the run's, not the object's.
+        """
+        api = self.api_for(members[0].cluster)  # a run lives in one cluster
+        for obj in members:
+            try:
+                raw = self.backoff.call(
+                    lambda o=obj: call(api, "GET", self._path(o), self.timeout, accept=METADATA), transient
+                )
+                meta = _ANSWER.decode(raw).metadata
+            except ApiException as exc:
+                if exc.status == 404:
+                    continue  # gone already: nothing to protect
+                return f"{obj.kind} {obj.namespace}/{obj.name} unreadable before the delete: HTTP {exc.status}"
+            except Exception as exc:
+                return f"{obj.kind} {obj.namespace}/{obj.name} unreadable before the delete: {type(exc).__name__}"
+            if meta.uid != obj.uid:
+                return f"{obj.kind} {obj.namespace}/{obj.name} was recreated since the plan"
+            if obj.resource_version and meta.resourceVersion != obj.resource_version:
+                return f"{obj.kind} {obj.namespace}/{obj.name} changed since the plan (resourceVersion)"
+        return None
 
     def _record(self, obj: K8sObject, guard: SendGuard, result: str, detail: str) -> Outcome:
         guard.record(obj, result, detail)
@@ -131,9 +162,10 @@ class K8sDeleter:
         prefix, resource = PATHS[obj.kind]
         return f"{prefix}/namespaces/{obj.namespace}/{resource}/{obj.name}"
 
-    def _delete_one(self, obj: K8sObject, guard: SendGuard) -> Outcome:
+    def _delete_one(self, obj: K8sObject, guard: SendGuard, take_token: bool) -> Outcome:
         api = self.api_for(obj.cluster)
-        self.buckets.acquire(obj.cluster)
+        if take_token:
+            self.buckets.acquire(obj.cluster)
         why = guard.before_send(obj)
         if why:
             return self._outcome(obj, NOT_ATTEMPTED, why)
@@ -171,6 +203,7 @@ class K8sDeleter:
             return self._outcome(obj, NOT_ATTEMPTED, f"retry of the delete not sent: {exc}")
         except Exception as exc:
             return self._outcome(obj, FAILED, f"{type(exc).__name__}: {exc}")
+        guard.sent(obj)
         if obj.kind == "Pod" and self._still_terminating(api, obj, answer, guard):
             return self._outcome(obj, TERMINATING, "the Pod is terminating; its Secrets and NetworkPolicy wait")
         return self._outcome(obj, DELETED)
@@ -198,11 +231,13 @@ class K8sDeleter:
             if _ANSWER.decode(answer).metadata.deletionTimestamp is None:
                 return False  # deleted at once: the answer is the object as it was removed
             give_up = time.monotonic() + self.pod_gone_timeout
+            pause = _POLL[0]
             while True:
                 if not self._terminating(api, obj):
                     return False
                 if time.monotonic() >= give_up or guard.check(lease=False):
                     return True
-                time.sleep(_POLL)
+                time.sleep(pause)
+                pause = min(pause * 2, _POLL[1])
         except Exception:
             return True

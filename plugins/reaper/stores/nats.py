@@ -100,11 +100,13 @@ class NatsLeases:
         self.config = config
         self.prefix, self.suffix = config.key_template.split("{run}")
 
-    def read(self, keys: object = None) -> Keyed[float | None] | None:
-        """Every held lease (``keys`` is ignored: one listing answers for all runs)."""
+    def read(self, keys: list[str] | None = None) -> Keyed[float | None] | None:
+        """Every held lease: one listing answers for all runs. For a single run (the re-read right
+        before its delete) only that run's key is read, with the same rules."""
         timeout = self.config.timeout.total_seconds()
+        only = self.config.key_template.replace("{run}", keys[0]) if keys and len(keys) == 1 else None
         try:
-            listed = asyncio.run(asyncio.wait_for(self._keys(timeout), timeout * 2))
+            listed = asyncio.run(asyncio.wait_for(self._keys(timeout, only), timeout * 2))
         except Exception as exc:
             reason = self.options.redact(str(exc))
             log.warning("NATS leases unreadable, every lease unknown: %s: %s", type(exc).__name__, reason)
@@ -119,8 +121,9 @@ class NatsLeases:
             return key[len(self.prefix) : len(key) - len(self.suffix)]
         return None
 
-    async def _keys(self, timeout: float) -> dict[str, bool | None]:
-        """Every key of the bucket and whether it is live, or an exception as soon as the client reports an error."""
+    async def _keys(self, timeout: float, only: str | None) -> dict[str, bool | None]:
+        """Every key of the bucket (or just ``only``) and whether it is live, or an exception as soon as the
+        client reports an error."""
         errors: list[str] = []
         broken = asyncio.Event()
 
@@ -142,7 +145,8 @@ class NatsLeases:
             closed_cb=on_lost,
         )
         try:
-            listing = asyncio.ensure_future(_list_bucket(client.jetstream(timeout=timeout), self.config.bucket))
+            js = client.jetstream(timeout=timeout)
+            listing = asyncio.ensure_future(_list_bucket(js, self.config.bucket, only))
             alarm = asyncio.ensure_future(broken.wait())
             await asyncio.wait({listing, alarm}, return_when=asyncio.FIRST_COMPLETED)
             alarm.cancel()
@@ -155,8 +159,9 @@ class NatsLeases:
             await client.close()
 
 
-async def _list_bucket(js: JetStreamContext, bucket: str) -> dict[str, bool | None]:
-    """Each key of ``bucket`` and its latest operation, from one headers-only pass over its last messages.
+async def _list_bucket(js: JetStreamContext, bucket: str, only: str | None = None) -> dict[str, bool | None]:
+    """Each key of ``bucket`` (or the one key ``only``) and its latest operation, from one headers-only
+    pass over its last messages.
 
     Done when a message says nothing more is pending, or at once when the consumer had nothing to
     deliver at all. Not nats-py's ``kv.keys()``: it takes the bucket for empty when its consumer info
@@ -172,7 +177,7 @@ async def _list_bucket(js: JetStreamContext, bucket: str) -> dict[str, bool | No
             caught_up.set()
 
     sub = await js.subscribe(
-        f"{prefix}>",
+        f"{prefix}{only}" if only else f"{prefix}>",
         stream=f"KV_{bucket}",
         cb=on_message,
         ordered_consumer=True,

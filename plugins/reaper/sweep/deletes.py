@@ -124,9 +124,10 @@ def delete_batch(ledger: LedgerLike, target: TargetLike, fence: Fence, resources
 
     What an earlier try of this execution recorded is not sent again: a resource with an outcome is
     skipped, and a unit (a Kubernetes run) with any outcome that is not gone is not attempted again
-    (its Pod may still be running: its Secrets stay). A 404 for a resource whose intent an earlier try
-    wrote is that try's delete: ``deleted``. Raises :class:`SweepHalted` after recording what it could
-    when the task was told to stop or the ledger failed; reaching the deadline is not an error.
+    (its Pod may still be running: its Secrets stay). A 404 for a resource whose delete call an
+    earlier try made (its intent is marked sent) is that try's delete: ``deleted``. Raises
+    :class:`SweepHalted` after recording what it could when the task was told to stop or the ledger
+    failed; reaching the deadline is not an error.
     """
     uids = {target.uid(r) for r in resources}
     done = ledger.outcomes(fence.ids, uids)
@@ -155,7 +156,8 @@ def delete_batch(ledger: LedgerLike, target: TargetLike, fence: Fence, resources
     guard = SendGuard(
         deadline=fence.deadline,
         lease=lambda: ledger.lease_problem(target.name, fence.holder, fence.token),
-        intent=lambda r: ledger.write([_record(fence, target, r, "delete_intent", {})]),
+        intent=lambda r: ledger.write([_record(fence, target, r, "delete_intent", {"sent": False})]),
+        sent=lambda r: ledger.write([_record(fence, target, r, "delete_intent", {"sent": True})]),
         outcome=outcome,
         sent_before={uid for _, uid in sent},
     )

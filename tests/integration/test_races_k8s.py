@@ -1,0 +1,402 @@
+"""The fault and race harness, Kubernetes: the world changes at every point between the listing and the delete.
+
+The real inventory, evidence stores (NATS leases, the MongoDB run store), policy, batching,
+``delete_batch`` step, deleter and ledger run against the Kubernetes emulator, as a sweep runs them;
+the emulator's request hooks change the world at each point (no monkeypatching of the reaper's
+code). For every combination the invariant is asserted: nothing live, changed or opted out is
+deleted; every intent has exactly one outcome; a run's Pod goes before its Secrets and
+NetworkPolicy, and none of them goes if the Pod's delete failed; the other orphans are reaped.
+
+Residual windows: a lease re-acquired or a run marked active again in the one round trip between
+the run's evidence read and its Pod's delete cannot be caught (the lease store and the API server
+share no transaction). A run's objects are deleted one after the other, so an object changed or
+opted out after its run's re-read but while the run is being deleted stops the run at that object:
+it and everything after it (Pod, Secrets, NetworkPolicy) stay; what went before it is gone. Every
+change to an object itself is caught: each delete carries uid and resourceVersion preconditions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import signal
+from collections import Counter
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from pymongo import MongoClient
+
+from include.emulators.http import ApiError
+from include.emulators.k8s import Cluster
+from reaper.config import LedgerConfig, Settings, parse_settings
+from reaper.k8s.inventory import list_cluster
+from reaper.ledger import Ledger
+from reaper.model import Phase
+from reaper.policy import evaluate
+from reaper.stores.mongo import MongoRunStore
+from reaper.stores.nats import NatsLeases
+from reaper.sweep.deletes import Fence, cut_batches, delete_batch
+from reaper.sweep.targets import K8sTarget
+from tests.integration.conftest import fast_backoff
+from tests.integration.k8s_helpers import MANAGED, put_leases, seed_run
+
+IDS = {"dag_id": "reaper_k8s_enforcement", "run_id": "harness", "execution": 0}
+HOLDER = "reaper_k8s_enforcement/harness#0"
+VICTIM = "victim"
+ORPHANS = ("orphan-a", "orphan-b")
+LIVE = ("live-0", "live-1", "live-2", "live-3")
+KINDS = {"pods": "Pod", "secrets": "Secret", "networkpolicies": "NetworkPolicy"}
+
+
+def config(db: str, **k8s: object) -> Settings:
+    return parse_settings(
+        {
+            "k8s": {
+                "clusters": ["c1"],
+                "mongo_run_store": {"database": db},
+                "delete_rate_per_cluster": 1000.0,
+                "delete_concurrency": 1,
+                "nats_leases": {"timeout": "1s"},
+                **k8s,
+            }
+        },
+        "harness",
+    )
+
+
+class World:
+    """The emulated cluster, the runners' leases in NATS, the run store and the ledger in MongoDB."""
+
+    def __init__(self, cluster: Cluster, api, nats_url: str, mongo: MongoClient, db: str) -> None:  # type: ignore[no-untyped-def]
+        self.cluster, self.api, self.nats_url, self.mongo, self.db = cluster, api, nats_url, mongo, db
+        self.config = config(db)
+        self.ledger = Ledger(mongo, LedgerConfig(database=db))
+        self.ledger.ensure_indexes()
+        for run in (*ORPHANS, VICTIM, *LIVE):
+            seed_run(cluster, run)
+        asyncio.run(put_leases(nats_url, list(LIVE)))
+        mongo[db]["runs"].insert_many(
+            [{"_id": r, "status": "failed"} for r in (*ORPHANS, VICTIM)]
+            + [{"_id": r, "status": "running"} for r in LIVE]
+        )
+
+    def target(self) -> K8sTarget:
+        target = K8sTarget(self.config)
+        target.api_for = lambda _: self.api  # type: ignore[method-assign]
+        target.__dict__["leases"] = NatsLeases(self.nats_url, self.config.k8s.nats_leases).read
+        target.__dict__["runs"] = MongoRunStore(self.mongo, self.config.k8s.mongo_run_store).read
+        return target
+
+    def victim(self) -> dict[str, dict[str, object]]:
+        """The victim run's objects as the cluster holds them now, by kind."""
+        with self.cluster.lock:
+            return {
+                KINDS[res]: obj
+                for (res, _, _), obj in self.cluster.objects.items()
+                if obj["metadata"]["labels"].get("iterion.io/run-id") == VICTIM  # type: ignore[index,union-attr]
+            }
+
+
+# --- the mutations: each makes the victim's run live, changed or opted out (or simply gone) ------------
+
+
+def _relabel(world: World, resource: str, name: str, change: Callable[[dict[str, str]], None]) -> None:
+    with world.cluster.lock:
+        meta = world.cluster.objects[(resource, "ci", name)]["metadata"]
+        labels = dict(meta["labels"])  # type: ignore[index,arg-type]
+        change(labels)
+        meta["labels"] = labels  # type: ignore[index]
+        meta["resourceVersion"] = world.cluster._version()  # type: ignore[index]
+
+
+def recreate_pod(world: World) -> None:
+    """The Pod's name taken by a new Pod (new uid) of a live run."""
+    world.cluster.objects.pop(("pods", "ci", f"sandbox-{VICTIM}"), None)
+    world.cluster._sorted.pop("pods", None)
+    seed = next(o for o in seed_run(Cluster(), VICTIM) if o["kind"] == "Pod")
+    seed["metadata"] = {**seed["metadata"], "uid": "a-new-pod"}
+    world.cluster.create("pods", "ci", seed)
+
+
+def relabel_secret(world: World) -> None:
+    _relabel(world, "secrets", f"sandbox-{VICTIM}-files", lambda labels: labels.update({"team": "moved"}))
+
+
+def opt_out_networkpolicy(world: World) -> None:
+    _relabel(world, "networkpolicies", f"sandbox-{VICTIM}", lambda labels: labels.update({"reaper.io/keep": "true"}))
+
+
+def drop_selector_pod(world: World) -> None:
+    _relabel(world, "pods", f"sandbox-{VICTIM}", lambda labels: labels.pop("iterion.io/managed"))
+
+
+def reacquire_lease(world: World) -> None:
+    asyncio.run(put_leases(world.nats_url, [VICTIM]))
+
+
+def run_active_again(world: World) -> None:
+    world.mongo[world.db]["runs"].update_one({"_id": VICTIM}, {"$set": {"status": "running"}})
+
+
+def vanish(world: World) -> None:
+    with world.cluster.lock:
+        for key in [k for k in world.cluster.objects if VICTIM in k[2]]:
+            world.cluster._remove(key)
+
+
+MUTATIONS: dict[str, Callable[[World], None]] = {
+    "recreate_pod": recreate_pod,
+    "relabel_secret": relabel_secret,
+    "opt_out_networkpolicy": opt_out_networkpolicy,
+    "drop_selector_pod": drop_selector_pod,
+    "reacquire_lease": reacquire_lease,
+    "run_active_again": run_active_again,
+    "vanish": vanish,
+}
+EVIDENCE = ("reacquire_lease", "run_active_again")
+POINTS = (
+    "after_listing",
+    "after_evaluation",
+    "in_rate_limit_wait",
+    "between_check_and_delete",
+    "between_batches",
+    "before_retry",
+)
+# Evidence cannot be re-read atomically with the delete (see the module docstring).
+CASES = [
+    (point, mutation)
+    for point in POINTS
+    for mutation in MUTATIONS
+    if not (point == "between_check_and_delete" and mutation in EVIDENCE)
+]
+
+
+# --- one sweep, with the world changed at one point ------------------------------------------------
+
+
+def plan_batches(world: World, target: K8sTarget, mutate: Callable[[], None], point: str) -> list[list]:  # type: ignore[no-untyped-def]
+    listing = list_cluster(world.api, "c1", MANAGED, fast_backoff(), 10)
+    if point == "after_listing":
+        mutate()
+    evidence = target.evidence(listing.objects, [])
+    plan = evaluate(listing.objects, evidence, world.config, Phase.ENFORCEMENT, datetime.now(UTC))
+    if point == "after_evaluation":
+        mutate()
+    deletes = sorted((d.resource for d in plan.deletes()), key=lambda o: o.labels["iterion.io/run-id"] == VICTIM)
+    return cut_batches(deletes, 4, target.unit)
+
+
+def first_try_then_killed(world_args: tuple, batch: list[dict], token: str, q) -> None:  # type: ignore[no-untyped-def]
+    """The first try of the victim's batch, in a process of its own: killed between its Pod's intent and delete."""
+    import msgspec
+    from kubernetes import config as kconfig
+
+    from reaper.model import K8sObject
+
+    kubeconfig, nats_url, mongo_port, db = world_args
+    cfg = config(db)
+    mongo = MongoClient(f"mongodb://127.0.0.1:{mongo_port}/")
+    api = kconfig.new_client_from_config_dict(kubeconfig)
+    target = K8sTarget(cfg)
+    target.api_for = lambda _: api  # type: ignore[method-assign]
+    target.__dict__["leases"] = NatsLeases(nats_url, cfg.k8s.nats_leases).read
+    target.__dict__["runs"] = MongoRunStore(mongo, cfg.k8s.mongo_run_store).read
+    q.put(os.getpid())
+    resources = [msgspec.convert(r, K8sObject) for r in batch]
+    delete_batch(Ledger(mongo, LedgerConfig(database=db)), target, Fence(IDS, HOLDER, token, None), resources)
+
+
+def kill_first_try(world: World, emulator, mongo_port: int, batch: list, token: str) -> None:  # type: ignore[no-untyped-def]
+    import msgspec
+
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
+    q = ctx.Queue()
+    pid: list[int] = []
+
+    def kill(_: tuple[str, ...]) -> None:
+        os.kill(pid[0], signal.SIGKILL)
+        raise ApiError(503, "ServiceUnavailable", "the client is gone")  # never applied: it died first
+
+    world.cluster.on("before", "delete", kill)
+    args = (emulator.kubeconfig(), world.nats_url, mongo_port, world.db)
+    child = ctx.Process(target=first_try_then_killed, args=(args, msgspec.to_builtins(batch), token, q))
+    child.start()
+    pid.append(q.get(timeout=60))
+    child.join(timeout=60)
+    assert child.exitcode == -signal.SIGKILL
+    pod = next(o for o in batch if o.kind == "Pod")
+    assert world.ledger.records.count_documents({"action": "delete_intent", "uid": pod.uid}) == 1
+    assert world.ledger.records.count_documents({"action": "outcome", "uid": {"$in": [o.uid for o in batch]}}) == 0
+
+
+def run_sweep(world: World, emulator, mongo_port: int, point: str, mutation: str = "vanish") -> None:  # type: ignore[no-untyped-def]
+    mutate = lambda: MUTATIONS[mutation](world)  # noqa: E731
+    target = world.target()
+    batches = plan_batches(world, target, mutate, point)
+    if point == "after_listing" and mutation in EVIDENCE:
+        # The evidence is read after the listing: the plan itself already keeps the run.
+        assert VICTIM not in {o.labels["iterion.io/run-id"] for batch in batches for o in batch}
+        batches.append([])
+    assert {o.labels["iterion.io/run-id"] for o in batches[-1]} <= {VICTIM}, "the victim's run is not last"
+    lease = world.ledger.acquire("k8s", HOLDER, timedelta(minutes=10))
+    fence = Fence(IDS, HOLDER, str(lease["token"]), None)
+    pod = f"sandbox-{VICTIM}"
+    if point == "in_rate_limit_wait":  # after the run's token, its first request: the re-read of its Pod
+        world.cluster.on("before", "get", lambda args: args[2] == pod and mutate(), times=None)
+    if point == "between_check_and_delete":  # everything was read again; the Pod's delete has arrived
+        world.cluster.on("before", "delete", lambda args: args[2] == pod and mutate(), times=None)
+    for batch in batches[:-1]:
+        delete_batch(world.ledger, target, fence, batch)
+    if not batches[-1]:
+        return
+    if point == "between_batches":
+        mutate()
+    if point == "before_retry":
+        kill_first_try(world, emulator, mongo_port, batches[-1], str(lease["token"]))
+        mutate()
+    delete_batch(world.ledger, target, fence, batches[-1])
+
+
+# --- the invariant ------------------------------------------------------------------------------
+
+
+# Between the run's re-read and its Pod's delete, a change to a later object stops the run at that object.
+SURVIVORS_MID_RUN = {
+    "relabel_secret": {("secrets", f"sandbox-{VICTIM}-files"), ("networkpolicies", f"sandbox-{VICTIM}")},
+    "opt_out_networkpolicy": {("networkpolicies", f"sandbox-{VICTIM}")},
+}
+
+
+def assert_invariant(world: World, point: str, mutation: str) -> None:
+    records = list(world.ledger.records.find({"action": "outcome"}))
+    intents = Counter(r["uid"] for r in world.ledger.records.find({"action": "delete_intent"}))
+    outcomes = Counter(r["uid"] for r in records)
+    assert all(outcomes[uid] == 1 for uid in intents), "an intent without exactly one outcome"
+    names = world.cluster.names()
+    assert not any(run in name for run in ORPHANS for name in names), "the harness reaped nothing: it proves nothing"
+    assert all(f"sandbox-{run}" in names for run in LIVE)
+    assert_pod_first(world)
+    left = {(resource, name) for (resource, _, name) in world.cluster.objects if VICTIM in name}
+    if mutation == "vanish":
+        assert left == set()
+        return
+    if point == "between_check_and_delete" and mutation in SURVIVORS_MID_RUN:
+        assert left == SURVIVORS_MID_RUN[mutation], f"{mutation}: the changed object or one after it was deleted"
+        return
+    assert len(left) == 4, f"{mutation}: part of a live, changed or opted-out run was deleted"
+    victim = {r["name"]: r["result"] for r in records if VICTIM in r["name"]}
+    assert "deleted" not in victim.values() and set(victim.values()) <= {"changed_since_plan", "not_attempted"}
+
+
+def assert_pod_first(world: World) -> None:
+    """In the API server's own order of deletes: no Secret or NetworkPolicy before its run's Pod."""
+    seen_pods: set[str] = set()
+    for _, resource, _, name in world.cluster.deletes:
+        run = name.removeprefix("sandbox-").removesuffix("-files").removesuffix("-egress-ca")
+        if resource == "pods":
+            seen_pods.add(run)
+        else:
+            assert run in seen_pods, f"{resource}/{name} was deleted before its run's Pod"
+
+
+@pytest.fixture
+def world(kube, nats_server, mongo, mongo_server):  # type: ignore[no-untyped-def]
+    cluster, api, emulator = kube
+    client, db = mongo
+    yield World(cluster, api, f"nats://127.0.0.1:{nats_server.port}", client, db), emulator, mongo_server.port
+
+
+@pytest.mark.parametrize(("point", "mutation"), CASES, ids=[f"{p}-{m}" for p, m in CASES])
+def test_nothing_changed_live_or_opted_out_is_deleted(world, point: str, mutation: str) -> None:
+    w, emulator, mongo_port = world
+    run_sweep(w, emulator, mongo_port, point, mutation)
+    assert_invariant(w, point, mutation)
+
+
+def test_a_pod_whose_delete_fails_keeps_its_secrets_in_this_task_and_its_retries(world) -> None:
+    w, emulator, mongo_port = world
+    w.cluster.on("before", "delete", lambda args: args[2] == f"sandbox-{VICTIM}" and _fail(), times=None)
+    run_sweep(w, emulator, mongo_port, "none")
+    victim = {
+        r["name"].split("/")[0]: r["result"]
+        for r in w.ledger.records.find({"action": "outcome", "name": {"$regex": VICTIM}})
+    }
+    assert victim == {"Pod": "failed", "Secret": "not_attempted", "NetworkPolicy": "not_attempted"}
+    assert len(w.victim()) == 3 or set(w.victim()) == {"Pod", "Secret", "NetworkPolicy"}
+    assert_pod_first(w)
+
+
+def test_a_retry_never_finishes_a_run_an_earlier_try_stopped(world) -> None:
+    # Issue 16.6: only the Pod's outcome (changed: recreated, live) was written before the task failed;
+    # the retry must not go on to the run's Secrets and NetworkPolicy.
+    w, _, _ = world
+    target = w.target()
+    batch = plan_batches(w, target, lambda: None, "none")[-1]
+    recreate_pod(w)
+    pod = next(o for o in batch if o.kind == "Pod")
+    lease = w.ledger.acquire("k8s", HOLDER, timedelta(minutes=10))
+    fence = Fence(IDS, HOLDER, str(lease["token"]), None)
+    w.ledger.write(
+        [
+            {
+                **IDS,
+                "target": "k8s",
+                "scope": "c1",
+                "uid": pod.uid,
+                "action": "outcome",
+                "result": "changed_since_plan",
+                "name": "Pod",
+            }
+        ]
+    )
+    assert delete_batch(w.ledger, target, fence, batch) == {"not_attempted": 3}
+    assert set(w.victim()) == {"Pod", "Secret", "NetworkPolicy"} and w.cluster.deletes == []
+
+
+def _fail() -> None:
+    raise ApiError(500, "InternalError", "etcd leader changed")
+
+
+def test_a_terminating_pod_keeps_its_run_until_a_later_sweep_finds_it_gone(world) -> None:
+    # Issue 17.3: a graceful delete returns with the Pod still there; its containers may still run.
+    w, emulator, mongo_port = world
+    with w.cluster.lock:
+        w.cluster.objects[("pods", "ci", f"sandbox-{VICTIM}")]["metadata"]["finalizers"] = ["example.com/drain"]
+    w.config = config(w.db, pod_gone_timeout="1s")
+    run_sweep(w, emulator, mongo_port, "none")
+    outcome = {r["name"]: r["result"] for r in w.ledger.records.find({"action": "outcome", "name": {"$regex": VICTIM}})}
+    assert outcome == {
+        f"Pod/ci/sandbox-{VICTIM}": "terminating",
+        f"Secret/ci/sandbox-{VICTIM}-egress-ca": "not_attempted",
+        f"Secret/ci/sandbox-{VICTIM}-files": "not_attempted",
+        f"NetworkPolicy/ci/sandbox-{VICTIM}": "not_attempted",
+    }
+    assert set(w.victim()) == {"Pod", "Secret", "NetworkPolicy"}
+    target = w.target()
+
+    def next_sweep() -> set[tuple[str, str]]:
+        objects = list_cluster(w.api, "c1", MANAGED, fast_backoff(), 10).objects
+        plan = evaluate(objects, target.evidence(objects, []), w.config, Phase.ENFORCEMENT, datetime.now(UTC))
+        return {(d.action.value, d.reason) for d in plan.decisions if VICTIM in d.resource.name}
+
+    assert next_sweep() == {("keep", "pod_terminating")}
+    w.cluster.remove_finalizers(("pods", "ci", f"sandbox-{VICTIM}"))
+    assert next_sweep() == {("delete", "sandbox_orphan")}  # the Pod is gone: its Secrets and policy go now
+
+
+def test_losing_nats_mid_sweep_deletes_nothing_more(world, nats_server) -> None:
+    w, _, _ = world
+    target = w.target()
+    first, *rest = plan_batches(w, target, lambda: None, "none")
+    lease = w.ledger.acquire("k8s", HOLDER, timedelta(minutes=10))
+    fence = Fence(IDS, HOLDER, str(lease["token"]), None)
+    assert delete_batch(w.ledger, target, fence, first) == {"deleted": 4}
+    nats_server.stop()
+    for batch in rest:
+        assert delete_batch(w.ledger, target, fence, batch) == {"changed_since_plan": 4}
+    assert len(w.cluster.objects) == 4 * (len(LIVE) + len(rest))
+    details = {r["detail"] for r in w.ledger.records.find({"result": "changed_since_plan"})}
+    assert details == {"lease unknown when read again before the delete"}
