@@ -1,37 +1,66 @@
-"""How the sweep DAG orders deletes before cutting them into batches (``interleaved``)."""
+"""How the sweep cuts deletes into batches (``cut_batches``): scopes in turns, a run never split."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reaper.model import Action, Decision
-from reaper.sweep.factory import interleaved
-from tests.builders import D, inst
+from reaper.model import GceInstance, K8sObject
+from reaper.sweep.deletes import cut_batches
+from tests.builders import D, inst, obj
 
 
-def _deletes(projects: list[str]) -> list[Decision]:
-    return [
-        Decision("gce", inst(project=p, hb_age=D), Action.DELETE, "heartbeat_stale", "heartbeat_stale")
-        for p in projects
-    ]
+def _instances(projects: list[str]) -> list[GceInstance]:
+    return [inst(project=p, hb_age=D) for p in projects]
+
+
+def _gce_unit(r: GceInstance) -> tuple[str, str]:
+    return r.project, r.id
+
+
+def _run(o: K8sObject) -> tuple[str, str]:
+    return o.cluster, o.labels["iterion.io/run-id"]
 
 
 def test_takes_scopes_in_turns() -> None:
-    out = interleaved(_deletes(["a", "a", "a", "b", "c", "c"]))
-    assert [d.resource.project for d in out] == ["a", "b", "c", "a", "c", "a"]
+    out = cut_batches(_instances(["a", "a", "a", "b", "c", "c"]), 100, _gce_unit)
+    assert [r.project for r in out[0]] == ["a", "b", "c", "a", "c", "a"]
 
 
-@given(st.lists(st.sampled_from("abcde"), max_size=60))
-def test_a_permutation_that_keeps_each_scopes_order_and_balances_every_prefix(projects: list[str]) -> None:
-    deletes = _deletes(sorted(projects))
-    out = interleaved(deletes)
-    assert sorted(id(d) for d in out) == sorted(id(d) for d in deletes)
+@given(st.lists(st.sampled_from("abcde"), max_size=60), st.integers(1, 7))
+def test_every_resource_once_each_scope_in_order_every_prefix_balanced(projects: list[str], size: int) -> None:
+    resources = _instances(sorted(projects))
+    batches = cut_batches(resources, size, _gce_unit)
+    out = [r for batch in batches for r in batch]
+    assert all(len(batch) <= size for batch in batches)
+    assert sorted(r.id for r in out) == sorted(r.id for r in resources)
     for scope in set(projects):
-        assert [d for d in out if d.resource.project == scope] == [d for d in deletes if d.resource.project == scope]
+        assert [r for r in out if r.project == scope] == [r for r in resources if r.project == scope]
     total = {p: projects.count(p) for p in set(projects)}
     for k in range(len(out) + 1):
-        taken = {p: sum(1 for d in out[:k] if d.resource.project == p) for p in total}
+        taken = {p: sum(1 for r in out[:k] if r.project == p) for p in total}
         unfinished = [taken[p] for p in total if taken[p] < total[p]]
         # no scope that still has deletes left is more than one turn behind any other
         assert not unfinished or max(taken.values()) - min(unfinished) <= 1
+
+
+@st.composite
+def runs(draw) -> list[K8sObject]:  # type: ignore[no-untyped-def]
+    objects = []
+    for r in range(draw(st.integers(0, 12))):
+        cluster = draw(st.sampled_from(["c1", "c2"]))
+        kinds = draw(st.lists(st.sampled_from(["Pod", "Secret", "NetworkPolicy"]), min_size=1, max_size=6))
+        objects += [obj(kind, f"r{r}", cluster=cluster) for kind in kinds]
+    return draw(st.permutations(objects))
+
+
+@given(runs(), st.integers(1, 9))
+def test_a_run_is_never_split_across_batches(objects: list[K8sObject], size: int) -> None:
+    # Issue 10.2: cut by count, a run's Pod could land in one batch and its Secrets in the next.
+    batches = cut_batches(objects, size, _run)
+    home: dict[tuple[str, str], int] = {}
+    for i, batch in enumerate(batches):
+        assert len(batch) <= size or len({_run(o) for o in batch}) == 1  # only a run larger than a batch
+        for o in batch:
+            assert home.setdefault(_run(o), i) == i, f"run {_run(o)} split across batches"
+    assert sorted(o.uid for b in batches for o in b) == sorted(o.uid for o in objects)

@@ -208,6 +208,16 @@ class Cluster(State):
 
     # --- for tests ---------------------------------------------------------------------------
 
+    def reset(self) -> None:
+        """An empty cluster again, for tests that reuse one server across many examples."""
+        with self.lock:
+            self.objects.clear()
+            self._sorted.clear()
+            self._dependents.clear()
+            self._stopped.clear()
+            self._hooks.clear()
+            self.deletes.clear()
+
     def names(self, resource: str | None = None) -> set[str]:
         with self.lock:
             return {name for (res, _, name) in self.objects if resource is None or res == resource}
