@@ -75,13 +75,18 @@ def instance_record(
 ) -> GceInstance:
     """The one normalizer of an instance, for exports and for the Compute SDK alike.
 
-    The project comes from ``selfLink``, else from the ``zone`` URL.
+    The project comes from ``selfLink``, else from the ``zone`` URL. An instance without a name, a
+    status, or a numeric id (an absent id reads as 0 in protobuf) cannot be re-validated or deleted
+    by id: it is refused, which makes its listing incomplete.
     """
+    ident = str(instance_id)
+    if not name or not status or not (ident.isascii() and ident.isdigit()) or int(ident) == 0:
+        raise ValueError(f"instance {name or '?'}: expected a name, a status and a numeric id, got {ident!r}")
     project = _url_part(self_link, "projects") or _url_part(zone_url, "projects")
     if not project:
         raise ValueError(f"instance {name}: no project in selfLink or zone URL")
     zone = _url_part(zone_url, "zones") or zone_url
-    return GceInstance(project, zone, name, str(instance_id), status, labels, created, last_stop, deletion_protection)
+    return GceInstance(project, zone, name, ident, status, labels, created, last_stop, deletion_protection)
 
 
 def gce_instance(raw: GcloudInstance) -> GceInstance:
@@ -205,6 +210,8 @@ def k8s_object(item: KubeItem, cluster: str, kind: str | None = None) -> K8sObje
     """Normalize one object; ``kind`` overrides the item's (metadata-only lists do not carry it)."""
     kind = kind or item.kind
     meta = item.metadata
+    if not meta.name or not meta.uid:
+        raise ValueError(f"{kind} {meta.namespace}/{meta.name or '?'}: expected a name and a uid")
     containers: dict[str, bool] = {}
     deadline = None
     if kind == "Pod" and item.spec is not None:
