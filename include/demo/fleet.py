@@ -84,13 +84,16 @@ def seed_gce(fleet: Fleet, now: float) -> dict[str, list[tuple[str, str]]]:
         tracked[manager] = [(ZONES[i % 2], f"{manager}-runner-{i}") for i in range(count)]
         for zone, name in tracked[manager]:
             add(project, name, zone, heartbeat=now, labels={"manager": manager})
-    # Leftovers of a manager that died hours ago: stale under any quarantine.
-    add("ci-runners-a", "gone-runner-0", ZONES[0], heartbeat=now - 6 * HOUR)
-    add("ci-runners-a", "gone-runner-1", ZONES[1], heartbeat=now - 6 * HOUR)
-    add("ci-runners-a", "pinned-runner", ZONES[0], heartbeat=now - 6 * HOUR, labels={"reaper_keep": "true"})
+    # Leftovers of a manager that died hours ago: stale under any quarantine. Created before their last
+    # heartbeat, as real ones are (a label older than its instance is an anomaly, never reaped).
+    old = now - 8 * HOUR
+    add("ci-runners-a", "gone-runner-0", ZONES[0], heartbeat=now - 6 * HOUR, created=old)
+    add("ci-runners-a", "gone-runner-1", ZONES[1], heartbeat=now - 6 * HOUR, created=old)
+    pinned = {"reaper_keep": "true"}
+    add("ci-runners-a", "pinned-runner", ZONES[0], heartbeat=now - 6 * HOUR, created=old, labels=pinned)
     add("ci-runners-a", "stopped-runner", ZONES[0], "TERMINATED", created=now - 3 * HOUR, last_stop=now - 2 * HOUR)
     add("ci-runners-a", "unlabeled-runner", ZONES[1], created=now - 4 * DAY)
-    add("ci-runners-c", "gone-runner-2", ZONES[0], heartbeat=now - 6 * HOUR)
+    add("ci-runners-c", "gone-runner-2", ZONES[0], heartbeat=now - 6 * HOUR, created=old)
     return tracked
 
 
