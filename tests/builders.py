@@ -69,6 +69,9 @@ def obj(
     containers: dict[str, bool] | None = None,
     managed: bool = True,
     deleting: bool = False,
+    name: str | None = None,
+    uses: tuple[str, ...] = (),
+    selects: tuple[tuple[str, str, tuple[str, ...]], ...] | None = None,
 ) -> K8sObject:
     n = next(_ids)
     all_labels = {"iterion.io/managed": "true"} if managed else {}
@@ -79,12 +82,14 @@ def obj(
         kind=kind,
         cluster=cluster,
         namespace=namespace,
-        name=f"{kind.lower()}-{run}-{n}",
+        name=name or f"{kind.lower()}-{run}-{n}",
         uid=f"uid-{n}",
         labels=all_labels,
         created=NOW - age,
         containers=containers or {},
         deleting=deleting,
+        uses=uses,
+        selects=selects,
     )
 
 

@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 from typing import NoReturn, TextIO
 
 from reaper import exports
-from reaper.config import ConfigError, config_path, load_config
-from reaper.model import Action, Decision, Evidence, Phase, Plan, Resource
+from reaper.config import ConfigError, Settings, config_path, load_config
+from reaper.model import Action, Decision, Evidence, K8sObject, Phase, Plan, Resource
 from reaper.policy import evaluate
 
 
@@ -90,10 +90,16 @@ def _evaluate(args: argparse.Namespace) -> Plan:
     evidence = Evidence(
         writer_health=exports.load_writer_health(args.writer_health) if args.writer_health else None,
         leases=exports.load_leases(args.leases) if args.leases else None,
-        runs=exports.load_runs(args.runs) if args.runs else None,
+        runs=exports.load_runs(args.runs, _run_keys(resources, config)) if args.runs else None,
     )
     now = args.now or datetime.now(UTC)
     return evaluate(resources, evidence, config, Phase(args.phase), now)
+
+
+def _run_keys(resources: list[Resource], config: Settings) -> set[str]:
+    """The run keys the --k8s objects carry: what the run store is asked about."""
+    label = config.k8s.run_label
+    return {key for r in resources if isinstance(r, K8sObject) and (key := r.labels.get(label))}
 
 
 def _iso(ts: float) -> str:

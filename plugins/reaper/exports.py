@@ -15,6 +15,7 @@ and the JSON path that is wrong.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 
@@ -141,16 +142,67 @@ class _Meta(msgspec.Struct):
     deletionTimestamp: str | None = None
 
 
+class _Ref(msgspec.Struct):
+    name: str = ""
+
+
+class _ValueFrom(msgspec.Struct):
+    secretKeyRef: _Ref | None = None
+
+
+class _Env(msgspec.Struct):
+    valueFrom: _ValueFrom | None = None
+
+
+class _EnvFrom(msgspec.Struct):
+    secretRef: _Ref | None = None
+
+
 class _Container(msgspec.Struct):
     name: str
     restartPolicy: str | None = None  # "Always" on an init container: a native sidecar
+    env: list[_Env] = []
+    envFrom: list[_EnvFrom] = []
+
+
+class _SecretVolume(msgspec.Struct):
+    secretName: str = ""
+
+
+class _Projection(msgspec.Struct):
+    secret: _Ref | None = None
+
+
+class _Projected(msgspec.Struct):
+    sources: list[_Projection] = []
+
+
+class _Volume(msgspec.Struct):
+    secret: _SecretVolume | None = None
+    projected: _Projected | None = None
+
+
+class _Requirement(msgspec.Struct):
+    key: str
+    operator: str
+    values: list[str] = []
+
+
+class _Selector(msgspec.Struct):
+    matchLabels: dict[str, str] = {}
+    matchExpressions: list[_Requirement] = []
 
 
 class _Spec(msgspec.Struct):
+    """A Pod's spec (containers, volumes) or a NetworkPolicy's (its pod selector): what the rules read."""
+
     containers: list[_Container] = []
     initContainers: list[_Container] = []
     activeDeadlineSeconds: int | None = None
     restartPolicy: str = "Always"  # the API's default
+    volumes: list[_Volume] = []
+    imagePullSecrets: list[_Ref] = []
+    podSelector: _Selector | None = None
 
 
 class _Terminated(msgspec.Struct, frozen=True):
@@ -206,6 +258,27 @@ def _containers(spec: _Spec, status: _Status) -> dict[str, bool]:
     return found
 
 
+def _secrets_used(spec: _Spec) -> tuple[str, ...]:
+    """Every Secret a Pod mounts or reads: volumes (plain and projected), env, envFrom, image pull secrets."""
+    names = {v.secret.secretName for v in spec.volumes if v.secret}
+    names |= {p.secret.name for v in spec.volumes if v.projected for p in v.projected.sources if p.secret}
+    for c in spec.containers + spec.initContainers:
+        names |= {e.valueFrom.secretKeyRef.name for e in c.env if e.valueFrom and e.valueFrom.secretKeyRef}
+        names |= {e.secretRef.name for e in c.envFrom if e.secretRef}
+    names |= {ref.name for ref in spec.imagePullSecrets}
+    return tuple(sorted(names - {""}))
+
+
+def _selects(spec: _Spec | None) -> tuple[tuple[str, str, tuple[str, ...]], ...] | None:
+    """A NetworkPolicy's pod selector as (key, operator, values) requirements; no selector: every Pod."""
+    selector = spec.podSelector if spec else None
+    if selector is None:
+        return ()
+    found = [(key, "In", (value,)) for key, value in sorted(selector.matchLabels.items())]
+    found += [(r.key, r.operator, tuple(r.values)) for r in selector.matchExpressions]
+    return tuple(found)
+
+
 def k8s_object(item: KubeItem, cluster: str, kind: str | None = None) -> K8sObject:
     """Normalize one object; ``kind`` overrides the item's (metadata-only lists do not carry it)."""
     kind = kind or item.kind
@@ -214,9 +287,11 @@ def k8s_object(item: KubeItem, cluster: str, kind: str | None = None) -> K8sObje
         raise ValueError(f"{kind} {meta.namespace}/{meta.name or '?'}: expected a name and a uid")
     containers: dict[str, bool] = {}
     deadline = None
+    uses: tuple[str, ...] = ()
     if kind == "Pod" and item.spec is not None:
         containers = _containers(item.spec, item.status or _Status())
         deadline = item.spec.activeDeadlineSeconds
+        uses = _secrets_used(item.spec)
     return K8sObject(
         kind=kind,
         cluster=cluster,
@@ -230,6 +305,8 @@ def k8s_object(item: KubeItem, cluster: str, kind: str | None = None) -> K8sObje
         owner_references=len(meta.ownerReferences),
         active_deadline_seconds=deadline,
         deleting=meta.deletionTimestamp is not None,
+        uses=uses,
+        selects=_selects(item.spec) if kind == "NetworkPolicy" else None,
     )
 
 
@@ -277,40 +354,33 @@ def _item_kinds(listing: _KubeList) -> list[tuple[KubeItem, str]]:
 # --- evidence files --------------------------------------------------------------------------
 
 
-class _Oid(msgspec.Struct):
-    oid: str = msgspec.field(name="$oid")
-
-
-class _RunDoc(msgspec.Struct):
-    id: str | int | _Oid = msgspec.field(name="_id")
-    status: str
-
-
-def _run_key(value: str | int | _Oid) -> str:
-    return value.oid if isinstance(value, _Oid) else str(value)
-
-
-_RUNS = msgspec.json.Decoder(list[_RunDoc])
 _LEASES = msgspec.json.Decoder(list[str])
 _WRITERS = msgspec.json.Decoder(list[WriterRecord])
 
 
-def load_runs(path: str | Path) -> Keyed[str]:
-    """Run-store documents ``{"_id", "status"}``; the export is the whole store, so a missing key is not_found.
+def load_runs(path: str | Path, keys: Iterable[str]) -> Keyed[str]:
+    """Run-store documents (``mongoexport --jsonArray``, MongoDB Extended JSON) for these run keys.
 
-    Records of one key that disagree make it unknown (``failed``): either status alone
-    could decide the run, so neither is evidence. ``{"$oid": hex}`` and the string
-    ``hex`` are one key, as the run store looks a key up in both forms.
+    The export is the whole store, so a key with no record is not_found. Keys are matched with the
+    run store's own rules (:func:`reaper.stores.mongo.documents_answer`): the string, or for a 24-hex
+    key its ObjectId; a record holding the key in another form (a number, an ObjectId under another
+    spelling), records that disagree, or a status that is not a string make that key unknown.
     """
-    docs = _decode(path, "--runs", _RUNS)
-    known: dict[str, str] = {}
-    disputed: set[str] = set()
-    for doc in docs:
-        key = _run_key(doc.id)
-        if known.setdefault(key, doc.status) != doc.status:
-            disputed.add(key)
-    agreed = {key: status for key, status in known.items() if key not in disputed}
-    return Keyed(known=agreed, failed=frozenset(disputed), complete=True)
+    from bson import json_util
+    from bson.errors import BSONError
+
+    from reaper.stores.mongo import documents_answer, run_status
+
+    try:
+        docs = json_util.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"invalid input {path} (--runs): cannot read the file ({exc.strerror})") from None
+    except (ValueError, TypeError, BSONError) as exc:
+        raise InputError(f"invalid input {path} (--runs): not valid Extended JSON ({exc})") from None
+    if not isinstance(docs, list) or not all(isinstance(d, dict) and "_id" in d for d in docs):
+        raise InputError(f"invalid input {path} (--runs): expected a JSON list of documents with an _id")
+    known, unknown = documents_answer(keys, docs, "_id", run_status("status"), exhaustive=False)
+    return Keyed(known=known, failed=frozenset(unknown), complete=True)  # type: ignore[arg-type]
 
 
 def load_leases(path: str | Path) -> Keyed[float | None]:

@@ -19,6 +19,9 @@ from collections.abc import Callable, Collection, Iterator
 from reaper.model import Resource
 
 NOT_ATTEMPTED = "not_attempted"
+# A delete call went out, its answer was lost (timeout, 5xx), and no retry was allowed (deadline, stop):
+# it may have been applied; the next sweep finds out.
+UNCONFIRMED = "unconfirmed"
 
 
 class Halted(Exception):
@@ -87,8 +90,10 @@ class SendGuard:
                 return self._why
         return None
 
-    def ensure(self) -> None:
-        """Inside a send or a retry of it: raise :class:`Halted` unless it may go out now."""
+    def retry(self, resource: Resource) -> None:
+        """Before a retry of a send whose answer was lost: the first try may have been applied (it is
+        recorded as sent), and the retry is a new send (raise :class:`Halted` unless it may go out now)."""
+        self.sent(resource)
         why = self.check()
         if why:
             raise Halted(why)

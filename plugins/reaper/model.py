@@ -87,7 +87,9 @@ class K8sObject(msgspec.Struct, frozen=True, gc=False):
     container that runs, waits, has no status yet, or exited non-zero where the
     kubelet will restart it has not (DESIGN.md section 5, row 6). ``deleting``:
     ``metadata.deletionTimestamp`` is set (grace period, finalizers): the object is
-    already going away, and a Pod in that state may still be running.
+    already going away, and a Pod in that state may still be running. ``uses`` (Pods):
+    the Secrets it mounts or reads. ``selects`` (NetworkPolicies): its pod selector as
+    (key, operator, values) requirements; empty selects every Pod of its namespace.
     """
 
     kind: str
@@ -102,6 +104,8 @@ class K8sObject(msgspec.Struct, frozen=True, gc=False):
     owner_references: int = 0
     active_deadline_seconds: int | None = None
     deleting: bool = False
+    uses: tuple[str, ...] = ()
+    selects: tuple[tuple[str, str, tuple[str, ...]], ...] | None = None
 
     @property
     def scope(self) -> str:

@@ -333,3 +333,25 @@ def test_losing_the_ledger_mid_batch_stops_every_send_and_the_retry_finishes(gce
         assert sorted(fleet.deleted_ids) == sorted(r.id for r in resources)
     finally:
         daemon.stop()
+
+
+def test_a_delete_whose_answer_was_lost_is_unconfirmed_not_unattempted(world) -> None:
+    # Review finding: the first delete call was applied, its answer lost (503); the retry was refused by
+    # the deadline, and the ledger said the delete was never sent.
+    fleet, clients, ledger, _ = world
+    seed(fleet, "RUNNING")
+    cfg = config()
+    target = GceTarget(cfg)
+    target.__dict__["clients"] = clients
+    victim = plan_batches(clients, cfg, fleet, lambda: None, "none")[-1][0]
+    lease = ledger.acquire("gce", HOLDER, timedelta(minutes=10))
+
+    def applied_but_lost(_: tuple[str, ...]) -> None:
+        time.sleep(1.2)  # past the task's deadline
+        raise ApiError(503, "backendError", "the answer is lost")
+
+    fleet.on("after", "delete", applied_but_lost)
+    fence = Fence(IDS, HOLDER, str(lease["token"]), time.time() + 1.0)
+    assert delete_batch(ledger, target, fence, [victim]) == {"unconfirmed": 1}
+    assert fleet.deleted_ids == [victim.id]  # it did go out
+    assert ledger.records.find_one({"action": "delete_intent", "uid": victim.id})["sent"] is True

@@ -400,3 +400,41 @@ def test_losing_nats_mid_sweep_deletes_nothing_more(world, nats_server) -> None:
     assert len(w.cluster.objects) == 4 * (len(LIVE) + len(rest))
     details = {r["detail"] for r in w.ledger.records.find({"result": "changed_since_plan"})}
     assert details == {"lease unknown when read again before the delete"}
+
+
+def test_a_lease_taken_again_while_the_pod_terminates_keeps_the_rest_of_the_run(world) -> None:
+    # Review finding: the run was read again only before its Pod's delete; the Pod's shutdown can take
+    # its whole grace period, and the run's Secrets and NetworkPolicy went after it regardless.
+    w, _, _ = world
+    w.cluster.faults.pod_shutdown = 0.5
+    target = w.target()
+    victim = plan_batches(w, target, lambda: None, "none")[-1]
+    lease = w.ledger.acquire("k8s", HOLDER, timedelta(minutes=10))
+    pod = f"sandbox-{VICTIM}"
+    w.cluster.on("after", "delete", lambda args: args[1] == "pods" and args[2] == pod and reacquire_lease(w))
+    assert delete_batch(w.ledger, target, Fence(IDS, HOLDER, str(lease["token"]), None), victim) == {
+        "deleted": 1,
+        "changed_since_plan": 3,
+    }
+    assert {kind for kind in w.victim()} == {"Secret", "NetworkPolicy"}
+
+
+def test_a_new_pod_of_the_run_after_its_pod_went_keeps_the_rest_of_the_run(world) -> None:
+    # Review finding: a retried step's new Pod (same name, new uid) read as "the old Pod is gone", and
+    # the Secrets it mounts were deleted from under it.
+    w, _, _ = world
+    target = w.target()
+    victim = plan_batches(w, target, lambda: None, "none")[-1]
+    lease = w.ledger.acquire("k8s", HOLDER, timedelta(minutes=10))
+    key = ("pods", "ci", f"sandbox-{VICTIM}")
+    w.cluster.faults.pod_shutdown = 0.0
+
+    def new_pod_once_gone(_: tuple[str, ...]) -> None:
+        if key not in w.cluster.objects:  # the planned Pod is gone: the driver retries the step
+            recreate_pod(w)
+
+    w.cluster.on("before", "list", new_pod_once_gone, times=None)
+    result = delete_batch(w.ledger, target, Fence(IDS, HOLDER, str(lease["token"]), None), victim)
+    assert result == {"deleted": 1, "changed_since_plan": 3}
+    assert w.victim()["Pod"]["metadata"]["uid"] == "a-new-pod"
+    assert set(w.victim()) == {"Pod", "Secret", "NetworkPolicy"}

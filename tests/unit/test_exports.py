@@ -91,3 +91,24 @@ def test_deletion_protection_is_read_from_the_instance() -> None:
     assert (
         gce_instance(msgspec.convert({**raw, "deletionProtection": False}, GcloudInstance)).deletion_protection is False
     )
+
+
+def test_a_pods_secrets_are_every_one_it_mounts_or_reads() -> None:
+    raw = pod(EXIT_0)
+    raw["spec"]["volumes"] = [
+        {"name": "a", "secret": {"secretName": "mounted"}},
+        {"name": "b", "projected": {"sources": [{"secret": {"name": "projected"}}, {"configMap": {"name": "cm"}}]}},
+        {"name": "c", "emptyDir": {}},
+    ]
+    raw["spec"]["containers"][0]["env"] = [{"name": "T", "valueFrom": {"secretKeyRef": {"name": "env", "key": "t"}}}]
+    raw["spec"]["containers"][0]["envFrom"] = [{"secretRef": {"name": "env-from"}}, {"configMapRef": {"name": "cm"}}]
+    raw["spec"]["imagePullSecrets"] = [{"name": "pull"}]
+    assert normalize(raw).uses == ("env", "env-from", "mounted", "projected", "pull")
+
+
+def test_a_networkpolicy_selector_becomes_requirements() -> None:
+    meta = {"name": "np", "uid": "u", "creationTimestamp": "2026-11-29T10:00:00Z"}
+    spec = {"podSelector": {"matchLabels": {"a": "1"}, "matchExpressions": [{"key": "b", "operator": "Exists"}]}}
+    item = {"kind": "NetworkPolicy", "metadata": meta, "spec": spec}
+    assert normalize(item).selects == (("a", "In", ("1",)), ("b", "Exists", ()))
+    assert normalize({**item, "spec": {"podSelector": {}}}).selects == ()  # selects every Pod

@@ -139,6 +139,13 @@ def test_deletion_protected_instance_is_reported_instead_of_deleted(kwargs: dict
     assert plan([i]).decisions[0].evidence["deletion_protection"] is True
 
 
+@pytest.mark.parametrize("value", ["false", "yes", "1", ""])
+def test_an_opt_out_label_with_another_value_is_reported_not_deleted(value: str) -> None:
+    i = inst(hb_age=Q + 1, labels={"reaper_keep": value})
+    assert one(i) == ("report", "heartbeat_stale", "opt_out_malformed")
+    assert one(inst(hb_age=M, labels={"reaper_keep": value})) == ("keep", None, "fresh")
+
+
 def test_deletion_protection_without_a_finding_is_a_plain_keep() -> None:
     assert one(inst(hb_age=M, deletion_protection=True)) == ("keep", None, "fresh")
 
@@ -205,10 +212,6 @@ def test_selector_requires_every_equality() -> None:
 def test_opt_out_label_keeps_everything() -> None:
     i = inst(status="TERMINATED", stop_age=D, hb_age=D, labels={"reaper_keep": "true"})
     assert one(i) == ("keep", None, "opt_out")
-
-
-def test_opt_out_needs_the_exact_value() -> None:
-    assert one(inst(hb_age=D, labels={"reaper_keep": "false"}))[0] == "delete"
 
 
 def test_protected_project_is_kept() -> None:

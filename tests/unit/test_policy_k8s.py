@@ -308,3 +308,54 @@ def test_swept_cluster_without_objects_gets_a_verdict_and_a_zero_census() -> Non
     p = plan(sandbox("r1"), ev(statuses={"r1": "running"}, swept=frozenset({("k8s", "c1"), ("k8s", "empty")})))
     assert [v.scope for v in p.scopes] == ["c1", "empty"]
     assert p.census["k8s"]["empty"]["objects"] == 0 and p.scopes[1].holds == ()
+
+
+# --- review findings: objects a run shares with Pods outside it, odd opt-out labels, other clusters ---
+
+
+def test_a_pod_that_lost_its_run_label_keeps_the_secrets_it_mounts() -> None:
+    pod = obj("Pod", None, uses=("sandbox-r1-files",))
+    secrets = [obj("Secret", "r1", name="sandbox-r1-files"), obj("Secret", "r1", name="sandbox-r1-ca")]
+    got = decide([pod, *secrets], ev())
+    assert got == {"-": {("report", "run_label_missing")}, "r1": {("report", "in_use_outside_run")}}
+
+
+def test_a_networkpolicy_selecting_a_pod_outside_its_run_keeps_the_run() -> None:
+    policy = obj("NetworkPolicy", "r1", selects=(("sandbox", "In", ("r1",)),))
+    stray = obj("Pod", None, labels={"sandbox": "r1"})
+    assert decide([policy, stray], ev())["r1"] == {("report", "in_use_outside_run")}
+    # A policy that selects only its own run's Pod (or nothing outside it) does not hold the run.
+    own = obj("Pod", "r1", labels={"sandbox": "r1"})
+    assert decide([policy, own, obj("Pod", None, labels={"sandbox": "r2"})], ev())["r1"] == {
+        ("delete", "sandbox_orphan")
+    }
+
+
+@pytest.mark.parametrize(
+    ("requirements", "selected"),
+    [
+        ((), True),  # an empty selector selects every Pod of its namespace
+        ((("a", "NotIn", ("x",)),), True),
+        ((("a", "Exists", ()),), False),
+        ((("b", "DoesNotExist", ()),), True),
+        ((("a", "Gt", ("1",)),), True),  # an operator the reaper does not know may select anything
+    ],
+)
+def test_selector_requirements(requirements: tuple, selected: bool) -> None:
+    from reaper.policy.k8s import selector_matches
+
+    assert selector_matches(requirements, {"c": "1"}) is selected
+
+
+@pytest.mark.parametrize("value", ["True", "TRUE", "yes", "1", "", "false"])
+def test_an_opt_out_label_with_another_value_reports_the_whole_run(value: str) -> None:
+    res = [*sandbox("r1"), obj("Secret", "r1", labels={"reaper.io/keep": value})]
+    assert decide(res, ev()) == {"r1": {("report", "opt_out_malformed")}}
+
+
+def test_an_opt_out_in_one_cluster_keeps_the_run_in_every_cluster() -> None:
+    res = [obj("Pod", "r1", cluster="a", labels={"reaper.io/keep": "true"}), *sandbox("r1")]  # sandbox: cluster c1
+    assert {(d.resource.cluster, d.action.value, d.reason) for d in plan(res, evidence=ev()).decisions} == {
+        ("a", "keep", "opt_out"),
+        ("c1", "keep", "opt_out"),
+    }

@@ -3,11 +3,11 @@
 For each planned instance, in this order (DESIGN.md section 6):
 
 1. the project's rate-limit token, first: a wait happens before the re-read, never between it and the delete;
-2. the re-read, by numeric id: it must still be the planned VM (same id and name), carry the planned
+2. the guard (lease, deadline, stop) and the durable intent;
+3. the re-read, by numeric id: it must still be the planned VM (same id and name), carry the planned
    heartbeat label value (its manager has not come back), have the planned status class (a TERMINATED
    instance has not been restarted), match the selector, carry no opt-out label and have no deletion
-   protection; otherwise ``changed_since_plan``;
-3. the guard (lease, deadline, stop) and the durable intent;
+   protection; otherwise ``changed_since_plan``. Only the delete call follows it: one round trip;
 4. ``delete_unary`` by numeric id, which the Compute API takes in place of the name: a VM recreated under
    the same name after the re-read has another id and can never be the one deleted;
 5. a wait on the zone operation (same client options: the SDK's poller would poll the real endpoint),
@@ -31,7 +31,7 @@ from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
 
 from reaper.config import Settings
-from reaper.fence import NOT_ATTEMPTED, Halted, SendGuard
+from reaper.fence import NOT_ATTEMPTED, UNCONFIRMED, Halted, SendGuard
 from reaper.gce.clients import ComputeClients, transient
 from reaper.model import GceInstance
 from reaper.ratelimit import BucketsPerScope
@@ -115,6 +115,9 @@ class GceDeleter:
         if why:
             return self._outcome(inst, NOT_ATTEMPTED, why)
         self.buckets.acquire(inst.project)  # before the re-read: no wait between it and the delete
+        why = guard.before_send(inst)  # the lease and the durable intent, before the re-read too
+        if why:
+            return self._outcome(inst, NOT_ATTEMPTED, why)
         # By id: a VM recreated under the name is another instance, and this one is gone.
         target = {"project": inst.project, "zone": inst.zone, "instance": inst.id}
         try:
@@ -131,15 +134,12 @@ class GceDeleter:
         changes = self._changes(inst, current)
         if changes:
             return self._outcome(inst, CHANGED, "; ".join(changes))
-        why = guard.before_send(inst)
-        if why:
-            return self._outcome(inst, NOT_ATTEMPTED, why)
         attempts = 0
 
         def send() -> compute_v1.Operation:
             nonlocal attempts
             if attempts:
-                guard.ensure()  # a retry is a new send: the lease and the deadline must still hold
+                guard.retry(inst)
             attempts += 1
             return self.clients.instances.delete_unary(**target, retry=None, timeout=self.timeout)
 
@@ -149,7 +149,7 @@ class GceDeleter:
             # A 404 after an earlier attempt of this call timed out or failed is this call's own work.
             return self._gone(inst, guard, "delete", sent=attempts > 1)
         except Halted as exc:
-            return self._outcome(inst, NOT_ATTEMPTED, f"retry of the delete not sent: {exc}")
+            return self._outcome(inst, UNCONFIRMED, f"the delete call's answer was lost and no retry was sent: {exc}")
         except Exception as exc:
             return self._outcome(inst, FAILED, f"delete: {type(exc).__name__}: {exc}")
         guard.sent(inst)

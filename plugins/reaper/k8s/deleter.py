@@ -26,7 +26,8 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from reaper.config import Settings
-from reaper.fence import NOT_ATTEMPTED, Halted, SendGuard
+from reaper.fence import NOT_ATTEMPTED, UNCONFIRMED, Halted, SendGuard
+from reaper.k8s.client import METADATA_ONLY as METADATA_LIST
 from reaper.k8s.client import PATHS, call, transient
 from reaper.model import K8sObject
 from reaper.ratelimit import BucketsPerScope
@@ -69,7 +70,12 @@ class _Answer(msgspec.Struct):
     metadata: _Meta = msgspec.field(default_factory=_Meta)
 
 
+class _List(msgspec.Struct):
+    items: list[_Answer] = []
+
+
 _ANSWER = msgspec.json.Decoder(_Answer)
+_PODS = msgspec.json.Decoder(_List)
 
 
 def run_key(obj: K8sObject, run_label: str) -> tuple[str, str]:
@@ -108,14 +114,16 @@ class K8sDeleter:
         return [done[(obj.cluster, obj.uid)] for obj in planned]
 
     def _delete_run(self, members: list[K8sObject], guard: SendGuard) -> list[Outcome]:
-        """One run: its first token, then everything read again, then its objects in order, stopping early."""
+        """One run: its first token, then everything read again, then its objects in order, stopping early.
+
+        Once its Pod is gone (the wait for it can take the Pod's whole shutdown), the run is read again
+        before its Secrets and NetworkPolicy go: its evidence, its remaining objects, and whether a new
+        Pod of the run has appeared (a retried step reusing the run's Secrets).
+        """
         stopped = guard.check()
         if not stopped:
-            first = members[0]
-            self.buckets.acquire(first.cluster)  # before the re-reads: no wait between them and the delete
-            changed = self._changed(members) or (
-                self.revalidate and self.revalidate(first.cluster, first.labels.get(self.run_label, ""))
-            )
+            self.buckets.acquire(members[0].cluster)  # before the re-reads: no wait between them and the delete
+            changed = self._changed(members) or self._evidence_changed(members[0])
             if changed:
                 return [self._record(obj, guard, CHANGED, changed) for obj in members]
         outcomes: list[Outcome] = []
@@ -127,7 +135,31 @@ class K8sDeleter:
             outcomes.append(self._record(obj, guard, outcome.result, outcome.detail))
             if outcome.result not in GONE:
                 stopped = f"after {obj.kind} {obj.namespace}/{obj.name}: {outcome.result}; the next sweep decides again"
+            elif obj.kind == "Pod" and i + 1 < len(members):
+                changed = self._new_pod(obj) or self._changed(members[i + 1 :]) or self._evidence_changed(obj)
+                if changed:
+                    return outcomes + [self._record(o, guard, CHANGED, changed) for o in members[i + 1 :]]
         return outcomes
+
+    def _evidence_changed(self, obj: K8sObject) -> str | None:
+        return self.revalidate(obj.cluster, obj.labels.get(self.run_label, "")) if self.revalidate else None
+
+    def _new_pod(self, gone: K8sObject) -> str | None:
+        """Whether a Pod of the run exists again after its planned Pod went (any, whatever its name or uid)."""
+        api = self.api_for(gone.cluster)
+        prefix, resource = PATHS["Pod"]
+        query: list[tuple[str, object]] = [("labelSelector", f"{self.run_label}={gone.labels.get(self.run_label, '')}")]
+        try:
+            raw = self.backoff.call(
+                lambda: call(api, "GET", f"{prefix}/{resource}", self.timeout, query, accept=METADATA_LIST),
+                transient,
+            )
+            pods = _PODS.decode(raw).items
+        except Exception as exc:
+            return f"the run's Pods unreadable after its Pod went: {type(exc).__name__}"
+        if pods:
+            return f"a new Pod of the run appeared ({pods[0].metadata.uid}) after its planned Pod went"
+        return None
 
     def _changed(self, members: list[K8sObject]) -> str | None:
         """Whether any object of the run changed since the plan (recreated, relabelled, opted out).
@@ -183,7 +215,7 @@ class K8sDeleter:
         def send() -> bytes:
             nonlocal attempts
             if attempts:
-                guard.ensure()  # a retry is a new send
+                guard.retry(obj)
             attempts += 1
             return call(api, "DELETE", self._path(obj), self.timeout, body=body, accept=METADATA)
 
@@ -200,7 +232,7 @@ class K8sDeleter:
                 return self._outcome(obj, CHANGED, "409: a precondition failed (recreated, relabelled or opted out)")
             return self._outcome(obj, FAILED, f"HTTP {exc.status} {exc.reason}")
         except Halted as exc:
-            return self._outcome(obj, NOT_ATTEMPTED, f"retry of the delete not sent: {exc}")
+            return self._outcome(obj, UNCONFIRMED, f"the delete call's answer was lost and no retry was sent: {exc}")
         except Exception as exc:
             return self._outcome(obj, FAILED, f"{type(exc).__name__}: {exc}")
         guard.sent(obj)

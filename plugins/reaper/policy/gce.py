@@ -121,7 +121,7 @@ def _first_pass(instances: Iterable[GceInstance], config: Settings, t: _Threshol
             opted(inst)
             continue
         created = inst.created
-        if created > future_after or inst.status == "TERMINATED":
+        if created > future_after or inst.status == "TERMINATED" or opt_key in labels:
             rare(inst)
             continue
         raw = labels.get(hb_label)
@@ -290,6 +290,8 @@ def _classify(
     facts: dict[str, object] = {"status": inst.status, "heartbeat": raw, "heartbeat_age_s": age}
     if inst.deletion_protection:
         facts["deletion_protection"] = True
+    if t.opt_key in inst.labels:  # the opt-out key with another value: surprising, so never deleted
+        facts["opt_out_label"] = inst.labels[t.opt_key]
     return candidates, facts, beat
 
 
@@ -367,6 +369,8 @@ def _resolve(
                 action, reason = REPORT, heartbeat_hold
             elif inst.deletion_protection:
                 action, reason = REPORT, "deletion_protected"  # the API would refuse it every sweep
+            elif "opt_out_label" in facts:
+                action, reason = REPORT, "opt_out_malformed"
         if best is None or _RANK[action] > _RANK[best[0]]:
             best = (action, rule, reason)
     facts["findings"] = [c[1] for c in candidates]

@@ -34,9 +34,11 @@ from reaper.policy.gce import budget_tripped
 TARGET = "k8s"
 RULE = "sandbox_orphan"
 KEEP, REPORT, DELETE = Action.KEEP, Action.REPORT, Action.DELETE
-# Run outcomes that keep: the run-wide guards before the table, then rows 1-2. Rows 3-7 report, 8 is the finding.
-KEPT_RUNS = ("opt_out", "protected_scope")  # counted in neither side of the budget
-KEEP_ROWS = (*KEPT_RUNS, "pod_terminating", "min_age", "lease_held")
+# The run-wide guards before the table, in precedence order: they count in neither side of the budget.
+# An opt-out label with another value than the configured one is surprising: reported, never deleted.
+KEPT_RUNS = ("opt_out", "protected_scope", "opt_out_malformed")
+# Run outcomes that keep: two of the guards, a terminating Pod, rows 1-2. Everything else but row 8 reports.
+KEEP_ROWS = ("opt_out", "protected_scope", "pod_terminating", "min_age", "lease_held")
 ORPHAN = "sandbox_orphan"
 TERMINATING = "terminating"
 
@@ -107,10 +109,11 @@ def evaluate_k8s(
                 break
         else:
             by_cluster[obj.cluster].append(obj)
+    guards = _run_guards((o for members in by_cluster.values() for o in members), config)
     result = TargetResult()
     for cluster in sorted(by_cluster.keys() | {scope for target, scope in evidence.swept if target == TARGET}):
         verdict, result.census[cluster] = _evaluate_cluster(
-            cluster, by_cluster[cluster], evidence, config, modes, now, override, result.acted
+            cluster, by_cluster[cluster], evidence, config, modes, now, override, guards, result.acted
         )
         result.verdicts.append(verdict)
     return result
@@ -124,6 +127,7 @@ def _evaluate_cluster(
     modes: dict[str, Mode],
     now: float,
     override: Override | None,
+    guards: dict[str, tuple[str, list[str]]],
     out: list[Decision],
 ) -> tuple[ScopeVerdict, dict[str, object]]:
     k8s = config.k8s
@@ -132,12 +136,15 @@ def _evaluate_cluster(
     by_kind: dict[str, int] = defaultdict(int)
     terminating: dict[str, int] = defaultdict(int)
     unlabeled: list[K8sObject] = []
+    pods: dict[str, list[K8sObject]] = defaultdict(list)  # by namespace: who uses a run's Secrets and policy
     uids: set[str] = set()
     duplicated = False
     for obj in objects:
         by_kind[obj.kind] += 1
         if obj.deleting:
             terminating[obj.kind] += 1
+        if obj.kind == "Pod":
+            pods[obj.namespace].append(obj)
         duplicated = duplicated or obj.uid in uids
         uids.add(obj.uid)
         key = obj.labels.get(k8s.run_label)
@@ -146,7 +153,12 @@ def _evaluate_cluster(
         else:
             unlabeled.append(obj)
 
-    rows = {key: _run_row(key, members, evidence, config, now) for key, members in runs.items()}
+    rows = {key: _run_row(key, members, evidence, config, now, guards) for key, members in runs.items()}
+    for key, (reason, facts) in rows.items():
+        if reason == ORPHAN:
+            user = _used_outside_run(key, runs[key], pods, k8s.run_label)
+            if user:
+                rows[key] = "in_use_outside_run", {**facts, "used_by": user}
     orphans = sum(1 for reason, _ in rows.values() if reason == ORPHAN)
     managed = sum(1 for reason, _ in rows.values() if reason not in KEPT_RUNS)
     holds: list[str] = []
@@ -170,8 +182,7 @@ def _evaluate_cluster(
     for obj in unlabeled:
         reason = _object_guard(obj, config) or "run_label_missing"
         by_reason[reason] += 1
-        action = KEEP if mode is Mode.OFF or reason != "run_label_missing" else REPORT
-        out.append(_member_decision(obj, action, reason, {"run_label": k8s.run_label}))
+        out.append(_member_decision(obj, _row_action(reason, mode), reason, {"run_label": k8s.run_label}))
 
     census: dict[str, object] = {
         "objects": len(objects),
@@ -214,26 +225,83 @@ def _object_guard(obj: K8sObject, config: Settings) -> str | None:
         return "opt_out"
     if obj.namespace in config.k8s.protected_namespaces:
         return "protected_scope"
+    if opt_key in obj.labels:
+        return "opt_out_malformed"
+    return None
+
+
+def _run_guards(objects: Iterable[K8sObject], config: Settings) -> dict[str, tuple[str, list[str]]]:
+    """Run key -> the guard that holds the whole run, and the objects that carry it.
+
+    Across every cluster of the sweep: a run key (and its lease) is global, so an opted-out Pod in
+    one cluster keeps the run's Secrets in another.
+    """
+    found: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    run_label = config.k8s.run_label
+    for obj in objects:
+        guard = _object_guard(obj, config)
+        key = obj.labels.get(run_label)
+        if guard and key:
+            found[key][guard].append(f"{obj.kind} {obj.cluster}/{obj.namespace}/{obj.name}")
+    return {key: next((g, sorted(by_guard[g])) for g in KEPT_RUNS if g in by_guard) for key, by_guard in found.items()}
+
+
+def selector_matches(requirements: tuple[tuple[str, str, tuple[str, ...]], ...], labels: dict[str, str]) -> bool:
+    """Whether a label selector selects these labels; an operator it does not know may select anything."""
+    for key, operator, values in requirements:
+        if operator == "In":
+            ok = labels.get(key) in values
+        elif operator == "NotIn":
+            ok = labels.get(key) not in values
+        elif operator == "Exists":
+            ok = key in labels
+        elif operator == "DoesNotExist":
+            ok = key not in labels
+        else:
+            ok = True
+        if not ok:
+            return False
+    return True
+
+
+def _used_outside_run(
+    key: str, members: list[K8sObject], pods: dict[str, list[K8sObject]], run_label: str
+) -> str | None:
+    """A Pod outside the run that mounts one of its Secrets or is isolated by its NetworkPolicy, or None.
+
+    A Pod that lost its run label still runs with its run's Secrets and network policy: deleting
+    them would strip a live sandbox of its credentials or its isolation.
+    """
+    for obj in members:
+        for pod in pods.get(obj.namespace, ()):
+            if pod.labels.get(run_label) == key:
+                continue
+            if obj.kind == "Secret" and obj.name in pod.uses:
+                return f"Secret {obj.namespace}/{obj.name} is used by Pod {pod.name}"
+            if obj.kind == "NetworkPolicy" and obj.selects is not None and selector_matches(obj.selects, pod.labels):
+                return f"NetworkPolicy {obj.namespace}/{obj.name} selects Pod {pod.name}"
     return None
 
 
 def _run_row(
-    key: str, members: list[K8sObject], evidence: Evidence, config: Settings, now: float
+    key: str,
+    members: list[K8sObject],
+    evidence: Evidence,
+    config: Settings,
+    now: float,
+    guards: dict[str, tuple[str, list[str]]],
 ) -> tuple[str, dict[str, object]]:
     """The first matching row of DESIGN.md section 5 for one run, and the evidence it used.
 
-    Before the table, three run-wide guards keep every object of the run: any object opted out
-    or in a protected namespace, and a Pod already terminating (its containers may still run;
-    its Secrets and NetworkPolicy wait for a sweep that finds it gone).
+    Before the table, run-wide guards hold every object of the run: any object (in any cluster)
+    opted out, in a protected namespace or with an odd opt-out label, and a Pod already terminating
+    (its containers may still run; its Secrets and NetworkPolicy wait for a sweep that finds it gone).
     """
     k8s = config.k8s
     facts: dict[str, object] = {"run": key}
-    guards = [(_object_guard(obj, config), obj) for obj in members]
-    for guard in KEPT_RUNS:  # in this order, whatever the order of the listing
-        kept_by = sorted(f"{o.kind} {o.namespace}/{o.name}" for g, o in guards if g == guard)
-        if kept_by:
-            facts["kept_by"] = kept_by
-            return guard, facts
+    if key in guards:
+        guard, facts["kept_by"] = guards[key]
+        return guard, facts
     pods = [obj for obj in members if obj.kind == "Pod"]
     if any(pod.deleting for pod in pods):
         facts["terminating"] = [pod.name for pod in pods if pod.deleting]

@@ -162,14 +162,10 @@ def _identity(value: object) -> Identity | None:
 
 
 def _owners_of(value: object, owners: Owners) -> list[tuple[str, bool]]:
-    """The requested keys a returned document's key value belongs to; an array is never documented."""
+    """The requested keys a document's key value belongs to; an array is never documented."""
     if isinstance(value, list):
-        found = [(key, False) for item in value for key, _ in owners.get(_identity(item), [])]
-    else:
-        found = owners.get(_identity(value), [])
-    if not found:
-        raise ValueError(f"the query returned a document that no requested key owns ({type(value).__name__})")
-    return found
+        return [(key, False) for item in value for key, _ in owners.get(_identity(item), [])]
+    return owners.get(_identity(value), [])
 
 
 # --- batched lookup ----------------------------------------------------------------------------
@@ -190,17 +186,13 @@ def batched_lookup(
     for start in range(0, len(wanted), batch_size):
         batch = wanted[start : start + batch_size]
         try:
-            records = _fetch(collection, key_field, batch, projection)
+            docs = _query(collection, key_field, batch, projection)
+            found, unknown = documents_answer(batch, docs, key_field, decode, exhaustive=True)
         except (PyMongoError, BSONError, ValueError, TypeError) as exc:
             log.warning("%s: %d keys unknown: %s", collection.full_name, len(batch), exc)
             failed.update(batch)
             continue
-        unknown: dict[str, str] = {}
-        for key, matches in records.items():
-            try:
-                known[key] = _agreed(matches, decode)
-            except (ValueError, TypeError) as exc:
-                unknown[key] = str(exc)
+        known.update(found)
         if unknown:
             sample = "; ".join(f"{key!r}: {why}" for key, why in sorted(unknown.items())[:5])
             log.warning("%s: %d keys unknown: %s", collection.full_name, len(unknown), sample)
@@ -208,26 +200,55 @@ def batched_lookup(
     return Keyed(known=known, failed=frozenset(failed), complete=True)
 
 
-def _fetch(
-    collection: Collection, key_field: str, batch: list[str], projection: dict[str, int]
-) -> dict[str, list[tuple[bool, dict[str, object]]]]:
-    """Every record of the batch's keys, in any form, each with whether its form is documented."""
+def _owner_map(keys: Iterable[str]) -> Owners:
+    """Each form a document could hold a requested key as -> the (key, documented) pairs it belongs to."""
     owners: Owners = defaultdict(list)
-    values: list[object] = []
-    for key in batch:
+    for key in keys:
         for value, documented in _forms(key):
-            values.append(value)
             owner, same = (key, documented), owners[_identity(value)]
             if owner not in same:  # 7, 7.0 and Decimal128("7") are one number
                 same.append(owner)
+    return owners
+
+
+def _query(collection: Collection, key_field: str, batch: list[str], projection: dict[str, int]) -> list[dict]:
+    """Every record of the batch's keys, in any of their forms: one round trip."""
+    values = [value for key in batch for value, _ in _forms(key)]
     # One more than the query can match when keys are unique (``_id``): a full first batch would
     # leave the cursor open and cost an empty getMore round trip.
-    cursor = collection.find({key_field: {"$in": values}}, projection).batch_size(len(values) + 1)
+    return list(collection.find({key_field: {"$in": values}}, projection).batch_size(len(values) + 1))
+
+
+def documents_answer(
+    keys: Iterable[str],
+    docs: Iterable[dict[str, object]],
+    key_field: str,
+    decode: Callable[[dict[str, object]], object],
+    exhaustive: bool,
+) -> tuple[dict[str, object], dict[str, str]]:
+    """What ``docs`` say of ``keys``: the decoded value of each key whose records agree in documented
+    forms, and why each other key with records is unknown. One rule for the store and for exports.
+
+    ``exhaustive``: ``docs`` is a query's answer for ``keys``, so a document no key owns makes the
+    whole answer suspect (``ValueError``); otherwise (an export of the whole store) it is ignored.
+    """
+    owners = _owner_map(keys)
     records: dict[str, list[tuple[bool, dict[str, object]]]] = defaultdict(list)
-    for doc in cursor:
-        for key, documented in _owners_of(doc.get(key_field), owners):
+    for doc in docs:
+        owned = _owners_of(doc.get(key_field), owners)
+        if not owned and exhaustive:
+            value = doc.get(key_field)
+            raise ValueError(f"the query returned a document that no requested key owns ({type(value).__name__})")
+        for key, documented in owned:
             records[key].append((documented, doc))
-    return records
+    known: dict[str, object] = {}
+    unknown: dict[str, str] = {}
+    for key, matches in records.items():
+        try:
+            known[key] = _agreed(matches, decode)
+        except (ValueError, TypeError) as exc:
+            unknown[key] = str(exc)
+    return known, unknown
 
 
 def _agreed(matches: list[tuple[bool, dict[str, object]]], decode: Callable[[dict[str, object]], object]) -> object:
@@ -251,16 +272,23 @@ class MongoRunStore:
         self.collection = _reading(client[config.database][config.collection])
         self.config = config
 
-    def _status(self, doc: dict[str, object]) -> str:
-        status = doc.get(self.config.status_field)
-        if not isinstance(status, str):
-            raise ValueError(f"{self.config.status_field} is a {type(status).__name__}, not a string")
-        return status
-
     def read(self, keys: Iterable[str]) -> Keyed[str]:
         cfg = self.config
         projection = {cfg.key_field: 1, cfg.status_field: 1}
-        return batched_lookup(self.collection, cfg.key_field, keys, cfg.batch_size, projection, self._status)
+        decode = run_status(cfg.status_field)
+        return batched_lookup(self.collection, cfg.key_field, keys, cfg.batch_size, projection, decode)
+
+
+def run_status(field: str) -> Callable[[dict[str, object]], str]:
+    """A run record's status: a string, or the record is unknown."""
+
+    def decode(doc: dict[str, object]) -> str:
+        status = doc.get(field)
+        if not isinstance(status, str):
+            raise ValueError(f"{field} is a {type(status).__name__}, not a string")
+        return status
+
+    return decode
 
 
 def _expiry(doc: dict[str, object]) -> float | None:
