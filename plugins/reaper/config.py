@@ -261,6 +261,10 @@ class AirflowConfig(_Section):
     retries: int = Field(2, ge=0, le=10)
     retry_delay: Duration = timedelta(seconds=30)
     delete_batch_size: int = Field(200, ge=1, le=5000)
+    # A sweep run's timeout; 0 (the default): 90% of the target's schedule, an hour for manual triggers only.
+    run_timeout: Schedule = timedelta(0)
+    # How long a run waits for another sweep of its target to end before it ends as skipped.
+    lease_wait: Duration = timedelta(minutes=1)
     alerts: AlertsConfig = AlertsConfig()
 
 
@@ -281,11 +285,13 @@ class Settings(_Section):
         for target in ("gce", "k8s"):
             margin = self.send_margin(target)
             if getattr(self, target).enabled and self.run_timeout(target) < 2 * margin:
+                key = "run_timeout" if self.airflow.run_timeout else f"{target}_schedule"
+                least = 2 * margin if self.airflow.run_timeout else 2 * margin / RUN_TIMEOUT_FRACTION
                 raise _KeyError(
-                    ("airflow", f"{target}_schedule"),
-                    f"expected at least {2 * margin / RUN_TIMEOUT_FRACTION} with {target}.request_timeout "
+                    ("airflow", key),
+                    f"expected at least {least} with {target}.request_timeout "
                     f"{getattr(self, target).request_timeout} and ledger.timeout {self.ledger.timeout}: deletes stop "
-                    f"{margin} before the run's timeout ({RUN_TIMEOUT_FRACTION:.0%} of the schedule)",
+                    f"{margin} before the run's timeout",
                 )
         return self
 
@@ -299,7 +305,10 @@ class Settings(_Section):
         return request_timeout + self.ledger.timeout + SEND_MARGIN_SLACK
 
     def run_timeout(self, target: str) -> timedelta:
-        """A sweep run's timeout: most of its schedule interval (an hour for manual triggers only)."""
+        """A sweep run's timeout: ``airflow.run_timeout``, else most of its schedule interval (an hour
+        for manual triggers only)."""
+        if self.airflow.run_timeout:
+            return self.airflow.run_timeout
         schedule: timedelta = getattr(self.airflow, f"{target}_schedule")
         return schedule * RUN_TIMEOUT_FRACTION if schedule else timedelta(hours=1)
 

@@ -16,9 +16,10 @@ import uuid
 from collections.abc import Collection, Iterable
 from datetime import UTC, datetime, timedelta
 
-from pymongo import MongoClient, ReturnDocument, UpdateOne, WriteConcern
+from pymongo import MongoClient, ReadPreference, ReturnDocument, UpdateOne, WriteConcern
 from pymongo.collection import Collection as MongoCollection
 from pymongo.errors import DuplicateKeyError, OperationFailure
+from pymongo.read_concern import ReadConcern
 
 from reaper.config import LedgerConfig
 
@@ -83,11 +84,17 @@ def _set_ttl(collection: MongoCollection, name: str, ttl: int) -> bool:
 class Ledger:
     def __init__(self, client: MongoClient, config: LedgerConfig) -> None:
         ms = int(config.timeout.total_seconds() * 1000)
-        concern = WriteConcern(w="majority", j=True, wtimeout=ms)
-        db = client[config.database]
-        self.records = db.get_collection(config.collection, write_concern=concern)
-        self.sweeps = db.get_collection(config.sweeps_collection, write_concern=concern)
-        self.locks = db.get_collection(config.locks_collection, write_concern=concern)
+        # Reads from the primary, of majority-committed data: a connection's extras (a read preference
+        # of secondary) must never let a lease check or an outcome lookup read a stale copy.
+        db = client.get_database(
+            config.database,
+            write_concern=WriteConcern(w="majority", j=True, wtimeout=ms),
+            read_preference=ReadPreference.PRIMARY,
+            read_concern=ReadConcern("majority"),
+        )
+        self.records = db.get_collection(config.collection)
+        self.sweeps = db.get_collection(config.sweeps_collection)
+        self.locks = db.get_collection(config.locks_collection)
         self.retention = int(config.retention.total_seconds())
 
     def ensure_indexes(self) -> None:

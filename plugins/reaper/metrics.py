@@ -15,6 +15,8 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Met
 from prometheus_client.exposition import push_to_gateway
 from prometheus_client.registry import Collector
 
+from reaper.redact import error_for_log, url_for_log
+
 log = logging.getLogger(__name__)
 PUSH_FAILURES = 0  # pushes that failed in this process; logged with each failure
 
@@ -137,5 +139,7 @@ def push_sweep(
         except Exception as exc:  # observability only: never fail the sweep
             failures += 1
             PUSH_FAILURES += 1
-            log.warning("metrics push to %s failed (%d so far): %s", url, PUSH_FAILURES, exc)
+            log.warning(
+                "metrics push to %s failed (%d so far): %s", url_for_log(url), PUSH_FAILURES, error_for_log(exc)
+            )
     return failures

@@ -136,14 +136,24 @@ def test_scopes_param_restricts_the_sweep(fleet, sweeper) -> None:
 def test_a_target_never_sweeps_twice_at_once(fleet, sweeper, mongo_server) -> None:
     import time
 
+    sweeper.configure(
+        {
+            "gce": {"projects": PROJECTS, "writer_health": {"source": "none"}},
+            "k8s": {"enabled": False},
+            "airflow": {"lease_wait": "1s"},
+        }
+    )
     locks = ledger(mongo_server).sweep_locks
     locks.replace_one(
         {"_id": "gce"},
         {"_id": "gce", "holder": "reaper_gce_report_only/other", "expires_at": time.time() + 600},
         upsert=True,
     )
-    assert sweeper.run("reaper_gce_enforcement").state == "failed"
+    skipped = sweeper.run("reaper_gce_enforcement")
+    assert skipped.state == "success"  # waited, then skipped: no failure that pages (DESIGN.md 8)
     assert everything(fleet) == ALL
+    summary = ledger(mongo_server).sweeps.find_one({"run_id": skipped.run_id})
+    assert summary["state"] == "skipped" and "reaper_gce_report_only/other" in summary["why"]
     assert locks.find_one({"_id": "gce"})["holder"] == "reaper_gce_report_only/other"  # not ours to release
     locks.delete_one({"_id": "gce"})
     run = sweeper.run("reaper_gce_enforcement")

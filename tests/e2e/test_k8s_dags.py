@@ -52,3 +52,38 @@ def test_k8s_enforcement_reaps_dead_runs_only(kube, nats_server, mongo_server, s
     assert summary["outcomes"] == {"deleted": 4}
     assert summary["hygiene"] == {"no_owner_reference": 12}  # the seeded runs carry no ownerReferences
     assert "credentials" not in json.dumps(list(db.ledger.find({}, {"_id": 0, "at": 0})), default=str)
+
+
+def test_an_execution_whose_delete_task_is_stopped_still_writes_its_summary(
+    kube, nats_server, mongo_server, sweeper, monkeypatch
+) -> None:
+    # Review finding: ``record`` ran only when no upstream failed, so a halted delete task left its
+    # deletions in the ledger and no sweep summary (DESIGN.md 7: summaries are kept per execution).
+    import reaper.sweep.factory as factory
+    from reaper.sweep.deletes import SweepHalted
+
+    cluster, _, emulator = kube
+    seed_run(cluster, "dead")
+    asyncio.run(put_leases(f"nats://127.0.0.1:{nats_server.port}", []))
+    client = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")
+    client["iterion_halted"]["runs"].insert_one({"_id": "dead", "status": "failed"})
+    sweeper.connect_k8s(emulator.kubeconfig(), nats_server.port)
+    sweeper.configure(
+        {
+            "gce": {"enabled": False},
+            "k8s": {"clusters": ["kube_e2e"], "mongo_run_store": {"database": "iterion_halted"}},
+        }
+    )
+    real = factory.delete_batch
+
+    def halted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        counts = real(*args, **kwargs)
+        raise SweepHalted(f"SIGTERM: the task is being stopped; recorded so far: {counts}")
+
+    monkeypatch.setattr(factory, "delete_batch", halted)
+    run = sweeper.run("reaper_k8s_enforcement")
+    assert run.state == "failed"  # the failure still pages
+    db = client["reaper"]
+    assert db.ledger.count_documents({"run_id": run.run_id, "action": "outcome", "result": "deleted"}) == 4
+    summary = db.sweeps.find_one({"run_id": run.run_id})
+    assert summary["state"] == "failed" and summary["outcomes"] == {"deleted": 4}

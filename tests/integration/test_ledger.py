@@ -268,3 +268,18 @@ def test_a_refused_collmod_falls_back_to_a_rebuild() -> None:
         assert commands.names.count("collMod") == 2 and commands.names.count("dropIndexes") == 2
     finally:
         daemon.stop()
+
+
+def test_lease_and_outcome_reads_come_from_the_primary_whatever_the_connection_says(mongo_server) -> None:
+    # Review finding: a connection's extras (readPreference=secondary) could make a lease check read a stale copy.
+    from pymongo import ReadPreference
+
+    from reaper.config import MongoLeaseConfig
+    from reaper.stores.mongo import MongoLeases
+
+    client = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/", readPreference="secondaryPreferred")
+    ledger = Ledger(client, LedgerConfig(database="reaper_reads"))
+    leases = MongoLeases(client, MongoLeaseConfig(database="reaper_reads"))
+    for collection in (ledger.locks, ledger.records, leases.collection):
+        assert collection.read_preference == ReadPreference.PRIMARY
+        assert collection.read_concern.level == "majority"

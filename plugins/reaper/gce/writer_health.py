@@ -30,6 +30,7 @@ import requests
 
 from reaper.config import WriterHealthConfig
 from reaper.model import WriterRecord
+from reaper.redact import error_for_log, url_for_log
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,10 @@ class PrometheusWriterHealth:
             last = self._query(f"max by ({by}) ({cfg.last_pass_metric})")
             failed = self._query(f"sum by ({by}) (increase({cfg.failed_passes_metric}[{window}]))")
         except (requests.RequestException, ValueError) as exc:
-            log.warning("writer health unreadable, holding heartbeat deletes in every project: %s", exc)
+            # A request error quotes the URL, which may carry credentials; an answer's fault is ours to word.
+            why = str(exc) if isinstance(exc, UnreadableAnswer) else error_for_log(exc)
+            where = url_for_log(cfg.prometheus_url)
+            log.warning("writer health from %s unreadable, holding heartbeat deletes in every project: %s", where, why)
             return None
         return _join(last, failed)
 

@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING
 from bson import Decimal128, ObjectId
 from bson.codec_options import DatetimeConversion
 from bson.errors import BSONError
-from pymongo import MongoClient
+from pymongo import MongoClient, ReadPreference
 from pymongo.collection import Collection
 from pymongo.errors import PyMongoError
+from pymongo.read_concern import ReadConcern
 
 from reaper.config import MongoLeaseConfig, MongoRunStoreConfig
 from reaper.model import Keyed
@@ -262,9 +263,13 @@ def _agreed(matches: list[tuple[bool, dict[str, object]]], decode: Callable[[dic
 
 
 def _reading(collection: Collection) -> Collection:
-    """``collection`` decoding dates as aware UTC, and out-of-range dates as ``DatetimeMS``, not errors."""
+    """``collection`` read from the primary, majority-committed (a connection's extras must never make a
+    lease or a run state come from a stale secondary), with dates as aware UTC and out-of-range dates as
+    ``DatetimeMS``, not errors."""
     codec = collection.codec_options.with_options(tz_aware=True, datetime_conversion=DatetimeConversion.DATETIME_AUTO)
-    return collection.with_options(codec_options=codec)
+    return collection.with_options(
+        codec_options=codec, read_preference=ReadPreference.PRIMARY, read_concern=ReadConcern("majority")
+    )
 
 
 class MongoRunStore:

@@ -15,18 +15,23 @@ Parsing a DAG file reads the config file and nothing else: no connections, no ne
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 import msgspec
 from airflow.sdk import DAG, ObjectStoragePath, Param, dag, get_current_context, task
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from reaper.config import Settings
 from reaper.model import Action, Evidence, Override, Phase, Plan
 from reaper.sweep.alerts import notifiers
 from reaper.sweep.deletes import STALE_PLAN, Fence, PlanRef, config_digest, cut_batches, delete_batch, stale
 from reaper.sweep.targets import TARGETS
+
+if TYPE_CHECKING:
+    from reaper.ledger import Ledger
 
 log = logging.getLogger(__name__)
 PHASES = {
@@ -160,9 +165,11 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
                 raise AirflowFailException("params.override_reason: expected a non-empty reason with override_budget")
             ledger = _ledger(config)
             ledger.ensure_indexes()
-            lease = ledger.acquire(name, _holder(ids), timeout)
-            if lease is None:
-                raise AirflowFailException(f"another reaper {name} sweep holds the {name} sweep lease; not sweeping")
+            lease = _wait_for_lease(ledger, name, _holder(ids), timeout, config.airflow.lease_wait)
+            if isinstance(lease, str):
+                # DESIGN.md 8: the DAGs of one target never sweep at once; waiting out another is no failure.
+                context["ti"].xcom_push(key="skipped", value=lease)
+                raise AirflowSkipException(lease)
             context["ti"].xcom_push(key="lease", value=lease)
             shards = min(config.airflow.shards, max(1, len(wanted)))
             return [s for s in (sorted(wanted)[i::shards] for i in range(shards)) if s]
@@ -320,17 +327,26 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
             log.info("report only: %d decisions recorded in the ledger, nothing deleted", reported)
             return reported
 
-        @task(trigger_rule="none_failed_min_one_success")
+        @task(trigger_rule="all_done")
         def record() -> dict[str, object]:
+            """Every execution's summary, also of one that failed (then the run fails here, after writing it)."""
             context, ids = _run_context()
-            summary = _summary_of_sweep()
+            ti = context["ti"]
+            summary = _summary_of_sweep() or {}
             ledger = _ledger(config)
-            branch = context["ti"].xcom_pull(task_ids="budget_check", key="branch") or {}
+            skipped = ti.xcom_pull(task_ids="resolve_scopes", key="skipped")
+            if skipped:
+                ledger.summary({**ids, "target": name, "phase": phase.value, "state": "skipped", "why": skipped})
+                return {"branch": None, "skipped": skipped}
+            branch = ti.xcom_pull(task_ids="budget_check", key="branch") or {}
+            results = _delete_results(context)
+            planned = len(ti.xcom_pull(task_ids="evaluate_policy") or []) if branch.get("branch") == "delete" else 0
+            completed = bool(summary) and bool(branch) and len(results) >= planned
             outcomes = Counter(str(o["result"]) for o in ledger.outcomes(ids).values())
-            stale_plans = sum(int((r or {}).get(STALE_PLAN, 0)) for r in _delete_results(context))
+            stale_plans = sum(int(r.get(STALE_PLAN, 0)) for r in results)
             doc = {**ids, "target": name, "phase": phase.value, **branch, "outcomes": dict(outcomes), **summary}
-            doc["stale_plan"] = stale_plans
-            if config.metrics.pushgateway_url:
+            doc.update(stale_plan=stale_plans, state="success" if completed else "failed")
+            if completed and config.metrics.pushgateway_url:
                 from reaper.metrics import push_sweep
 
                 doc["metrics_push_failures"] = push_sweep(
@@ -343,6 +359,11 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
                     config.metrics.timeout.total_seconds(),
                 )
             ledger.summary(doc)
+            if not completed:
+                raise AirflowFailException(
+                    f"the sweep did not complete ({len(results)} of {planned} delete batches ended); "
+                    "its summary and outcomes so far are in the ledger"
+                )
             return {"branch": branch.get("branch"), "outcomes": dict(outcomes), "stale_plan": stale_plans}
 
         @task
@@ -363,6 +384,21 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
         [deleted, reported] >> record() >> release_lease().as_teardown(setups=shards)
 
     return sweep()
+
+
+def _wait_for_lease(
+    ledger: Ledger, target: str, holder: str, ttl: timedelta, wait: timedelta
+) -> dict[str, object] | str:
+    """The target's sweep lease, waiting up to ``wait`` for another sweep to end; else why not."""
+    give_up = time.monotonic() + wait.total_seconds()
+    while True:
+        lease = ledger.acquire(target, holder, ttl)
+        if lease is not None:
+            return lease
+        if time.monotonic() >= give_up:
+            held = ledger.locks.find_one({"_id": target}) or {}
+            return f"another {target} sweep ({held.get('holder', '?')}) holds the sweep lease; skipped"
+        time.sleep(min(5.0, max(0.0, give_up - time.monotonic())))
 
 
 def _override(
@@ -387,9 +423,9 @@ def _override(
     return Override(str(params["override_reason"]), triggered_by), record
 
 
-def _delete_results(context: dict[str, object]) -> list[dict[str, int] | None]:
-    """What this execution's mapped delete tasks returned (none when the report branch was taken)."""
+def _delete_results(context: dict[str, object]) -> list[dict[str, int]]:
+    """What this execution's mapped delete tasks returned: one per batch that ended (none on the report branch)."""
     found = context["ti"].xcom_pull(task_ids="delete", default=None)  # type: ignore[attr-defined]
     if found is None:
         return []
-    return list(found) if isinstance(found, list | tuple) else [found]
+    return [r for r in (found if isinstance(found, list | tuple) else [found]) if isinstance(r, dict)]

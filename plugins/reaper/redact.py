@@ -1,0 +1,30 @@
+"""Keeping credentials out of log lines: URLs the config names may carry ``user:password@``.
+
+Prometheus and the Pushgateway are reached through URLs from the config; a URL with credentials
+in it must never reach a log line or an exception message the reaper writes.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit, urlunsplit
+
+
+def url_for_log(url: str) -> str:
+    """``url`` without its user and password (``***@`` in their place), or a placeholder if unparseable."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "<unparseable URL>"
+    netloc = f"***@{host}{port}" if "@" in parts.netloc else parts.netloc
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def error_for_log(exc: BaseException) -> str:
+    """An exception for a log line: its type, and its text only when it cannot quote a URL.
+
+    ``requests`` and ``urllib`` put the whole URL, credentials included, into their messages.
+    """
+    text = str(exc)
+    return type(exc).__name__ if "://" in text or "@" in text else f"{type(exc).__name__}: {text}"
