@@ -168,7 +168,8 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
             lease = _wait_for_lease(ledger, name, _holder(ids), timeout, config.airflow.lease_wait)
             if isinstance(lease, str):
                 # DESIGN.md 8: the DAGs of one target never sweep at once; waiting out another is no failure.
-                context["ti"].xcom_push(key="skipped", value=lease)
+                # Skipping the setup skips the whole sweep: its summary is written here.
+                ledger.summary({**ids, "target": name, "phase": phase.value, "state": "skipped", "why": lease})
                 raise AirflowSkipException(lease)
             context["ti"].xcom_push(key="lease", value=lease)
             shards = min(config.airflow.shards, max(1, len(wanted)))
@@ -334,10 +335,6 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
             ti = context["ti"]
             summary = _summary_of_sweep() or {}
             ledger = _ledger(config)
-            skipped = ti.xcom_pull(task_ids="resolve_scopes", key="skipped")
-            if skipped:
-                ledger.summary({**ids, "target": name, "phase": phase.value, "state": "skipped", "why": skipped})
-                return {"branch": None, "skipped": skipped}
             branch = ti.xcom_pull(task_ids="budget_check", key="branch") or {}
             results = _delete_results(context)
             planned = len(ti.xcom_pull(task_ids="evaluate_policy") or []) if branch.get("branch") == "delete" else 0
