@@ -23,9 +23,11 @@ from pymongo.read_concern import ReadConcern
 
 from reaper.config import LedgerConfig
 
-# ``execution`` is the DAG run's clear_number: a cleared run's records never overwrite the first ones.
-FENCE = ("dag_id", "run_id", "execution", "target", "scope", "uid", "action")
-EXECUTION = ("dag_id", "run_id", "execution")
+# An execution of a sweep: the DAG run, its clear_number and the token of the sweep lease it took
+# (clearing tasks without resetting the run keeps the clear_number, never the token). A retried task
+# rewrites its own records; a cleared or re-run run never overwrites an earlier execution's.
+EXECUTION = ("dag_id", "run_id", "execution", "lease")
+FENCE = (*EXECUTION, "target", "scope", "uid", "action")
 ONE_BATCH = 100_000  # documents per cursor batch: above any realistic sweep, so one round trip
 TTL = "expireAfterSeconds"
 # What listIndexes reports besides the definition: the format version, and fields of old servers.
@@ -133,6 +135,11 @@ class Ledger:
         if uids is not None:
             query["uid"] = {"$in": sorted(uids)}
         return self.records.find(query, {"_id": 0}, batch_size=ONE_BATCH)
+
+    def earlier_execution(self, ids: dict[str, object]) -> bool:
+        """Whether the ledger holds a record or summary of another execution of this DAG run."""
+        other = {"dag_id": ids["dag_id"], "run_id": ids["run_id"], "lease": {"$ne": ids["lease"]}}
+        return any(c.find_one(other, {"_id": 1}) is not None for c in (self.records, self.sweeps))
 
     def summary(self, doc: dict[str, object]) -> None:
         """One summary per execution: a cleared run adds its own, the first one stays."""

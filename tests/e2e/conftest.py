@@ -63,12 +63,15 @@ class Sweeper:
         path.write_text(json.dumps(merged))  # JSON is YAML
         self.monkeypatch.setenv("REAPER_CONFIG", str(path))
 
-    def run(self, dag_id: str, **conf: object):  # type: ignore[no-untyped-def]
+    def run(self, dag_id: str, logical_date=None, **conf: object):  # type: ignore[no-untyped-def]
+        """One run of ``dag_id``; the same ``logical_date`` again re-runs that run, cleared (its next execution)."""
         from airflow.dag_processing.dagbag import DagBag
 
         bag = DagBag(dag_folder=str(ROOT / "dags"))
         assert bag.import_errors == {}
-        return bag.dags[dag_id].test(run_conf=conf or None)
+        if logical_date is None:
+            return bag.dags[dag_id].test(run_conf=conf or None)
+        return bag.dags[dag_id].test(run_conf=conf or None, logical_date=logical_date, run_after=logical_date)
 
 
 @pytest.fixture

@@ -196,3 +196,62 @@ def test_each_sweep_pushes_its_metrics(fleet, sweeper, prometheus, pushgateway) 
         pushgateway.stop()
     # The gateway is gone: the sweep still succeeds (metrics are observability, not data).
     assert sweeper.run("reaper_gce_enforcement", dry_run=True).state == "success"
+
+
+def test_clearing_a_run_never_replays_its_override_and_keeps_each_executions_summary(
+    fleet, sweeper, mongo_server
+) -> None:
+    # Issue 18.3: Alice's override lifted p2's hold; later p1's budget trips; Bob clears Alice's run.
+    from datetime import UTC, datetime
+
+    when = datetime.now(UTC)
+    first = sweeper.run("reaper_gce_enforcement", when, override_budget=True, override_reason="INC-42: writer fixed")
+    assert first.state == "success"
+    assert everything(fleet) == ALL - P1_ORPHANS - {f"p2-stale-{i}" for i in range(3)}
+    for i in range(6):  # most of p1 goes stale at once: the writer is broken again
+        add_instance(fleet, "p1", "us-east1-b", f"p1-new-stale-{i}", heartbeat_age=86400)
+    # The same run again, with its conf (a cleared run keeps it): its next execution.
+    again = sweeper.run("reaper_gce_enforcement", when, override_budget=True, override_reason="INC-42: writer fixed")
+    assert again.run_id == first.run_id and again.state == "success"
+    assert {f"p1-new-stale-{i}" for i in range(6)} <= everything(fleet), "the old override lifted a new hold"
+    db = ledger(mongo_server)
+    summaries = list(db.sweeps.find({"run_id": first.run_id}).sort("at"))
+    # dag.test() clears the run's tasks without resetting the run: the clear_number stays, the lease does not.
+    assert len(summaries) == 2 and summaries[0]["lease"] != summaries[1]["lease"]  # the first summary is kept
+    assert summaries[0]["override"]["applied"] is True and summaries[0]["outcomes"] == {"deleted": 6}
+    assert summaries[1]["override"]["applied"] is False and "cleared" in summaries[1]["override"]["why"]
+    p1 = next(s for s in summaries[1]["scopes"] if s["scope"] == "p1")
+    assert p1["holds"] == ["budget_exceeded"] and p1["overridden"] == []
+    second = {"run_id": first.run_id, "lease": summaries[1]["lease"], "action": "delete_intent"}
+    assert db.ledger.count_documents(second) == 0
+
+
+def test_a_scope_named_twice_is_swept_once(fleet, sweeper, mongo_server) -> None:
+    # Issue 18.5: ["p1", "p1", "p1"] listed p1 three times and recorded its delete three times.
+    run = sweeper.run("reaper_gce_enforcement", scopes=["p1", "p1", "p1"])
+    assert run.state == "success" and everything(fleet) == ALL - P1_ORPHANS
+    db = ledger(mongo_server)
+    assert db.sweeps.find_one({"run_id": run.run_id})["census"]["gce"]["p1"]["instances"] == 6
+    outcomes = list(db.ledger.find({"run_id": run.run_id, "action": "outcome"}))
+    assert sorted(o["result"] for o in outcomes) == ["deleted"] * 3
+
+
+def test_a_vm_recreated_while_the_dag_deletes_is_never_the_one_deleted(fleet, sweeper, mongo_server) -> None:
+    # The race harness once through the real DAG: the stale VM's name is taken by a new, live VM while
+    # the delete task waits for its rate-limit token (the emulator's hook on the re-read).
+    stale = fleet.instance("p1", "us-east1-b", "p1-stale")
+
+    def recreate(args: tuple[str, ...]) -> None:
+        if args[2] == stale["id"]:
+            with fleet.lock:
+                fleet.projects["p1"]["us-east1-b"].pop("p1-stale")
+            add_instance(fleet, "p1", "us-east1-b", "p1-stale", heartbeat_age=5, instance_id=987654321)
+
+    fleet.on("before", "get", recreate, times=None)
+    run = sweeper.run("reaper_gce_enforcement")
+    assert run.state == "success"
+    assert fleet.instance("p1", "us-east1-b", "p1-stale")["id"] == "987654321"  # the live one stands
+    assert "987654321" not in fleet.deleted_ids
+    outcome = ledger(mongo_server).ledger.find_one({"run_id": run.run_id, "action": "outcome", "name": "p1-stale"})
+    assert outcome["result"] == "already_gone"
+    assert everything(fleet) == ALL - (P1_ORPHANS - {"p1-stale"})

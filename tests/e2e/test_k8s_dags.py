@@ -87,3 +87,29 @@ def test_an_execution_whose_delete_task_is_stopped_still_writes_its_summary(
     assert db.ledger.count_documents({"run_id": run.run_id, "action": "outcome", "result": "deleted"}) == 4
     summary = db.sweeps.find_one({"run_id": run.run_id})
     assert summary["state"] == "failed" and summary["outcomes"] == {"deleted": 4}
+
+
+def test_an_opt_out_added_while_the_dag_deletes_keeps_the_whole_run(kube, nats_server, mongo_server, sweeper) -> None:
+    # The race harness once through the real DAG: the dead run's NetworkPolicy is opted out after the
+    # plan, while its Pod waits for its delete (the emulator's hook on the Pod's re-read).
+    cluster, _, emulator = kube
+    seed_run(cluster, "dead")
+    asyncio.run(put_leases(f"nats://127.0.0.1:{nats_server.port}", []))
+    client = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")
+    client["iterion_optout"]["runs"].insert_one({"_id": "dead", "status": "failed"})
+    sweeper.connect_k8s(emulator.kubeconfig(), nats_server.port)
+    k8s = {"clusters": ["kube_e2e"], "mongo_run_store": {"database": "iterion_optout"}}
+    sweeper.configure({"gce": {"enabled": False}, "k8s": k8s})
+
+    def opt_out(args: tuple[str, ...]) -> None:
+        if args[1] == "pods":
+            with cluster.lock:
+                meta = cluster.objects[("networkpolicies", "ci", "sandbox-dead")]["metadata"]
+                meta["labels"] = {**meta["labels"], "reaper.io/keep": "true"}
+                meta["resourceVersion"] = cluster._version()
+
+    cluster.on("before", "get", opt_out)
+    run = sweeper.run("reaper_k8s_enforcement")
+    assert run.state == "success" and len(cluster.objects) == 4 and cluster.deletes == []
+    results = {r["result"] for r in client["reaper"].ledger.find({"run_id": run.run_id, "action": "outcome"})}
+    assert results == {"changed_since_plan"}

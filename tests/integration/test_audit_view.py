@@ -10,7 +10,7 @@ from reaper.audit import READ_RUNS, app, ledger
 from reaper.config import LedgerConfig
 from reaper.ledger import Ledger
 
-IDS = {"dag_id": "reaper_gce_enforcement", "run_id": "manual__2026-11-29T12:00:00+00:00", "execution": 0}
+IDS = {"dag_id": "reaper_gce_enforcement", "run_id": "manual__2026-11-29T12:00:00+00:00", "execution": 0, "lease": "t"}
 GCE = {**IDS, "target": "gce"}
 
 

@@ -23,8 +23,8 @@ from reaper.sweep.targets import K8sTarget
 from tests.integration.conftest import fast_backoff
 from tests.integration.k8s_helpers import MANAGED, seed_run
 
-IDS = {"dag_id": "d", "run_id": "r", "execution": 0}
-FENCE = ("dag_id", "run_id", "execution", "target", "scope", "uid", "action")
+IDS = {"dag_id": "d", "run_id": "r", "execution": 0, "lease": "t"}
+FENCE = ("dag_id", "run_id", "execution", "lease", "target", "scope", "uid", "action")
 
 
 class MemoryLedger:

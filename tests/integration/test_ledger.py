@@ -17,7 +17,7 @@ from reaper.sweep.deletes import Fence, SweepHalted, delete_batch
 from tests.builders import inst
 from tests.integration.conftest import Daemon, mongo_binary
 
-IDS = {"dag_id": "reaper_gce_enforcement", "run_id": "manual__1", "execution": 0}
+IDS = {"dag_id": "reaper_gce_enforcement", "run_id": "manual__1", "execution": 0, "lease": "t"}
 HOLDER = "reaper_gce_enforcement/manual__1#0"
 
 
@@ -177,7 +177,10 @@ def test_sweep_lease_is_fenced_by_a_token(ledger) -> None:
 DAY = 86400
 WANTED = {
     "ledger": {"fence": (list(FENCE), True, None), "retention": (["at"], False, 400 * DAY)},
-    "sweeps": {"sweep": (["dag_id", "run_id", "execution"], True, None), "retention": (["at"], False, 400 * DAY)},
+    "sweeps": {
+        "sweep": (["dag_id", "run_id", "execution", "lease"], True, None),
+        "retention": (["at"], False, 400 * DAY),
+    },
 }
 
 

@@ -37,7 +37,7 @@ from tests.integration.conftest import HB, NOW, Daemon, add_instance, fast_backo
 
 SELECTOR = {"ci_ephemeral": "true"}
 ZONE = "us-east1-b"
-IDS = {"dag_id": "reaper_gce_enforcement", "run_id": "harness", "execution": 0}
+IDS = {"dag_id": "reaper_gce_enforcement", "run_id": "harness", "execution": 0, "lease": "t"}
 HOLDER = "reaper_gce_enforcement/harness#0"
 VICTIM = "victim"
 BYSTANDERS = ("orphan-a", "orphan-b")

@@ -42,7 +42,7 @@ from reaper.sweep.targets import K8sTarget
 from tests.integration.conftest import fast_backoff
 from tests.integration.k8s_helpers import MANAGED, put_leases, seed_run
 
-IDS = {"dag_id": "reaper_k8s_enforcement", "run_id": "harness", "execution": 0}
+IDS = {"dag_id": "reaper_k8s_enforcement", "run_id": "harness", "execution": 0, "lease": "t"}
 HOLDER = "reaper_k8s_enforcement/harness#0"
 VICTIM = "victim"
 ORPHANS = ("orphan-a", "orphan-b")

@@ -78,6 +78,15 @@ def _run_context() -> tuple[dict[str, object], dict[str, object]]:
     return context, {"dag_id": run.dag_id, "run_id": run.run_id, "execution": int(run.clear_number or 0)}
 
 
+def _sweep_ids(ids: dict[str, object], lease: dict[str, object]) -> dict[str, object]:
+    """The ledger's ids of one execution: the run's, and the token of the sweep lease it holds.
+
+    ``clear_number`` alone does not tell executions apart (clearing tasks without resetting the run
+    keeps it), but every execution takes the lease anew: its token is new (a retried task keeps it).
+    """
+    return {**ids, "lease": str(lease.get("token") or "")}
+
+
 def _holder(ids: dict[str, object]) -> str:
     return f"{ids['dag_id']}/{ids['run_id']}#{ids['execution']}"
 
@@ -169,7 +178,8 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
             if isinstance(lease, str):
                 # DESIGN.md 8: the DAGs of one target never sweep at once; waiting out another is no failure.
                 # Skipping the setup skips the whole sweep: its summary is written here.
-                ledger.summary({**ids, "target": name, "phase": phase.value, "state": "skipped", "why": lease})
+                skipped = {"target": name, "phase": phase.value, "state": "skipped", "why": lease}
+                ledger.summary({**_sweep_ids(ids, {}), **skipped})
                 raise AirflowSkipException(lease)
             context["ti"].xcom_push(key="lease", value=lease)
             shards = min(config.airflow.shards, max(1, len(wanted)))
@@ -233,7 +243,10 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
             evidence = msgspec.json.decode(ObjectStoragePath(str(evidence_ref["path"])).read_bytes(), type=Evidence)
             run = context["dag_run"]
             triggered_by = str(getattr(run, "triggering_user_name", None) or "scheduler")
-            override, override_record = _override(p, ids, triggered_by)
+            lease = _lease()
+            ledger = _ledger(config)
+            ids = _sweep_ids(ids, lease)
+            override, override_record = _override(p, ids, triggered_by, ledger.earlier_execution(ids))
             from reaper.policy import evaluate
 
             # Ages are measured at the time the inventory was read, not later: a label read then may
@@ -253,8 +266,8 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
                 for d in plan.acted
                 if d.action is not Action.KEEP
             ]
-            _ledger(config).write(records)
-            token = str(_lease().get("token") or "")
+            ledger.write(records)
+            token = str(lease.get("token") or "")
             # Inputs listed or read under another lease (a partly cleared run) are another execution's.
             foreign = token == "" or any(x.get("token") != token for x in [*listings, evidence_ref])
             plan_ref = PlanRef(int(ids["execution"]), token, config_digest(config))  # type: ignore[call-overload]
@@ -318,7 +331,8 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
             ends = [float(lease["expires_at"])]  # type: ignore[arg-type]
             if started is not None:
                 ends.append((started + timeout).timestamp())
-            fence = Fence(ids, _holder(ids), str(lease["token"]), min(ends) - config.send_margin(name).total_seconds())
+            deadline = min(ends) - config.send_margin(name).total_seconds()
+            fence = Fence(_sweep_ids(ids, lease), _holder(ids), str(lease["token"]), deadline)
             return delete_batch(_ledger(config), target, fence, resources)
 
         @task
@@ -332,6 +346,7 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
         def record() -> dict[str, object]:
             """Every execution's summary, also of one that failed (then the run fails here, after writing it)."""
             context, ids = _run_context()
+            ids = _sweep_ids(ids, _lease())
             ti = context["ti"]
             summary = _summary_of_sweep() or {}
             ledger = _ledger(config)
@@ -399,21 +414,22 @@ def _wait_for_lease(
 
 
 def _override(
-    params: dict[str, object], ids: dict[str, object], triggered_by: str
+    params: dict[str, object], ids: dict[str, object], triggered_by: str, rerun: bool
 ) -> tuple[Override | None, dict[str, object] | None]:
     """The budget override of this execution, and what the ledger records about it.
 
     An override is given for the evidence its trigger saw: it applies to the first execution of
-    the run only. A cleared run (a later execution) sees new evidence and runs without it, and
-    records that it did; Airflow does not tell a task who cleared its run (its audit log does).
+    the run only. A cleared or re-run run (``rerun``: the ledger holds an earlier execution of it)
+    sees new evidence and runs without it, and records that it did; Airflow does not tell a task who
+    cleared its run (its audit log does).
     """
     if not params.get("override_budget"):
         return None, None
     record: dict[str, object] = {"reason": str(params["override_reason"]), "user": triggered_by}
-    if int(ids["execution"]) > 0:  # type: ignore[call-overload]
+    if rerun or int(ids["execution"]) > 0:  # type: ignore[call-overload]
         record.update(
             applied=False,
-            why=f"execution {ids['execution']}: the run was cleared; an override applies to its first execution only",
+            why="the run was cleared or re-run: an override applies to its first execution only",
         )
         return None, record
     record["applied"] = True
