@@ -119,6 +119,11 @@ class State:
         with self.lock:
             self._hooks.setdefault((when, kind), []).append([hook, times])
 
+    def clear_hooks(self) -> None:
+        """No more world changes: every hook is gone (for tests that reuse one emulator)."""
+        with self.lock:
+            self._hooks.clear()
+
     def fire(self, when: str, kind: str, args: tuple[str, ...]) -> None:
         with self.lock:
             due = []

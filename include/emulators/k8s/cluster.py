@@ -215,8 +215,8 @@ class Cluster(State):
             self._sorted.clear()
             self._dependents.clear()
             self._stopped.clear()
-            self._hooks.clear()
             self.deletes.clear()
+        self.clear_hooks()
 
     def names(self, resource: str | None = None) -> set[str]:
         with self.lock:

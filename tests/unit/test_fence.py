@@ -1,0 +1,38 @@
+"""The send guard's stop: SIGTERM halts every send at once, and Airflow's own handler still runs."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from reaper.fence import SendGuard, halt_on_sigterm
+
+
+def test_sigterm_halts_the_guard_and_chains_to_the_previous_handler() -> None:
+    seen: list[int] = []
+
+    def airflows(signum: int, frame: object) -> None:
+        seen.append(signum)
+
+    previous = signal.signal(signal.SIGTERM, airflows)
+    try:
+        guard = SendGuard()
+        with halt_on_sigterm(guard):
+            assert guard.check() is None
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert guard.check() == guard.halted == "SIGTERM: the task is being stopped"
+        assert seen == [signal.SIGTERM]  # Airflow's handler (on_kill) ran too
+        assert signal.getsignal(signal.SIGTERM) is airflows  # the previous handler is back
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_the_deadline_and_the_lease_stop_sends_but_waits_only_on_the_deadline() -> None:
+    now = [100.0]
+    lease: list[str | None] = [None]
+    guard = SendGuard(deadline=110.0, lease=lambda: lease[0], clock=lambda: now[0])
+    assert guard.check() is None
+    lease[0] = "the sweep lease was released"
+    assert guard.check() == "the sweep lease was released" and guard.check(lease=False) is None
+    now[0] = 110.0
+    assert guard.check(lease=False) == "deadline reached: left for the next sweep"
