@@ -2,6 +2,8 @@
 
 Manual trigger only. It reads the config file (no connections, no network) and
 never lists or deletes anything; the sweeping DAGs come from the DAG factory.
+It also says loudly what the config leaves unguarded (no step store: step results
+are not checked for durability before a sandbox is reaped).
 """
 
 from __future__ import annotations
@@ -24,11 +26,18 @@ def reaper_config_check() -> None:
     @task
     def check_config() -> dict[str, dict[str, str]]:
         # Imported in the task, not at parse time: parsing a DAG file must do no I/O.
-        from reaper.config import load_config
+        import logging
+
+        from reaper.config import Mode, load_config
         from reaper.model import Phase
         from reaper.policy.modes import effective_modes
 
         config = load_config()
+        if config.k8s.enabled and config.k8s.step_store == "none" and config.rules.sandbox_orphan != Mode.OFF:
+            logging.getLogger("reaper.config_check").warning(
+                "k8s.step_store is none: step pods' results are NOT checked for durability before their sandbox "
+                "is reaped (DESIGN.md 5, row 7); set k8s.step_store: postgres if your runs have step pods"
+            )
         return {phase.value: {r: str(m) for r, m in effective_modes(config, phase).items()} for phase in Phase}
 
     check_config()

@@ -31,12 +31,12 @@ import requests
 from pymongo import MongoClient
 
 from include.emulators.gce import Emulator, Fleet
-from include.emulators.http import free_port, wait_until
+from include.emulators.http import ApiError, free_port, wait_until
 from tests.e2e.conftest import ROOT
 from tests.integration.conftest import POSTGRES_DSN, add_instance
 
 DAG = "reaper_gce_terminated_cleanup"
-RUN_TIMEOUT = 40.0  # seconds; deletes stop 3s + 3s + 5s (request, ledger, slack) before it
+RUN_TIMEOUT = 34.0  # seconds; deletes stop 3s + 3s + 5s (request, ledger, slack) before it
 MARGIN = 11.0
 USER, PASSWORD = "admin", "reaper-test"
 IDS = itertools.count(10_000)
@@ -255,11 +255,18 @@ def test_a_stopped_delete_task_stops_sending_at_once_and_records_what_it_saw(air
 def test_clearing_an_old_runs_delete_task_never_runs_its_plan(airflow) -> None:
     airflow.configure()
     seed_terminated(airflow.fleet, 10, "old")
-    slow_deletes(airflow.fleet, 3.0)  # the run's deadline leaves most of its plan undone
+    airflow.fleet.clear_hooks()
+
+    def refused(_: tuple[str, ...]) -> None:
+        raise ApiError(403, "forbidden", "Required 'compute.instances.get' permission")
+
+    airflow.fleet.on("before", "get", refused, times=None)  # run 1's deletes all fail
     run_id = airflow.trigger()
     assert airflow.wait(run_id)["state"] == "success"
     left = airflow.fleet.names("p")
-    assert left, "the old run deleted everything: nothing left to replay"
+    assert {f"old-{i:03d}" for i in range(10)} <= left
+    assert one_outcome_per_intent(airflow.ledger, run_id)["failed"] > 0
+    airflow.fleet.clear_hooks()  # from now on a delete would go through: only the fence stops the old plan
     # The operator locks the target down, then clears the old run's delete task as in the UI.
     airflow.configure(protected_projects=["p"])
     airflow.api(

@@ -145,3 +145,19 @@ def test_pools_file_defines_each_targets_pool(dagbag) -> None:
     pools = json.loads((DAGS.parent / "include" / "airflow" / "pools.json").read_text())
     used = {t.pool for d in dagbag.dags.values() for t in d.tasks if t.pool != "default_pool"}
     assert used == set(pools) == {"reaper_gce", "reaper_k8s"}
+
+
+@pytest.mark.parametrize(("step_store", "warned"), [("none", True), ("postgres", False)])
+def test_config_check_says_loudly_when_step_results_are_not_guarded(
+    dagbag, caplog, monkeypatch, tmp_path, step_store: str, warned: bool
+) -> None:
+    # Issue 17: with k8s.step_store none, step pods are reaped without any durability check.
+    import logging
+
+    config = tmp_path / "reaper.yaml"
+    config.write_text(f"k8s:\n  step_store: {step_store}\n")
+    monkeypatch.setenv("REAPER_CONFIG", str(config))
+    caplog.set_level(logging.WARNING)
+    modes = dagbag.dags["reaper_config_check"].get_task("check_config").python_callable()
+    assert modes["enforcement"]["sandbox_orphan"] == "delete"
+    assert ("NOT checked for durability" in caplog.text) is warned

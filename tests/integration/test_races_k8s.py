@@ -9,10 +9,10 @@ NetworkPolicy, and none of them goes if the Pod's delete failed; the other orpha
 
 Residual windows: a lease re-acquired or a run marked active again in the one round trip between
 the run's evidence read and its Pod's delete cannot be caught (the lease store and the API server
-share no transaction). A run's objects are deleted one after the other, so an object changed or
-opted out after its run's re-read but while the run is being deleted stops the run at that object:
-it and everything after it (Pod, Secrets, NetworkPolicy) stay; what went before it is gone. Every
-change to an object itself is caught: each delete carries uid and resourceVersion preconditions.
+share no transaction). A run's objects are deleted one after the other: another object of the run
+changed or opted out after the run's re-read, while its Pod's delete is on its way, cannot save the
+Pod, but the run is read again once the Pod is gone and the rest of it stays. Every change to an
+object itself is caught: each delete carries uid and resourceVersion preconditions.
 """
 
 from __future__ import annotations
@@ -263,11 +263,14 @@ def run_sweep(world: World, emulator, mongo_port: int, point: str, mutation: str
 # --- the invariant ------------------------------------------------------------------------------
 
 
-# Between the run's re-read and its Pod's delete, a change to a later object stops the run at that object.
-SURVIVORS_MID_RUN = {
-    "relabel_secret": {("secrets", f"sandbox-{VICTIM}-files"), ("networkpolicies", f"sandbox-{VICTIM}")},
-    "opt_out_networkpolicy": {("networkpolicies", f"sandbox-{VICTIM}")},
+# Between the run's re-read and its Pod's delete, a change to another object of the run cannot save
+# the Pod; it is seen when the run is read again once the Pod is gone, and the rest of the run stays.
+REST_OF_RUN = {
+    ("secrets", f"sandbox-{VICTIM}-egress-ca"),
+    ("secrets", f"sandbox-{VICTIM}-files"),
+    ("networkpolicies", f"sandbox-{VICTIM}"),
 }
+SURVIVORS_MID_RUN = {"relabel_secret": REST_OF_RUN, "opt_out_networkpolicy": REST_OF_RUN}
 
 
 def assert_invariant(world: World, point: str, mutation: str) -> None:

@@ -32,7 +32,7 @@ MODES = ["off", "report", "delete"]
 phases = st.sampled_from([*PHASES] + [Phase.ENFORCEMENT] * 4)
 modes = st.sampled_from(["delete"] * 4 + ["report", "off"])
 RULES = ("terminated", "heartbeat_stale", "unlabeled_age", "sandbox_orphan")
-PROPS = hsettings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPS = hsettings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # Ages cluster around the boundaries that matter: quarantine, skew, grace, max age, min age.
 ages = st.one_of(
