@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from pymongo import monitoring
 
 from include.emulators.gce import Emulator, Fleet
 from include.emulators.http import free_port, listening, wait_until
@@ -65,6 +66,23 @@ def kube():
 
 
 # --- real servers -------------------------------------------------------------------------------
+
+
+class FindCounter(monitoring.CommandListener):
+    """Counts the round trips a MongoDB read costs: every ``find`` and ``getMore`` sent."""
+
+    def __init__(self) -> None:
+        self.commands: list[str] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if event.command_name in ("find", "getMore", "aggregate"):
+            self.commands.append(event.command_name)
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
 
 
 class Daemon:

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import nats
 import psycopg
 import requests
-from pymongo import MongoClient, monitoring
+from pymongo import MongoClient
 
 from include.emulators.http import free_port
 from reaper.config import (
@@ -24,24 +24,9 @@ from reaper.policy.k8s import lease_state, run_state, step_state
 from reaper.stores.mongo import MongoLeases, MongoRunStore
 from reaper.stores.nats import NatsLeases
 from reaper.stores.postgres import PostgresStepStore
-from tests.integration.conftest import Daemon, nats_binary
+from tests.integration.conftest import Daemon, FindCounter, nats_binary
 
 TERMINAL = ["succeeded", "failed", "cancelled"]
-
-
-class CommandCounter(monitoring.CommandListener):
-    def __init__(self) -> None:
-        self.commands: list[str] = []
-
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        if event.command_name in ("find", "getMore", "aggregate"):
-            self.commands.append(event.command_name)
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        pass
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        pass
 
 
 # --- MongoDB run store -----------------------------------------------------------------------
@@ -51,7 +36,7 @@ def test_run_store_states_and_round_trips(mongo_server, mongo) -> None:
     client, db = mongo
     runs = client[db]["runs"]
     runs.insert_many([{"_id": f"run-{i:05d}", "status": TERMINAL[i % 3] if i % 2 else "running"} for i in range(5000)])
-    counter = CommandCounter()
+    counter = FindCounter()
     counted = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/", event_listeners=[counter])
     store = MongoRunStore(counted, MongoRunStoreConfig(database=db))
     keys = [f"run-{i:05d}" for i in range(0, 4998)] + ["run-gone-1", "run-gone-2"]  # 5,000 runs

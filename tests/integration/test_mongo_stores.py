@@ -13,33 +13,17 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from bson import Decimal128, Int64, ObjectId
-from pymongo import MongoClient, monitoring
+from pymongo import MongoClient
 
 from reaper.config import MongoLeaseConfig, MongoRunStoreConfig
 from reaper.model import LeaseState, StoreState
 from reaper.policy.k8s import lease_state, run_state
 from reaper.stores.mongo import MongoLeases, MongoRunStore
+from tests.integration.conftest import FindCounter
 
 TERMINAL = ["succeeded", "failed", "cancelled"]
 OID = "65f1c0ffee0000000000abcd"
 NOW = time.time()
-
-
-class FindCounter(monitoring.CommandListener):
-    """Counts the round trips a read costs: every ``find`` and ``getMore`` sent."""
-
-    def __init__(self) -> None:
-        self.commands: list[str] = []
-
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        if event.command_name in ("find", "getMore", "aggregate"):
-            self.commands.append(event.command_name)
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        pass
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        pass
 
 
 def runs(mongo: tuple[MongoClient, str], keys: list[str], **config: object) -> dict[str, StoreState]:
