@@ -32,6 +32,7 @@ from kubernetes import config as kconfig  # noqa: E402
 from pymongo import MongoClient, monitoring  # noqa: E402
 
 from include.emulators.http import free_port, listening, wait_until  # noqa: E402
+from include.emulators.k8s.cluster import K8sFaults  # noqa: E402
 from reaper.config import parse_settings  # noqa: E402
 from reaper.k8s.deleter import K8sDeleter  # noqa: E402
 from reaper.k8s.evidence import gather  # noqa: E402
@@ -186,7 +187,16 @@ def main() -> None:
     per_kind = {"Pod": args.runs, "Secret": 2 * args.runs, "NetworkPolicy": args.runs}
     pages = sum(math.ceil(n / PAGE_SIZE) for n in per_kind.values())
     reaped = sum(1 for o in outcomes if o.result == "deleted")
-    io_bound = pages * args.latency + reaped * args.latency / config.k8s.delete_concurrency
+    runs_reaped = len(orphans)
+    # Per reaped run, one after the other: its 4 objects read again, the Pod's delete, at least one read
+    # of the terminating Pod after the emulated kubelet's shutdown, its Pods listed and its 3 other
+    # objects read again, their 3 deletes.
+    per_run = 4 + 1 + 1 + 1 + 3 + 3
+    POD_SHUTDOWN = K8sFaults.pod_shutdown
+    io_bound = (
+        pages * args.latency
+        + runs_reaped * (per_run * args.latency + POD_SHUTDOWN) / config.k8s.delete_concurrency
+    )
     rate_bound = max(0, reaped - 1) / args.rate
     lower = max(io_bound, rate_bound)
     wall = deleted - started
@@ -196,8 +206,9 @@ def main() -> None:
         f"{args.rate:g} deletes/s per cluster"
     )
     print(f"{'API calls':10s} {'made':>8s} {'lower bound':>12s}")
-    print(f"{'list':10s} {counts.get('list', 0):8d} {pages:12d}")
-    print(f"{'delete':10s} {counts.get('delete', 0):8d} {4 * len(orphans):12d}")
+    print(f"{'list':10s} {counts.get('list', 0):8d} {pages + runs_reaped:12d}")
+    print(f"{'get':10s} {counts.get('get', 0):8d} {8 * runs_reaped:12d}")
+    print(f"{'delete':10s} {counts.get('delete', 0):8d} {4 * runs_reaped:12d}")
     print(
         f"run store: {finds} find commands for {args.runs:,} runs (lower bound {math.ceil(args.runs / 1000)}); "
         f"NATS: {nats_msgs} client messages for the lease listing"

@@ -265,9 +265,10 @@ def main() -> None:
     batch = parse_settings({}, "defaults").airflow.delete_batch_size
     reaped = gce_calls.get("delete", 0)
     gce_batches = math.ceil(reaped / batch)
-    # Ledger: 1 decisions write; per delete batch: 1 outcomes find, 1 intents write, 1 outcomes write;
-    # then record's outcomes find and summary; the lease (find_one_and_update, delete); 4 createIndexes.
-    ledger_bound = {"update": 1 + 2 * gce_batches + 1, "find": gce_batches + 1}
+    # Ledger: 1 decisions write and 2 finds for an earlier execution; per delete batch: 1 outcomes find
+    # and 1 intents find; per delete: 1 lease check, 3 writes (the intent, marked sent, the outcome);
+    # then record's outcomes find and summary; the lease (find_one_and_update, delete); createIndexes.
+    ledger_bound = {"update": 1 + 3 * reaped + 1, "find": 2 + 2 * gce_batches + reaped + 1}
     gce_pages = args.projects * math.ceil(args.per_project / GCE_PAGE)
     print(f"# dag.test() sweeps; state {gce_run.state} (GCE), {k8s_run.state} (Kubernetes)")  # type: ignore[attr-defined]
     report(
@@ -289,17 +290,23 @@ def main() -> None:
     )
     k8s_deleted = k8s_calls.get("delete", 0)
     k8s_batches = math.ceil(k8s_deleted / batch)
+    reaped_runs = len(orphans)
     per_kind = {"Pod": args.runs, "Secret": 2 * args.runs, "NetworkPolicy": args.runs}
+    # Per reaped run: its 4 objects read again before the Pod, the Pod read at least once after its
+    # delete, the other 3 read again and its Pods listed once it is gone; its evidence read twice
+    # (NATS: one key; the run store: one find). Ledger as for GCE, per object deleted.
+    k8s_finds = math.ceil(args.runs / 1000) + 2 * reaped_runs + 2 + 2 * k8s_batches + k8s_deleted + 1
     report(
         f"reaper_k8s_enforcement: {args.runs:,} runs ({4 * args.runs:,} objects), {args.k8s_latency * 1000:.0f} ms",
         k8s_wall,
         k8s_meter,
         k8s_run,
         [
-            ("list", k8s_calls.get("list", 0), sum(math.ceil(n / K8S_PAGE) for n in per_kind.values())),
-            ("delete", k8s_deleted, 4 * len(orphans)),
-            ("run store + ledger find", k8s_mongo.get("find", 0), math.ceil(args.runs / 1000) + k8s_batches + 1),
-            ("ledger update commands", k8s_mongo.get("update", 0), 1 + 2 * k8s_batches + 1),
+            ("list", k8s_calls.get("list", 0), sum(math.ceil(n / K8S_PAGE) for n in per_kind.values()) + reaped_runs),
+            ("get", k8s_calls.get("get", 0), 8 * reaped_runs),
+            ("delete", k8s_deleted, 4 * reaped_runs),
+            ("run store + ledger find", k8s_mongo.get("find", 0), k8s_finds),
+            ("ledger update commands", k8s_mongo.get("update", 0), 1 + 3 * k8s_deleted + 1),
             ("getMore commands", k8s_mongo.get("getMore", 0), 0),
         ],
         [f"Mongo commands: {k8s_mongo}", f"NATS client messages for the lease listing: {nats_msgs}"],

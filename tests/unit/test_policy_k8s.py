@@ -359,3 +359,13 @@ def test_an_opt_out_in_one_cluster_keeps_the_run_in_every_cluster() -> None:
         ("a", "keep", "opt_out"),
         ("c1", "keep", "opt_out"),
     }
+
+
+def test_step_pods_without_a_step_store_are_said_loudly() -> None:
+    # Issue 17: with k8s.step_store none, step pods are reaped with no durability check: the sweep says so.
+    from reaper.k8s.evidence import unguarded_step_pods
+
+    pods = [obj("Pod", "r1", labels=STEP), obj("Pod", "r2"), obj("Secret", "r1", labels=STEP)]
+    warned = unguarded_step_pods(pods, settings())
+    assert len(warned) == 1 and warned[0].startswith("1 pods carry step labels") and "NOT checked" in warned[0]
+    assert unguarded_step_pods(pods, settings(**STEP_CFG)) == []

@@ -79,7 +79,7 @@ class _Project:
         self.opted: list[GceInstance] = []  # opt-out label
         self.rare: list[GceInstance] = []  # everything else: classified row by row
         self.beats: list[int] = []  # the valid heartbeat values, for the budget and the census
-        self.ids: set[str] = set()  # instance ids seen: one listed twice means the listing is not trustworthy
+        self.ids: list[str] = []  # instance ids listed: one listed twice means the listing is not trustworthy
         self.duplicated = False
 
     def instances(self) -> list[GceInstance]:
@@ -112,16 +112,15 @@ def _first_pass(instances: Iterable[GceInstance], config: Settings, t: _Threshol
                 group.opted.append,
                 group.rare.append,
                 group.beats.append,
-                group.ids,
+                group.ids.append,
             )
-        if inst.id in ids:
-            group.duplicated = True
-        ids.add(inst.id)
-        if labels.get(opt_key) == opt_value:
+        ids(inst.id)
+        opt = labels.get(opt_key)
+        if opt == opt_value:
             opted(inst)
             continue
         created = inst.created
-        if created > future_after or inst.status == "TERMINATED" or opt_key in labels:
+        if created > future_after or inst.status == "TERMINATED" or opt is not None:
             rare(inst)
             continue
         raw = labels.get(hb_label)
@@ -136,6 +135,8 @@ def _first_pass(instances: Iterable[GceInstance], config: Settings, t: _Threshol
                 fresh(inst)
                 continue
         rare(inst)
+    for group in projects.values():  # one instance listed twice: the listing is not a complete one
+        group.duplicated = len(set(group.ids)) != len(group.ids)
     return projects
 
 
