@@ -151,9 +151,10 @@ class Ledger:
     def acquire(self, target: str, holder: str, ttl: timedelta) -> dict[str, object] | None:
         """Take the target's sweep lease for ``holder``; None if another holds it.
 
-        The lease is fenced: it carries a token, new each time the lease changes hands, that a
-        plan is stamped with and every send checks (:meth:`lease_problem`). The holder taking it
-        again (a retried task) keeps its token and extends the expiry.
+        The lease is fenced: it carries a token, new at every acquisition, that a plan is stamped
+        with and every send checks (:meth:`lease_problem`). Even the same holder taking it again
+        gets a new token: only ``resolve_scopes`` acquires, before anything has used the token, and
+        a cleared ``resolve_scopes`` is a new execution whose old plans must not run.
         """
         now = time.time()
         try:
@@ -162,7 +163,7 @@ class Ledger:
                 [
                     {
                         "$set": {
-                            "token": {"$cond": [{"$eq": ["$holder", holder]}, "$token", uuid.uuid4().hex]},
+                            "token": uuid.uuid4().hex,
                             "holder": holder,
                             "expires_at": now + ttl.total_seconds(),
                         }

@@ -159,13 +159,15 @@ def test_sweep_lease_is_fenced_by_a_token(ledger) -> None:
     a = ledger.acquire("gce", "a", timedelta(minutes=5))
     assert a is not None and ledger.lease_problem("gce", "a", a["token"]) is None
     assert ledger.acquire("gce", "b", timedelta(minutes=5)) is None
-    again = ledger.acquire("gce", "a", timedelta(minutes=5))  # re-entrant for the holder (task retries)
-    assert again["token"] == a["token"] and again["expires_at"] >= a["expires_at"]
+    # The same holder again (resolve_scopes retried or cleared): a new token; the old one covers nothing.
+    again = ledger.acquire("gce", "a", timedelta(minutes=5))
+    assert again["token"] != a["token"] and again["expires_at"] >= a["expires_at"]
+    assert "under another token" in ledger.lease_problem("gce", "a", a["token"])
     ledger.locks.update_one({"_id": "gce"}, {"$set": {"expires_at": time.time() - 1}})
-    assert ledger.lease_problem("gce", "a", a["token"]) == "the sweep lease has expired"
+    assert ledger.lease_problem("gce", "a", again["token"]) == "the sweep lease has expired"
     b = ledger.acquire("gce", "b", timedelta(minutes=5))  # an expired lease is taken over, with a new token
-    assert b["token"] != a["token"]
-    assert "held by b" in ledger.lease_problem("gce", "a", a["token"])
+    assert b["token"] != again["token"]
+    assert "held by b" in ledger.lease_problem("gce", "a", again["token"])
     ledger.release("gce", "a")  # not the holder: no effect
     assert ledger.acquire("gce", "a", timedelta(minutes=5)) is None
     ledger.release("gce", "b")

@@ -100,6 +100,10 @@ def restart(fleet: Fleet) -> None:
         fleet.projects["p"][ZONE][VICTIM]["status"] = "RUNNING"
 
 
+def odd_opt_out(fleet: Fleet) -> None:
+    _relabel(fleet, lambda labels: labels.update({"reaper_keep": "yes"}))  # reported by the policy: kept
+
+
 def protect(fleet: Fleet) -> None:
     with fleet.lock:
         fleet.projects["p"][ZONE][VICTIM]["deletionProtection"] = True
@@ -114,6 +118,7 @@ MUTATIONS: dict[str, Callable[[Fleet], None]] = {
     "recreate": recreate,
     "refresh_heartbeat": refresh_heartbeat,
     "opt_out": opt_out,
+    "odd_opt_out": odd_opt_out,
     "drop_selector": drop_selector,
     "restart": restart,
     "protect": protect,
@@ -355,3 +360,33 @@ def test_a_delete_whose_answer_was_lost_is_unconfirmed_not_unattempted(world) ->
     assert delete_batch(ledger, target, fence, [victim]) == {"unconfirmed": 1}
     assert fleet.deleted_ids == [victim.id]  # it did go out
     assert ledger.records.find_one({"action": "delete_intent", "uid": victim.id})["sent"] is True
+
+
+def test_a_retry_never_forgets_that_an_earlier_try_sent_the_delete(world) -> None:
+    # Second review: a retry rewrote the intent with sent=False before its re-read; when its own outcome
+    # write then failed, the next try took this sweep's delete for someone else's (already_gone).
+    fleet, clients, ledger, _ = world
+    seed(fleet, "RUNNING")
+    cfg = config()
+    target = GceTarget(cfg)
+    target.__dict__["clients"] = clients
+    victim = plan_batches(clients, cfg, fleet, lambda: None, "none")[-1][0]
+    lease = ledger.acquire("gce", HOLDER, timedelta(minutes=10))
+    fence = Fence(IDS, HOLDER, str(lease["token"]), None)
+    base = {**IDS, "target": "gce", "scope": "p", "uid": victim.id, "name": VICTIM}
+    ledger.write([{**base, "action": "delete_intent", "kind": "intent", "sent": True}])  # try 1 sent it, died
+    vanish(fleet)  # its operation completed
+
+    class OutcomeWriteFails:
+        def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+            return getattr(ledger, name)
+
+        def write(self, records):  # type: ignore[no-untyped-def]
+            if any(r["action"] == "outcome" for r in records):
+                raise RuntimeError("not primary")
+            return ledger.write(records)
+
+    with pytest.raises(SweepHalted):
+        delete_batch(OutcomeWriteFails(), target, fence, [victim])  # try 2
+    assert ledger.records.find_one({"action": "delete_intent", "uid": victim.id})["sent"] is True
+    assert delete_batch(ledger, target, fence, [victim]) == {"deleted": 1}  # try 3

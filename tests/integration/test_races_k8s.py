@@ -441,3 +441,31 @@ def test_a_new_pod_of_the_run_after_its_pod_went_keeps_the_rest_of_the_run(world
     assert result == {"deleted": 1, "changed_since_plan": 3}
     assert w.victim()["Pod"]["metadata"]["uid"] == "a-new-pod"
     assert set(w.victim()) == {"Pod", "Secret", "NetworkPolicy"}
+
+
+def test_a_new_pod_of_a_run_whose_pod_went_in_an_earlier_sweep_keeps_its_secrets(world) -> None:
+    # Second review: a run planned without its Pod (gone in an earlier sweep) was never checked for Pods.
+    w, _, _ = world
+    with w.cluster.lock:
+        w.cluster._remove(("pods", "ci", f"sandbox-{VICTIM}"))
+    target = w.target()
+    victim = plan_batches(w, target, lambda: None, "none")[-1]
+    assert {o.kind for o in victim} == {"Secret", "NetworkPolicy"}
+    recreate_pod(w)  # between the plan and the delete, the driver retries the step
+    lease = w.ledger.acquire("k8s", HOLDER, timedelta(minutes=10))
+    result = delete_batch(w.ledger, target, Fence(IDS, HOLDER, str(lease["token"]), None), victim)
+    assert result == {"changed_since_plan": 3}
+    assert set(w.victim()) == {"Pod", "Secret", "NetworkPolicy"}
+
+
+def test_a_run_with_two_pods_is_reaped_in_one_sweep_pods_first(world) -> None:
+    w, _, _ = world
+    second = next(o for o in seed_run(Cluster(), VICTIM) if o["kind"] == "Pod")
+    second["metadata"] = {**second["metadata"], "name": f"sandbox-{VICTIM}-2", "uid": "victim-pod-2"}
+    w.cluster.create("pods", "ci", second)
+    target = w.target()
+    victim = plan_batches(w, target, lambda: None, "none")[-1]
+    lease = w.ledger.acquire("k8s", HOLDER, timedelta(minutes=10))
+    assert delete_batch(w.ledger, target, Fence(IDS, HOLDER, str(lease["token"]), None), victim) == {"deleted": 5}
+    assert w.victim() == {}
+    assert_pod_first(w)

@@ -168,8 +168,8 @@ class GceDeleter:
             changes.append(f"status {planned.status} -> {current.status}")
         if any(labels.get(key) != value for key, value in self.selector.items()):
             changes.append("no longer matches the selector")
-        if labels.get(self.opt_out[0]) == self.opt_out[1]:
-            changes.append(f"opted out ({self.opt_out[0]}={self.opt_out[1]})")
+        if self.opt_out[0] in labels:  # with any value: another one is reported by the policy, never deleted
+            changes.append(f"opt-out label {self.opt_out[0]}={labels[self.opt_out[0]]}")
         if current.deletion_protection:
             changes.append("deletion protection set")
         return changes

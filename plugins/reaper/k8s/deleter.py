@@ -116,9 +116,10 @@ class K8sDeleter:
     def _delete_run(self, members: list[K8sObject], guard: SendGuard) -> list[Outcome]:
         """One run: its first token, then everything read again, then its objects in order, stopping early.
 
-        Once its Pod is gone (the wait for it can take the Pod's whole shutdown), the run is read again
-        before its Secrets and NetworkPolicy go: its evidence, its remaining objects, and whether a new
-        Pod of the run has appeared (a retried step reusing the run's Secrets).
+        Before its first Secret or NetworkPolicy goes (after its Pods are gone, or when no Pod was
+        planned: the Pod went in an earlier sweep or try), the run is read again: whether any Pod of
+        the run exists (a retried step reusing the run's Secrets, a Pod that lost the managed label),
+        its remaining objects, and its evidence. The wait for a Pod to go can take its whole shutdown.
         """
         stopped = guard.check()
         if not stopped:
@@ -131,24 +132,25 @@ class K8sDeleter:
             if stopped:
                 outcomes.append(self._record(obj, guard, NOT_ATTEMPTED, stopped))
                 continue
+            if obj.kind != "Pod" and (i == 0 or members[i - 1].kind == "Pod"):
+                rest = members[i:]
+                changed = self._pods_of_run(obj) or self._changed(rest) or self._evidence_changed(obj)
+                if changed:
+                    return outcomes + [self._record(o, guard, CHANGED, changed) for o in rest]
             outcome = self._delete_one(obj, guard, take_token=i > 0)
             outcomes.append(self._record(obj, guard, outcome.result, outcome.detail))
             if outcome.result not in GONE:
                 stopped = f"after {obj.kind} {obj.namespace}/{obj.name}: {outcome.result}; the next sweep decides again"
-            elif obj.kind == "Pod" and i + 1 < len(members):
-                changed = self._new_pod(obj) or self._changed(members[i + 1 :]) or self._evidence_changed(obj)
-                if changed:
-                    return outcomes + [self._record(o, guard, CHANGED, changed) for o in members[i + 1 :]]
         return outcomes
 
     def _evidence_changed(self, obj: K8sObject) -> str | None:
         return self.revalidate(obj.cluster, obj.labels.get(self.run_label, "")) if self.revalidate else None
 
-    def _new_pod(self, gone: K8sObject) -> str | None:
-        """Whether a Pod of the run exists again after its planned Pod went (any, whatever its name or uid)."""
-        api = self.api_for(gone.cluster)
+    def _pods_of_run(self, obj: K8sObject) -> str | None:
+        """Whether any Pod of the run exists, managed or not: its Secrets and NetworkPolicy then stay."""
+        api = self.api_for(obj.cluster)
         prefix, resource = PATHS["Pod"]
-        query: list[tuple[str, object]] = [("labelSelector", f"{self.run_label}={gone.labels.get(self.run_label, '')}")]
+        query: list[tuple[str, object]] = [("labelSelector", f"{self.run_label}={obj.labels.get(self.run_label, '')}")]
         try:
             raw = self.backoff.call(
                 lambda: call(api, "GET", f"{prefix}/{resource}", self.timeout, query, accept=METADATA_LIST),
@@ -156,9 +158,9 @@ class K8sDeleter:
             )
             pods = _PODS.decode(raw).items
         except Exception as exc:
-            return f"the run's Pods unreadable after its Pod went: {type(exc).__name__}"
+            return f"the run's Pods unreadable before its Secrets: {type(exc).__name__}"
         if pods:
-            return f"a new Pod of the run appeared ({pods[0].metadata.uid}) after its planned Pod went"
+            return f"a Pod of the run exists ({pods[0].metadata.uid}): its Secrets and NetworkPolicy stay"
         return None
 
     def _changed(self, members: list[K8sObject]) -> str | None:

@@ -156,7 +156,8 @@ def delete_batch(ledger: LedgerLike, target: TargetLike, fence: Fence, resources
     guard = SendGuard(
         deadline=fence.deadline,
         lease=lambda: ledger.lease_problem(target.name, fence.holder, fence.token),
-        intent=lambda r: ledger.write([_record(fence, target, r, "delete_intent", {"sent": False})]),
+        # An intent never lowers ``sent``: a retry rewriting its intent keeps an earlier try's call on record.
+        intent=lambda r: ledger.write([_record(fence, target, r, "delete_intent", {})]),
         sent=lambda r: ledger.write([_record(fence, target, r, "delete_intent", {"sent": True})]),
         outcome=outcome,
         sent_before={uid for _, uid in sent},
