@@ -331,6 +331,21 @@ def test_a_networkpolicy_selecting_a_pod_outside_its_run_keeps_the_run() -> None
     }
 
 
+def test_users_outside_the_run_are_looked_for_in_the_objects_namespace_only() -> None:
+    secret = obj("Secret", "r1", name="files")
+    elsewhere = obj("Pod", None, namespace="other", uses=("files",), labels={"sandbox": "r1"})
+    policy = obj("NetworkPolicy", "r1", selects=(("sandbox", "In", ("r1", "r2")),))
+    assert decide([secret, policy, elsewhere], ev())["r1"] == {("delete", "sandbox_orphan")}
+    # The same Pod in the run's namespace holds it, through a selector with several values too.
+    stray = obj("Pod", None, labels={"sandbox": "r2"})
+    assert decide([secret, policy, stray], ev())["r1"] == {("report", "in_use_outside_run")}
+    narrow = obj("NetworkPolicy", "r1", selects=(("tier", "In", ("db",)), ("sandbox", "In", ("r2",))))
+    assert decide([narrow, obj("Pod", None, labels={"sandbox": "r2"})], ev())["r1"] == {("delete", "sandbox_orphan")}
+    assert decide([narrow, obj("Pod", None, labels={"sandbox": "r2", "tier": "db"})], ev())["r1"] == {
+        ("report", "in_use_outside_run")
+    }
+
+
 @pytest.mark.parametrize(
     ("requirements", "selected"),
     [

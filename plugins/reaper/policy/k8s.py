@@ -136,15 +136,12 @@ def _evaluate_cluster(
     by_kind: dict[str, int] = defaultdict(int)
     terminating: dict[str, int] = defaultdict(int)
     unlabeled: list[K8sObject] = []
-    pods: dict[str, list[K8sObject]] = defaultdict(list)  # by namespace: who uses a run's Secrets and policy
     uids: set[str] = set()
     duplicated = False
     for obj in objects:
         by_kind[obj.kind] += 1
         if obj.deleting:
             terminating[obj.kind] += 1
-        if obj.kind == "Pod":
-            pods[obj.namespace].append(obj)
         duplicated = duplicated or obj.uid in uids
         uids.add(obj.uid)
         key = obj.labels.get(k8s.run_label)
@@ -154,6 +151,7 @@ def _evaluate_cluster(
             unlabeled.append(obj)
 
     rows = {key: _run_row(key, members, evidence, config, now, guards) for key, members in runs.items()}
+    pods = _PodIndex(obj for obj in objects if obj.kind == "Pod")  # who uses a run's Secrets and policy
     for key, (reason, facts) in rows.items():
         if reason == ORPHAN:
             user = _used_outside_run(key, runs[key], pods, k8s.run_label)
@@ -264,22 +262,48 @@ def selector_matches(requirements: tuple[tuple[str, str, tuple[str, ...]], ...],
     return True
 
 
-def _used_outside_run(
-    key: str, members: list[K8sObject], pods: dict[str, list[K8sObject]], run_label: str
-) -> str | None:
+class _PodIndex:
+    """A cluster's Pods by the Secrets they use and by their labels, per namespace: a run's users in O(1)."""
+
+    def __init__(self, pods: Iterable[K8sObject]) -> None:
+        self.by_namespace: dict[str, list[K8sObject]] = defaultdict(list)
+        self.by_secret: dict[tuple[str, str], list[K8sObject]] = defaultdict(list)
+        self.by_label: dict[tuple[str, str, str], list[K8sObject]] = defaultdict(list)
+        for pod in pods:
+            self.by_namespace[pod.namespace].append(pod)
+            for name in pod.uses:
+                self.by_secret[(pod.namespace, name)].append(pod)
+            for key, value in pod.labels.items():
+                self.by_label[(pod.namespace, key, value)].append(pod)
+
+    def selected(self, policy: K8sObject) -> Iterable[K8sObject]:
+        """The Pods a NetworkPolicy may select: narrowed by one of its single-value ``In`` requirements."""
+        for key, operator, values in policy.selects or ():
+            if operator == "In" and len(values) == 1:
+                candidates = self.by_label.get((policy.namespace, key, values[0]), [])
+                break
+        else:
+            candidates = self.by_namespace.get(policy.namespace, [])
+        return (pod for pod in candidates if selector_matches(policy.selects or (), pod.labels))
+
+
+def _used_outside_run(key: str, members: list[K8sObject], pods: _PodIndex, run_label: str) -> str | None:
     """A Pod outside the run that mounts one of its Secrets or is isolated by its NetworkPolicy, or None.
 
     A Pod that lost its run label still runs with its run's Secrets and network policy: deleting
     them would strip a live sandbox of its credentials or its isolation.
     """
     for obj in members:
-        for pod in pods.get(obj.namespace, ()):
-            if pod.labels.get(run_label) == key:
-                continue
-            if obj.kind == "Secret" and obj.name in pod.uses:
-                return f"Secret {obj.namespace}/{obj.name} is used by Pod {pod.name}"
-            if obj.kind == "NetworkPolicy" and obj.selects is not None and selector_matches(obj.selects, pod.labels):
-                return f"NetworkPolicy {obj.namespace}/{obj.name} selects Pod {pod.name}"
+        if obj.kind == "Secret":
+            users: Iterable[K8sObject] = pods.by_secret.get((obj.namespace, obj.name), ())
+            what = "is used by"
+        elif obj.kind == "NetworkPolicy" and obj.selects is not None:
+            users, what = pods.selected(obj), "selects"
+        else:
+            continue
+        for pod in users:
+            if pod.labels.get(run_label) != key:
+                return f"{obj.kind} {obj.namespace}/{obj.name} {what} Pod {pod.name}"
     return None
 
 
