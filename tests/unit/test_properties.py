@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import msgspec
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
@@ -22,7 +23,7 @@ from reaper.model import (
     WriterRecord,
 )
 from reaper.policy import evaluate
-from reaper.policy.k8s import lease_state, run_state
+from reaper.policy.k8s import lease_state, run_state, selector_matches
 from tests.builders import HB, NOW, NOW_DT, D, H, M, settings
 
 Q = 4 * H
@@ -41,13 +42,18 @@ ages = st.one_of(
 )
 
 
+def one_in(n: int) -> st.SearchStrategy[bool]:
+    """True about once in n draws: ``integers(0, n) == 0`` is true far more often, hypothesis favours bounds."""
+    return st.sampled_from([False] * (n - 1) + [True])
+
+
 @st.composite
 def instances(draw) -> GceInstance:
     labels = {"ci_ephemeral": draw(st.sampled_from(["true", "true", "true", "false"]))}
     hb = draw(st.one_of(st.none(), ages.map(lambda a: str(int(NOW - a))), st.sampled_from(["", "x", "-1", "1.5"])))
     if hb is not None:
         labels[HB] = hb
-    if draw(st.integers(0, 9)) == 0:
+    if draw(one_in(10)):
         labels["reaper_keep"] = "true"
     return GceInstance(
         project=draw(st.sampled_from(["p1", "p2", "p3"])),
@@ -109,24 +115,26 @@ def k8s_fleets(draw) -> tuple[list[K8sObject], Evidence]:
                 labels["iterion.io/run-id"] = run
             if kind == "Pod" and draw(st.booleans()):
                 labels.update({"iterion.io/step": "s", "iterion.io/attempt": "1"})
-            if draw(st.integers(0, 9)) == 0:
+            if draw(one_in(30)):
                 labels["reaper.io/keep"] = "true"
             containers = {"results-egress": draw(st.booleans())} if kind == "Pod" and draw(st.booleans()) else {}
             objects.append(
                 K8sObject(
                     kind=kind,
                     cluster=draw(st.sampled_from(["c1", "c1", "c2"])),
-                    namespace=draw(st.sampled_from(["ci", "ci", "ci", "kube-system"])),
-                    name=f"{kind}-{draw(st.uuids())}",
-                    uid=str(draw(st.uuids())),
+                    namespace=draw(st.sampled_from(["ci"] * 7 + ["kube-system"])),
+                    name=f"{kind}-{len(objects)}",  # unique: hypothesis draws the same uuid often
+                    uid=f"uid-{len(objects)}",
                     labels=labels,
                     created=NOW - draw(old),
                     containers=containers,
-                    deleting=draw(st.integers(0, 14)) == 0,
+                    deleting=draw(one_in(15)),
                 )
             )
-            if draw(st.integers(0, 29)) == 0:
+            if draw(one_in(100)):
                 objects.append(objects[-1])  # listed twice: pages moved under the listing
+    if draw(st.booleans()):  # half the fleets share Secrets and policies across runs; they rarely delete
+        objects = [wire(o, objects, runs, draw) for o in objects]
 
     def source(known: dict, failed: set) -> Keyed | None:
         shape = draw(st.sampled_from(["complete"] * 6 + ["partial", "down"]))
@@ -140,6 +148,24 @@ def k8s_fleets(draw) -> tuple[list[K8sObject], Evidence]:
         steps=source(step_known, set()),
     )
     return objects, evidence
+
+
+def wire(obj: K8sObject, objects: list[K8sObject], runs: list[str], draw) -> K8sObject:
+    """Some Pods mount Secrets (their run's or another's); NetworkPolicies select their own run's Pods,
+    other runs' Pods, every step Pod or the whole namespace."""
+    secrets = sorted({o.name for o in objects if o.kind == "Secret"})
+    if obj.kind == "Pod" and secrets and draw(st.booleans()):
+        return msgspec.structs.replace(obj, uses=tuple(draw(st.lists(st.sampled_from(secrets), max_size=2))))
+    if obj.kind == "NetworkPolicy":
+        own = obj.labels.get("iterion.io/run-id") or ""
+        selectors = {
+            "own": (("iterion.io/managed", "In", ("true",)), ("iterion.io/run-id", "In", (own,))),
+            "runs": (("iterion.io/managed", "In", ("true",)), ("iterion.io/run-id", "In", tuple(runs))),
+            "steps": (("iterion.io/step", "Exists", ()),),
+            "namespace": (),
+        }
+        return msgspec.structs.replace(obj, selects=selectors[draw(st.sampled_from(sorted(selectors)))])
+    return obj
 
 
 configs = st.builds(
@@ -202,6 +228,16 @@ def test_k8s_never_deletes_without_positive_evidence(fleet, config, phase) -> No
         assert not any(o.deleting for o in siblings if o.kind == "Pod")
         assert all(NOW - o.created >= 5 * M for o in siblings)
         assert not any(o.containers.get("results-egress") is False for o in siblings)
+        for sibling in siblings:  # no Pod outside the run uses its Secrets or is isolated by its policy
+            strangers = [
+                o
+                for o in objects
+                if o.kind == "Pod" and o.cluster == obj.cluster and o.namespace == sibling.namespace
+                if o.labels.get("iterion.io/run-id") != run_key
+            ]
+            assert not (sibling.kind == "Secret" and any(sibling.name in o.uses for o in strangers))
+            if sibling.kind == "NetworkPolicy" and sibling.selects is not None:
+                assert not any(selector_matches(sibling.selects, o.labels) for o in strangers)
 
 
 @PROPS
@@ -304,3 +340,63 @@ def test_result_does_not_depend_on_input_order(fleet, k8s, writers, config, phas
     shuffled = list(resources)
     rnd.shuffle(shuffled)
     assert _summary(run(resources, ev, config, phase)) == _summary(run(shuffled, ev, config, phase))
+
+
+@PROPS
+@given(
+    st.sampled_from(["own", "runs", "steps", "namespace"]),
+    st.lists(
+        st.tuples(
+            st.sampled_from(["ci", "other"]),
+            st.sampled_from([None, "r2"]),
+            st.booleans(),
+            st.lists(st.sampled_from(["r1-files", "r1-ca", "r2-files"]), max_size=2),
+        ),
+        max_size=4,
+    ),
+)
+def test_an_orphaned_run_is_deleted_exactly_when_no_pod_outside_it_uses_it(selector, strangers) -> None:
+    """Reaps the orphan unless a Pod outside the run, in its namespace, mounts one of its Secrets or is
+    selected by its NetworkPolicy; the oracle spells out each selector by hand."""
+    managed = {"iterion.io/managed": "true"}
+    selects = {
+        "own": (("iterion.io/managed", "In", ("true",)), ("iterion.io/run-id", "In", ("r1",))),
+        "runs": (("iterion.io/managed", "In", ("true",)), ("iterion.io/run-id", "In", ("r1", "r2"))),
+        "steps": (("iterion.io/step", "Exists", ()),),
+        "namespace": (),
+    }[selector]
+    members = [
+        K8sObject("Pod", "c1", "ci", "sandbox-r1", "u-pod", {**managed, "iterion.io/run-id": "r1"}, NOW - H),
+        K8sObject("Secret", "c1", "ci", "r1-files", "u-files", {**managed, "iterion.io/run-id": "r1"}, NOW - H),
+        K8sObject("Secret", "c1", "ci", "r1-ca", "u-ca", {**managed, "iterion.io/run-id": "r1"}, NOW - H),
+        K8sObject(
+            "NetworkPolicy", "c1", "ci", "r1", "u-np", {**managed, "iterion.io/run-id": "r1"}, NOW - H, selects=selects
+        ),
+    ]
+    pods = []
+    for i, (namespace, run_key, step, uses) in enumerate(strangers):
+        labels = {**managed, **({"iterion.io/run-id": run_key} if run_key else {})}
+        labels |= {"iterion.io/step": "s"} if step else {}
+        pods.append(K8sObject("Pod", "c1", namespace, f"stranger-{i}", f"u-{i}", labels, NOW - H, uses=tuple(uses)))
+
+    def isolates(pod: K8sObject) -> bool:
+        return {
+            "own": False,  # strangers never carry run r1's label
+            "runs": pod.labels.get("iterion.io/run-id") in ("r1", "r2"),
+            "steps": "iterion.io/step" in pod.labels,
+            "namespace": True,
+        }[selector]
+
+    near = [pod for pod in pods if pod.namespace == "ci"]
+    used = any({"r1-files", "r1-ca"} & set(pod.uses) for pod in near) or any(isolates(pod) for pod in near)
+    evidence = Evidence(
+        leases=Keyed(known={"r2": None}, complete=True),
+        runs=Keyed(known={"r1": "failed", "r2": "running"}, complete=True),
+    )
+    config = settings(budget={"min_stale": 100, "max_stale_fraction": 1.0})
+    got = {
+        (d.action, d.reason)
+        for d in run([*members, *pods], evidence, config, Phase.ENFORCEMENT).decisions
+        if d.resource in members
+    }
+    assert got == ({(Action.REPORT, "in_use_outside_run")} if used else {(Action.DELETE, "sandbox_orphan")})

@@ -277,13 +277,16 @@ class _PodIndex:
                 self.by_label[(pod.namespace, key, value)].append(pod)
 
     def selected(self, policy: K8sObject) -> Iterable[K8sObject]:
-        """The Pods a NetworkPolicy may select: narrowed by one of its single-value ``In`` requirements."""
-        for key, operator, values in policy.selects or ():
-            if operator == "In" and len(values) == 1:
-                candidates = self.by_label.get((policy.namespace, key, values[0]), [])
-                break
-        else:
-            candidates = self.by_namespace.get(policy.namespace, [])
+        """The Pods a NetworkPolicy may select: narrowed by its rarest single-value ``In`` requirement.
+
+        The rarest, because a run's policy also requires labels every sandbox carries (managed=true).
+        """
+        shortlists = [
+            self.by_label.get((policy.namespace, key, values[0]), [])
+            for key, operator, values in policy.selects or ()
+            if operator == "In" and len(values) == 1
+        ]
+        candidates = min(shortlists, key=len, default=self.by_namespace.get(policy.namespace, []))
         return (pod for pod in candidates if selector_matches(policy.selects or (), pod.labels))
 
 
