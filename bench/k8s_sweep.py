@@ -194,8 +194,7 @@ def main() -> None:
     per_run = 4 + 1 + 1 + 1 + 3 + 3
     POD_SHUTDOWN = K8sFaults.pod_shutdown
     io_bound = (
-        pages * args.latency
-        + runs_reaped * (per_run * args.latency + POD_SHUTDOWN) / config.k8s.delete_concurrency
+        pages * args.latency + runs_reaped * (per_run * args.latency + POD_SHUTDOWN) / config.k8s.delete_concurrency
     )
     rate_bound = max(0, reaped - 1) / args.rate
     lower = max(io_bound, rate_bound)
