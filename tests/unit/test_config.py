@@ -84,6 +84,9 @@ def _error(tmp_path: Path, text: str) -> str:
         ("ledger: {retention: P99999999999D}\n", "ledger.retention: expected a duration of at most 24855d"),
         ("[" * 5000 + "]" * 5000 + "\n", "(top level): nested too deeply"),
         ("gce: {slack: 1h}\x00\n", "not valid YAML: unacceptable character #x0000"),
+        # A run too short to delete in: deletes stop request_timeout + ledger.timeout + 5 s before its end.
+        ("airflow: {run_timeout: 80s}\n", "airflow.run_timeout: expected at least 0:01:30 with gce.request_timeout"),
+        ("airflow: {k8s_schedule: 50s}\n", "airflow.k8s_schedule: expected at least 0:00:55.555"),
     ],
 )
 def test_bad_config_names_file_key_and_expectation(tmp_path: Path, text: str, expected: str) -> None:
@@ -152,3 +155,10 @@ def test_a_file_that_is_not_utf8_is_a_clear_error(tmp_path: Path) -> None:
     path.write_bytes(b"gce: {slack: \xff1h}\n")
     with pytest.raises(ConfigError, match=r"c\.yaml: \(top level\): expected UTF-8 text, byte 13 is not"):
         load_config(path)
+
+
+def test_the_shortest_run_timeout_leaves_a_margin_of_room_to_delete(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("airflow: {run_timeout: 90s}\n")
+    config = load_config(path)
+    assert config.run_timeout("gce") == 2 * config.send_margin("gce") == timedelta(seconds=90)

@@ -1,12 +1,15 @@
-"""How the sweep cuts deletes into batches (``cut_batches``): scopes in turns, a run never split."""
+"""How the sweep cuts deletes into batches (``cut_batches``): scopes in turns, a run never split; and
+which plans a delete task may run (``stale``): only its own execution's, under its lease and config."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from reaper.config import parse_settings
 from reaper.model import GceInstance, K8sObject
-from reaper.sweep.deletes import cut_batches
+from reaper.sweep.deletes import PlanRef, config_digest, cut_batches, stale
 from tests.builders import D, inst, obj
 
 
@@ -64,3 +67,36 @@ def test_a_run_is_never_split_across_batches(objects: list[K8sObject], size: int
         for o in batch:
             assert home.setdefault(_run(o), i) == i, f"run {_run(o)} split across batches"
     assert sorted(o.uid for b in batches for o in b) == sorted(o.uid for o in objects)
+
+
+_LOCKED_DOWN = [
+    {"gce": {"protected_projects": ["ci-project-a"]}},
+    {"rules": {"terminated": "off"}},
+    {"max_deletions_per_sweep": 0},
+    {"budget": {"min_stale": 4}},
+]
+
+
+@pytest.mark.parametrize("change", _LOCKED_DOWN)
+def test_a_plan_made_under_another_config_is_stale(change: dict[str, object]) -> None:
+    # DESIGN.md 6: an operator who locks the target down between plan and delete must win.
+    before = PlanRef(1, "token", config_digest(parse_settings({}, "x")))
+    after = PlanRef(1, "token", config_digest(parse_settings(change, "x")))
+    assert stale(before, after) == "planned under another config"
+
+
+@pytest.mark.parametrize(
+    ("plan", "why"),
+    [
+        (PlanRef(1, "t", "c"), "planned by execution 1 of this run; this is execution 2"),
+        (PlanRef(2, "other", "c"), "planned under another sweep lease than the one this task runs under"),
+    ],
+)
+def test_a_plan_of_another_execution_or_lease_is_stale(plan: PlanRef, why: str) -> None:
+    assert stale(plan, PlanRef(2, "t", "c")) == why
+
+
+def test_only_the_same_execution_lease_and_config_may_run_a_plan() -> None:
+    digest = config_digest(parse_settings({"gce": {"slack": "2h"}}, "x"))
+    assert digest == config_digest(parse_settings({"gce": {"slack": "2h"}}, "y"))  # the source is not the config
+    assert stale(PlanRef(3, "t", digest), PlanRef(3, "t", digest)) is None
