@@ -177,9 +177,37 @@ class _Projected(msgspec.Struct):
     sources: list[_Projection] = []
 
 
+class _VolumeSource(msgspec.Struct):
+    """The Secret references of the volume plugins that take one (CSI, Ceph, RBD, iSCSI, Flex, ...)."""
+
+    secretRef: _Ref | None = None
+    nodePublishSecretRef: _Ref | None = None  # CSI
+
+
+_SECRET_REF_PLUGINS = ("csi", "cephfs", "cinder", "flexVolume", "iscsi", "rbd", "scaleIO", "storageos")
+
+
 class _Volume(msgspec.Struct):
     secret: _SecretVolume | None = None
     projected: _Projected | None = None
+    azureFile: _SecretVolume | None = None
+    csi: _VolumeSource | None = None
+    cephfs: _VolumeSource | None = None
+    cinder: _VolumeSource | None = None
+    flexVolume: _VolumeSource | None = None
+    iscsi: _VolumeSource | None = None
+    rbd: _VolumeSource | None = None
+    scaleIO: _VolumeSource | None = None
+    storageos: _VolumeSource | None = None
+
+    def secret_names(self) -> set[str]:
+        """Every Secret this volume names."""
+        names = {source.secretName for source in (self.secret, self.azureFile) if source}
+        if self.projected:
+            names |= {p.secret.name for p in self.projected.sources if p.secret}
+        for source in filter(None, (getattr(self, plugin) for plugin in _SECRET_REF_PLUGINS)):
+            names |= {ref.name for ref in (source.secretRef, source.nodePublishSecretRef) if ref}
+        return names
 
 
 class _Requirement(msgspec.Struct):
@@ -198,6 +226,7 @@ class _Spec(msgspec.Struct):
 
     containers: list[_Container] = []
     initContainers: list[_Container] = []
+    ephemeralContainers: list[_Container] = []  # `kubectl debug`: read for the Secrets they use only
     activeDeadlineSeconds: int | None = None
     restartPolicy: str = "Always"  # the API's default
     volumes: list[_Volume] = []
@@ -259,10 +288,11 @@ def _containers(spec: _Spec, status: _Status) -> dict[str, bool]:
 
 
 def _secrets_used(spec: _Spec) -> tuple[str, ...]:
-    """Every Secret a Pod mounts or reads: volumes (plain and projected), env, envFrom, image pull secrets."""
-    names = {v.secret.secretName for v in spec.volumes if v.secret}
-    names |= {p.secret.name for v in spec.volumes if v.projected for p in v.projected.sources if p.secret}
-    for c in spec.containers + spec.initContainers:
+    """Every Secret a Pod mounts or reads: any volume that names one, env and envFrom of every kind of
+    container, image pull secrets. A reference missed here could let an orphaned run's Secret go while
+    a Pod outside the run still uses it (``in_use_outside_run``)."""
+    names = set().union(*(v.secret_names() for v in spec.volumes))
+    for c in spec.containers + spec.initContainers + spec.ephemeralContainers:
         names |= {e.valueFrom.secretKeyRef.name for e in c.env if e.valueFrom and e.valueFrom.secretKeyRef}
         names |= {e.secretRef.name for e in c.envFrom if e.secretRef}
     names |= {ref.name for ref in spec.imagePullSecrets}

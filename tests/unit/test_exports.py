@@ -93,17 +93,26 @@ def test_deletion_protection_is_read_from_the_instance() -> None:
     )
 
 
+# Volume plugins of the Pod API that name a Secret in `secretRef`.
+_SECRET_REF_VOLUMES = ("cephfs", "cinder", "flexVolume", "iscsi", "rbd", "scaleIO", "storageos")
+
+
 def test_a_pods_secrets_are_every_one_it_mounts_or_reads() -> None:
     raw = pod(EXIT_0)
     raw["spec"]["volumes"] = [
         {"name": "a", "secret": {"secretName": "mounted"}},
         {"name": "b", "projected": {"sources": [{"secret": {"name": "projected"}}, {"configMap": {"name": "cm"}}]}},
         {"name": "c", "emptyDir": {}},
+        {"name": "d", "csi": {"driver": "secrets-store.csi.k8s.io", "nodePublishSecretRef": {"name": "csi"}}},
+        {"name": "e", "azureFile": {"secretName": "azure", "shareName": "s"}},
+        *({"name": k, k: {"secretRef": {"name": k}}} for k in _SECRET_REF_VOLUMES),
     ]
     raw["spec"]["containers"][0]["env"] = [{"name": "T", "valueFrom": {"secretKeyRef": {"name": "env", "key": "t"}}}]
     raw["spec"]["containers"][0]["envFrom"] = [{"secretRef": {"name": "env-from"}}, {"configMapRef": {"name": "cm"}}]
+    raw["spec"]["ephemeralContainers"] = [{"name": "debug", "envFrom": [{"secretRef": {"name": "debugger"}}]}]
     raw["spec"]["imagePullSecrets"] = [{"name": "pull"}]
-    assert normalize(raw).uses == ("env", "env-from", "mounted", "projected", "pull")
+    expected = {"env", "env-from", "mounted", "projected", "pull", "csi", "azure", "debugger", *_SECRET_REF_VOLUMES}
+    assert normalize(raw).uses == tuple(sorted(expected))
 
 
 def test_a_networkpolicy_selector_becomes_requirements() -> None:
