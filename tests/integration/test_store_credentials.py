@@ -16,7 +16,7 @@ import re
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import nats
 import pytest
@@ -230,4 +230,52 @@ def test_a_refused_or_unreachable_nats_is_unknown_and_leaks_nothing(monkeypatch,
     _conn(monkeypatch, "nats_auth", conn_type="generic", host="127.0.0.1", port=port, login="reaper", password=password)
     assert NatsLeases(nats_options("nats_auth"), NatsLeaseConfig(timeout="1s")).read() is None
     assert any("every lease unknown" in r.getMessage() for r in caplog.records)
+    assert_logs_clean(caplog)
+
+
+# --- PostgreSQL -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def postgres_login(postgres: str) -> Iterator[tuple[str, str, str, int]]:
+    """A role of this test's own whose password is PASSWORD, and the test's database with a step_runs row."""
+    import uuid
+
+    import psycopg
+    from psycopg import sql
+
+    role = f"reaper_pw_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(postgres, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(role), sql.Literal(PASSWORD)))
+        admin.execute("CREATE TABLE step_runs (run_id text, step text, attempt int, status text, results jsonb)")
+        admin.execute("INSERT INTO step_runs VALUES ('r1', 'build', 1, 'failed', NULL)")
+        admin.execute(sql.SQL("GRANT SELECT ON step_runs TO {}").format(sql.Identifier(role)))
+    dsn = urlsplit(postgres)
+    yield role, dsn.path.lstrip("/"), dsn.hostname or "127.0.0.1", dsn.port or 5432
+    with psycopg.connect(postgres, autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+        admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+@pytest.mark.parametrize("where", ["reachable", "unreachable"])
+def test_a_postgres_password_arrives_intact_and_leaks_nothing(monkeypatch, caplog, postgres_login, where) -> None:
+    """The password is a connect argument: libpq gets it byte for byte (the server checks it where it
+    asks for one) and it is in no log line when the server cannot be reached."""
+    from reaper.config import PostgresStepStoreConfig
+    from reaper.stores.postgres import PostgresStepStore, postgres_connect
+
+    caplog.set_level(logging.DEBUG)
+    role, database, host, port = postgres_login
+    port = port if where == "reachable" else free_port()
+    fields = {"host": host, "port": port, "login": role, "password": PASSWORD, "schema": database}
+    _conn(monkeypatch, "pg_auth", conn_type="postgres", **fields)
+    connect = postgres_connect("pg_auth", 2.0)
+    answer = PostgresStepStore(connect, PostgresStepStoreConfig()).read([("r1", "build", "1")])
+    if where == "reachable":
+        with connect() as conn:
+            assert (conn.info.user, conn.info.password) == (role, PASSWORD)
+        assert answer.known == {"r1/build/1": ("failed", False)}
+    else:
+        assert answer.failed == {"r1/build/1"}
+        assert any("step_runs unreadable" in r.getMessage() for r in caplog.records)
     assert_logs_clean(caplog)
