@@ -469,3 +469,57 @@ def test_a_run_with_two_pods_is_reaped_in_one_sweep_pods_first(world) -> None:
     assert delete_batch(w.ledger, target, Fence(IDS, HOLDER, str(lease["token"]), None), victim) == {"deleted": 5}
     assert w.victim() == {}
     assert_pod_first(w)
+
+
+def _answer_lost(_: tuple[str, ...]) -> None:
+    raise ApiError(503, "ServiceUnavailable", "the answer never reached the client")  # the delete was applied
+
+
+POD_A = "Pod/ci/sandbox-orphan-a"  # the first object deleted
+API_FAULTS = {
+    "re-read throttled, failing, slow": ("get", ["429", "503", "timeout"]),
+    "delete throttled, failing, slow": ("delete", ["429", "503", "timeout"]),
+    "Pod listing failing": ("list", ["503", "429"]),
+    "delete applied, answer lost": ("delete", "lost"),
+    "delete 409": ("delete", ["409"]),
+    "delete 412": ("delete", ["412"]),
+    "every try of a delete failing": ("delete", ["503"] * 5),
+}
+
+
+@pytest.mark.parametrize("case", API_FAULTS)
+def test_api_faults_give_one_outcome_per_intent_and_no_second_delete(world, case: str) -> None:
+    w, emulator, mongo_port = world
+    kind, faults = API_FAULTS[case]
+    w.cluster.faults.timeout_delay = 0.2
+    if faults == "lost":
+        w.cluster.on("after", "delete", _answer_lost)
+    else:
+        w.cluster.faults.fail_next[kind] = list(faults)
+    run_sweep(w, emulator, mongo_port, "none")
+    records = list(w.ledger.records.find({"action": "outcome"}))
+    intents = Counter(r["uid"] for r in w.ledger.records.find({"action": "delete_intent"}))
+    assert all(n == 1 for n in Counter(r["uid"] for r in records).values()) and set(intents) <= {
+        r["uid"] for r in records
+    }, "an intent without exactly one outcome"
+    assert set(Counter(w.cluster.deletes[i][1:] for i in range(len(w.cluster.deletes))).values()) <= {1}
+    assert_pod_first(w)
+    assert all(f"sandbox-{run}" in w.cluster.names() for run in LIVE)
+    by_run: dict[str, dict[str, str]] = {}
+    for r in records:
+        run = r["name"].split("/")[-1].removeprefix("sandbox-").removesuffix("-files").removesuffix("-egress-ca")
+        by_run.setdefault(run, {})[r["name"]] = r["result"]
+    stopped = {run: results for run, results in by_run.items() if set(results.values()) != {"deleted"}}
+    if case in ("delete 409", "delete 412", "every try of a delete failing"):
+        # The first delete is a Pod's: that run alone stops there, whole; the others are reaped.
+        ((run, results),) = stopped.items()
+        pod = "changed_since_plan" if case != "every try of a delete failing" else "failed"
+        assert sorted(results.values()) == sorted([pod, "not_attempted", "not_attempted", "not_attempted"])
+        assert sum(run in name for (_, _, name) in w.cluster.objects) == 4
+    elif case == "delete applied, answer lost":
+        # The retry finds the Pod gone (404 after its own call: deleted) or still terminating (its
+        # resourceVersion changed: 409): then the rest of the run waits for a later sweep.
+        assert stopped in ({}, {"orphan-a": {**{n: "not_attempted" for n in by_run["orphan-a"]}, POD_A: "terminating"}})
+    else:
+        assert stopped == {} and len(by_run) == len((*ORPHANS, VICTIM))
+        assert not any(run in name for run in (*ORPHANS, VICTIM) for name in w.cluster.names())

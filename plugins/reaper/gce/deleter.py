@@ -148,6 +148,8 @@ class GceDeleter:
         except gexc.NotFound:
             # A 404 after an earlier attempt of this call timed out or failed is this call's own work.
             return self._gone(inst, guard, "delete", sent=attempts > 1)
+        except (gexc.Conflict, gexc.PreconditionFailed) as exc:  # DESIGN.md 6: changed under us
+            return self._outcome(inst, CHANGED, f"delete: {exc.code} {type(exc).__name__}")
         except Halted as exc:
             return self._outcome(inst, UNCONFIRMED, f"the delete call's answer was lost and no retry was sent: {exc}")
         except Exception as exc:

@@ -9,7 +9,7 @@ are asked for as metadata only (a Secret's delete would otherwise echo its data)
 graceful: while the Pod is still terminating (grace period, finalizers) its containers may run, so it
 is recorded ``terminating`` and the run's Secrets and NetworkPolicy wait for a later sweep that finds it
 gone. 404 means already gone (``deleted`` when this sweep's own delete call went out first); 409
-means changed under us. A run stops at its first object that is not gone: a Pod that could not be
+or 412 means changed under us. A run stops at its first object that is not gone: a Pod that could not be
 deleted keeps the Secrets it may mount. 429 and 5xx are retried with backoff, bounded, each retry guarded.
 """
 
@@ -228,10 +228,12 @@ class K8sDeleter:
                 if attempts > 1 or obj.uid in guard.sent_before:
                     return self._outcome(obj, DELETED, "404 after this sweep's delete call")
                 return self._outcome(obj, ALREADY_GONE, "404 on delete")
-            if exc.status == 409:
+            if exc.status in (409, 412):
                 if obj.kind == "Pod" and self._terminating(api, obj):
-                    return self._outcome(obj, TERMINATING, "409, and the Pod is already terminating")
-                return self._outcome(obj, CHANGED, "409: a precondition failed (recreated, relabelled or opted out)")
+                    return self._outcome(obj, TERMINATING, f"{exc.status}, and the Pod is already terminating")
+                return self._outcome(
+                    obj, CHANGED, f"{exc.status}: a precondition failed (recreated, relabelled or opted out)"
+                )
             return self._outcome(obj, FAILED, f"HTTP {exc.status} {exc.reason}")
         except Halted as exc:
             return self._outcome(obj, UNCONFIRMED, f"the delete call's answer was lost and no retry was sent: {exc}")
