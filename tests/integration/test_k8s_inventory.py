@@ -8,8 +8,12 @@ from collections import Counter
 
 import pytest
 
+from include.emulators.k8s import RESOURCE_OF_KIND
+from include.emulators.shapes import kube_pod, kube_run
 from reaper.k8s.client import api_client_from_connection
 from reaper.k8s.inventory import incomplete_scopes, list_cluster
+from reaper.model import Evidence
+from tests.builders import NOW_DT, leases, plan, runs
 from tests.integration.conftest import fast_backoff
 from tests.integration.k8s_helpers import MANAGED, seed_pod, seed_run
 
@@ -108,3 +112,46 @@ def test_a_repeated_continue_token_stops_the_list_and_marks_the_cluster_incomple
     listing = list_cluster(api, "c1", MANAGED, fast_backoff(), 10, page_size=1)
     assert not listing.complete and all("repeated a continue token" in p for p in listing.problems)
     assert cluster.counters["list"] <= 3 * 3, "the list kept following the same token"
+
+
+def _sidecar_pod(run: str, created: float, phase: str, state: dict, restart_policy: str, native: bool) -> dict:
+    """A run's Pod whose results-egress sidecar reports ``state``, as the API server serves it."""
+    labels = {**MANAGED, "iterion.io/run-id": run}
+    pod = kube_pod(f"sandbox-{run}", "ci", f"{run}-pod", labels, created, phase=phase)
+    pod["spec"]["restartPolicy"] = restart_policy  # type: ignore[index]
+    status = {"name": "results-egress", "image": "registry.example/egress:0.3", "restartCount": 0, "state": state}
+    if native:  # a native sidecar: an init container with restartPolicy Always
+        pod["spec"]["initContainers"] = [{"name": "results-egress", "restartPolicy": "Always"}]  # type: ignore[index]
+        pod["status"]["initContainerStatuses"] = [status]  # type: ignore[index]
+    else:
+        pod["spec"]["containers"].append({"name": "results-egress"})  # type: ignore[index]
+        pod["status"]["containerStatuses"].append(status)  # type: ignore[index]
+    return pod
+
+
+RUNNING = {"running": {"startedAt": "2026-11-29T11:00:00Z"}}
+EXIT_1 = {"terminated": {"exitCode": 1, "reason": "Error"}}
+SIDECARS = {  # issue 17.2: each of these still holds results in its emptyDir
+    "succeeded-sidecar-running": ("Succeeded", RUNNING, "Never", False),
+    "failed-sidecar-running": ("Failed", RUNNING, "Never", False),
+    "native-sidecar-exit-1": ("Running", EXIT_1, "Never", True),
+    "exit-1-onfailure": ("Running", EXIT_1, "OnFailure", False),
+    "finished": ("Succeeded", {"terminated": {"exitCode": 0, "reason": "Completed"}}, "Never", False),
+}
+
+
+def test_an_egress_sidecar_that_may_still_upload_keeps_its_run_as_listed(kube) -> None:
+    """DESIGN.md 5 row 6 on Pods as the API server serves them: only a sidecar finished for good lets go."""
+    cluster, api, _ = kube
+    created = NOW_DT.timestamp() - 3600  # the builders' clock
+    for run, pod in SIDECARS.items():
+        for obj in kube_run(run, "ci", created, MANAGED):
+            obj = _sidecar_pod(run, created, *pod) if obj["kind"] == "Pod" else obj
+            cluster.create(RESOURCE_OF_KIND[obj["kind"]], "ci", obj)
+    objects = listing(api).objects
+    decided = plan(objects, Evidence(leases=leases([]), runs=runs(dict.fromkeys(SIDECARS, "succeeded"))))
+    reasons = {d.resource.labels["iterion.io/run-id"]: (d.action.value, d.reason) for d in decided.decisions}
+    assert reasons == {
+        **{run: ("report", "results_egress_in_progress") for run in SIDECARS if run != "finished"},
+        "finished": ("delete", "sandbox_orphan"),
+    }
