@@ -54,6 +54,17 @@ def test_k8s_enforcement_reaps_dead_runs_only(kube, nats_server, mongo_server, s
     assert "credentials" not in json.dumps(list(db.ledger.find({}, {"_id": 0, "at": 0})), default=str)
 
 
+def one_dead_run(kube, nats_server, mongo_server, sweeper, database: str):  # type: ignore[no-untyped-def]
+    """One run in the cluster, dead (no lease, failed in the run store ``database``); the DAG connected to it."""
+    cluster, _, emulator = kube
+    seed_run(cluster, "dead")
+    asyncio.run(put_leases(f"nats://127.0.0.1:{nats_server.port}", []))
+    client = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")
+    client[database]["runs"].insert_one({"_id": "dead", "status": "failed"})
+    sweeper.connect_k8s(emulator.kubeconfig(), nats_server.port)
+    return cluster, client
+
+
 def test_an_execution_whose_delete_task_is_stopped_still_writes_its_summary(
     kube, nats_server, mongo_server, sweeper, monkeypatch
 ) -> None:
@@ -62,12 +73,7 @@ def test_an_execution_whose_delete_task_is_stopped_still_writes_its_summary(
     import reaper.sweep.factory as factory
     from reaper.sweep.deletes import SweepHalted
 
-    cluster, _, emulator = kube
-    seed_run(cluster, "dead")
-    asyncio.run(put_leases(f"nats://127.0.0.1:{nats_server.port}", []))
-    client = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")
-    client["iterion_halted"]["runs"].insert_one({"_id": "dead", "status": "failed"})
-    sweeper.connect_k8s(emulator.kubeconfig(), nats_server.port)
+    _, client = one_dead_run(kube, nats_server, mongo_server, sweeper, "iterion_halted")
     sweeper.configure(
         {
             "gce": {"enabled": False},
@@ -92,12 +98,7 @@ def test_an_execution_whose_delete_task_is_stopped_still_writes_its_summary(
 def test_an_opt_out_added_while_the_dag_deletes_keeps_the_whole_run(kube, nats_server, mongo_server, sweeper) -> None:
     # The race harness once through the real DAG: the dead run's NetworkPolicy is opted out after the
     # plan, while its Pod waits for its delete (the emulator's hook on the Pod's re-read).
-    cluster, _, emulator = kube
-    seed_run(cluster, "dead")
-    asyncio.run(put_leases(f"nats://127.0.0.1:{nats_server.port}", []))
-    client = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")
-    client["iterion_optout"]["runs"].insert_one({"_id": "dead", "status": "failed"})
-    sweeper.connect_k8s(emulator.kubeconfig(), nats_server.port)
+    cluster, client = one_dead_run(kube, nats_server, mongo_server, sweeper, "iterion_optout")
     k8s = {"clusters": ["kube_e2e"], "mongo_run_store": {"database": "iterion_optout"}}
     sweeper.configure({"gce": {"enabled": False}, "k8s": k8s})
 

@@ -286,16 +286,22 @@ def test_api_faults_give_one_outcome_per_intent_and_no_second_delete(world, kind
         assert set(results.values()) == {"deleted"} and fleet.names("p") == set(LIVE)
 
 
-def test_a_delete_applied_before_the_kill_is_recorded_deleted_by_the_retry(world) -> None:
-    # Issue 18.4: the retry's re-read gets 404 for a VM this execution deleted itself.
+def planned(world) -> tuple[GceTarget, list[list[GceInstance]], Fence]:  # type: ignore[no-untyped-def]
+    """The harness's fleet seeded and planned: the target, its delete batches (the victim's last), a fence."""
     fleet, clients, ledger, _ = world
     seed(fleet, "RUNNING")
     cfg = config()
-    batches = plan_batches(clients, cfg, fleet, lambda: None, "none")
     target = GceTarget(cfg)
     target.__dict__["clients"] = clients
+    batches = plan_batches(clients, cfg, fleet, lambda: None, "none")
     lease = ledger.acquire("gce", HOLDER, timedelta(minutes=10))
-    fence = Fence(IDS, HOLDER, str(lease["token"]), None)
+    return target, batches, Fence(IDS, HOLDER, str(lease["token"]), None)
+
+
+def test_a_delete_applied_before_the_kill_is_recorded_deleted_by_the_retry(world) -> None:
+    # Issue 18.4: the retry's re-read gets 404 for a VM this execution deleted itself.
+    fleet, _, ledger, _ = world
+    target, batches, fence = planned(world)
     victim = batches[-1][0]
     for batch in batches[:-1]:
         delete_batch(ledger, target, fence, batch)
@@ -346,20 +352,16 @@ def test_losing_the_ledger_mid_batch_stops_every_send_and_the_retry_finishes(gce
 def test_a_delete_whose_answer_was_lost_is_unconfirmed_not_unattempted(world) -> None:
     # Review finding: the first delete call was applied, its answer lost (503); the retry was refused by
     # the deadline, and the ledger said the delete was never sent.
-    fleet, clients, ledger, _ = world
-    seed(fleet, "RUNNING")
-    cfg = config()
-    target = GceTarget(cfg)
-    target.__dict__["clients"] = clients
-    victim = plan_batches(clients, cfg, fleet, lambda: None, "none")[-1][0]
-    lease = ledger.acquire("gce", HOLDER, timedelta(minutes=10))
+    fleet, _, ledger, _ = world
+    target, batches, fence = planned(world)
+    victim = batches[-1][0]
 
     def applied_but_lost(_: tuple[str, ...]) -> None:
         time.sleep(1.2)  # past the task's deadline
         raise ApiError(503, "backendError", "the answer is lost")
 
     fleet.on("after", "delete", applied_but_lost)
-    fence = Fence(IDS, HOLDER, str(lease["token"]), time.time() + 1.0)
+    fence = Fence(fence.ids, fence.holder, fence.token, time.time() + 1.0)
     assert delete_batch(ledger, target, fence, [victim]) == {"unconfirmed": 1}
     assert fleet.deleted_ids == [victim.id]  # it did go out
     assert ledger.records.find_one({"action": "delete_intent", "uid": victim.id})["sent"] is True
@@ -368,14 +370,9 @@ def test_a_delete_whose_answer_was_lost_is_unconfirmed_not_unattempted(world) ->
 def test_a_retry_never_forgets_that_an_earlier_try_sent_the_delete(world) -> None:
     # Second review: a retry rewrote the intent with sent=False before its re-read; when its own outcome
     # write then failed, the next try took this sweep's delete for someone else's (already_gone).
-    fleet, clients, ledger, _ = world
-    seed(fleet, "RUNNING")
-    cfg = config()
-    target = GceTarget(cfg)
-    target.__dict__["clients"] = clients
-    victim = plan_batches(clients, cfg, fleet, lambda: None, "none")[-1][0]
-    lease = ledger.acquire("gce", HOLDER, timedelta(minutes=10))
-    fence = Fence(IDS, HOLDER, str(lease["token"]), None)
+    fleet, _, ledger, _ = world
+    target, batches, fence = planned(world)
+    victim = batches[-1][0]
     base = {**IDS, "target": "gce", "scope": "p", "uid": victim.id, "name": VICTIM}
     ledger.write([{**base, "action": "delete_intent", "kind": "intent", "sent": True}])  # try 1 sent it, died
     vanish(fleet)  # its operation completed

@@ -121,7 +121,7 @@ class K8sDeleter:
         the run exists (a retried step reusing the run's Secrets, a Pod that lost the managed label),
         its remaining objects, and its evidence. The wait for a Pod to go can take its whole shutdown.
         """
-        stopped = guard.check()
+        stopped = guard.check(lease=False)  # the lease is read before each send, after the token
         if not stopped:
             self.buckets.acquire(members[0].cluster)  # before the re-reads: no wait between them and the delete
             changed = self._changed(members) or self._evidence_changed(members[0])
