@@ -77,9 +77,13 @@ class SendGuard:
             return "deadline reached: left for the next sweep"
         return self._lease() if lease and self._lease else None
 
-    def before_send(self, resource: Resource) -> str | None:
-        """Check, then make the intent durable. None: send now. A failed intent write halts the task."""
-        why = self.check()
+    def before_send(self, resource: Resource, lease: bool = True) -> str | None:
+        """Check, then make the intent durable. None: send now. A failed intent write halts the task.
+
+        ``lease=False`` where a re-read comes between this and the send, and the lease is checked
+        after it, right before the send (:meth:`check`): one lease read per send either way.
+        """
+        why = self.check(lease)
         if why:
             return why
         if self._intent:

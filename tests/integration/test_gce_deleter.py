@@ -142,3 +142,40 @@ def test_interleave_round_robins_projects_keeping_their_order() -> None:
 
     items = ["a1", "a2", "a3", "b1", "c1", "c2"]
     assert interleave(items, key=lambda s: s[0]) == ["a1", "b1", "c1", "a2", "c2", "a3"]
+
+
+def test_nothing_is_sent_when_the_re_read_outlasts_the_deadline_or_the_lease(gce) -> None:
+    # Review finding: the guard was checked before the re-read only; a retried re-read (up to 5 tries of
+    # request_timeout) could carry the delete past the deadline, or past a lease taken over meanwhile.
+    from reaper.fence import SendGuard
+
+    fleet, clients = gce
+    add_instance(fleet, "p", "us-east1-b", "stale", heartbeat_age=86400)
+    now, lost = [1000.0], []
+    late = SendGuard(deadline=1010.0, clock=lambda: now[0])
+    fleet.on("after", "get", lambda _: now.__setitem__(0, 2000.0))
+    taken = SendGuard(lease=lambda: "the sweep lease is held by another execution" if lost else None)
+    for guard, lose in ((late, lambda: None), (taken, lambda: fleet.on("after", "get", lambda _: lost.append(1)))):
+        lose()
+        (outcome,) = deleter(clients).delete(list(planned(clients).values()), guard)
+        assert outcome.result == "not_attempted"
+    assert fleet.counters["delete"] == 0 and fleet.names("p") == {"stale"}
+
+
+def test_a_refused_delete_is_failed_and_a_refused_retry_unconfirmed(gce) -> None:
+    # A delete by id carries no precondition: a 409/412 is the API refusing it (failed, so that a refusal
+    # repeating every sweep alerts); after an earlier try whose answer was lost, it may be that try's doing.
+    from include.emulators.http import ApiError
+
+    fleet, clients = gce
+    add_instance(fleet, "p", "us-east1-b", "refused", heartbeat_age=86400)
+    fleet.faults.fail_next["delete"] = ["412"]
+    assert results(deleter(clients).delete(list(planned(clients).values()))) == {"refused": "failed"}
+
+    def applied_but_lost(_: tuple[str, ...]) -> None:
+        fleet.faults.fail_next["delete"] = ["409"]  # the retry: the instance is being deleted
+        raise ApiError(503, "backendError", "the answer is lost")
+
+    fleet.on("after", "delete", applied_but_lost)
+    assert results(deleter(clients).delete(list(planned(clients).values()))) == {"refused": "unconfirmed"}
+    assert len(fleet.deleted_ids) == 1  # the first try's, applied once

@@ -114,3 +114,25 @@ def test_deletes_are_rate_limited_per_cluster(kube) -> None:
     assert time.monotonic() - started >= 11 / 10  # 12 deletes at 10/s
     times = sorted(t for t, *_ in cluster.deletes)
     assert max(sum(1 for u in times if t <= u <= t + 1.0) for t in times) <= 10 + 1
+
+
+def test_a_409_then_a_failed_read_of_the_pod_is_terminating_and_every_intent_has_its_outcome(kube) -> None:
+    # Review finding: after a 409 the Pod is read to see whether it is terminating; a failed read escaped
+    # the deleter and left the Pod's durable intent without an outcome. In doubt, it is terminating.
+    from include.emulators.http import ApiError
+    from reaper.fence import SendGuard
+
+    cluster, api, _ = kube
+    seed_run(cluster, "dead")
+    intents, outcomes = [], {}
+    guard = SendGuard(intent=lambda r: intents.append(r.uid), outcome=lambda r, res, _d: outcomes.update({r.uid: res}))
+
+    def refuse(_: tuple[str, ...]) -> None:
+        cluster.faults.fail_next["get"] = ["503"]  # the read that follows fails
+        raise ApiError(409, "Conflict", "Precondition failed: UID in precondition")
+
+    cluster.on("before", "delete", refuse)
+    K8sDeleter(lambda _: api, CONFIG, fast_backoff()).delete(planned(api), guard)
+    assert intents == ["dead-pod"] and outcomes["dead-pod"] == "terminating"
+    assert set(outcomes.values()) == {"terminating", "not_attempted"} and len(outcomes) == 4
+    assert len(cluster.objects) == 4

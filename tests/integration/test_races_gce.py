@@ -264,7 +264,7 @@ def test_nothing_changed_live_or_opted_out_is_deleted(world, point: str, mutatio
         ("delete", ["429", "503"]),
         ("operation_wait", ["503", "429"]),
         ("delete", ["503"] * 5),  # every try of the first delete fails: that instance alone fails
-        ("delete", ["409"]),  # DESIGN.md 6: changed under us, skipped and recorded
+        ("delete", ["409"]),  # refused: by id there is no precondition, so failed (it alerts if it repeats)
         ("delete", ["412"]),
     ],
 )
@@ -279,8 +279,7 @@ def test_api_faults_give_one_outcome_per_intent_and_no_second_delete(world, kind
     assert set(Counter(fleet.deleted_ids).values()) == {1}, "an instance was deleted twice"
     results = {r["name"]: r["result"] for r in ledger.records.find({"action": "outcome"})}
     if len(faults) == 5 or faults[0] in ("409", "412"):
-        first = "failed" if len(faults) == 5 else "changed_since_plan"
-        assert results == {BYSTANDERS[0]: first, BYSTANDERS[1]: "deleted", VICTIM: "deleted"}
+        assert results == {BYSTANDERS[0]: "failed", BYSTANDERS[1]: "deleted", VICTIM: "deleted"}
         assert fleet.names("p") == {BYSTANDERS[0], *LIVE}
     else:
         assert set(results.values()) == {"deleted"} and fleet.names("p") == set(LIVE)

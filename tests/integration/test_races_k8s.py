@@ -513,7 +513,7 @@ def test_api_faults_give_one_outcome_per_intent_and_no_second_delete(world, case
     if case in ("delete 409", "delete 412", "every try of a delete failing"):
         # The first delete is a Pod's: that run alone stops there, whole; the others are reaped.
         ((run, results),) = stopped.items()
-        pod = "changed_since_plan" if case != "every try of a delete failing" else "failed"
+        pod = "changed_since_plan" if case == "delete 409" else "failed"  # only a 409 is a failed precondition
         assert sorted(results.values()) == sorted([pod, "not_attempted", "not_attempted", "not_attempted"])
         assert sum(run in name for (_, _, name) in w.cluster.objects) == 4
     elif case == "delete applied, answer lost":

@@ -3,18 +3,21 @@
 For each planned instance, in this order (DESIGN.md section 6):
 
 1. the project's rate-limit token, first: a wait happens before the re-read, never between it and the delete;
-2. the guard (lease, deadline, stop) and the durable intent;
+2. the durable intent;
 3. the re-read, by numeric id: it must still be the planned VM (same id and name), carry the planned
    heartbeat label value (its manager has not come back), have the planned status class (a TERMINATED
    instance has not been restarted), match the selector, carry no opt-out label and have no deletion
-   protection; otherwise ``changed_since_plan``. Only the delete call follows it: one round trip;
-4. ``delete_unary`` by numeric id, which the Compute API takes in place of the name: a VM recreated under
+   protection; otherwise ``changed_since_plan``;
+4. the guard (the sweep lease, the deadline, a stop): the re-read may have spent its retries;
+5. ``delete_unary`` by numeric id, which the Compute API takes in place of the name: a VM recreated under
    the same name after the re-read has another id and can never be the one deleted;
-5. a wait on the zone operation (same client options: the SDK's poller would poll the real endpoint),
+6. a wait on the zone operation (same client options: the SDK's poller would poll the real endpoint),
    cut short at the guard's deadline (``operation_pending``).
 
 A 404 means already gone, or ``deleted`` when this sweep's own delete call may have caused it. 429, 5xx and
-timeouts are retried with backoff, each retry guarded again; then that instance alone fails.
+timeouts are retried with backoff, each retry guarded again; then that instance alone fails. A 409 or 412
+is ``failed`` (``unconfirmed`` on a retry, which an earlier try may have caused): a delete by id has no
+precondition, and a refusal that repeats every sweep must raise the failed-deletions alert.
 """
 
 from __future__ import annotations
@@ -111,11 +114,11 @@ class GceDeleter:
         return self._outcome(inst, ALREADY_GONE, f"404 on {where}")
 
     def _delete_one(self, inst: GceInstance, guard: SendGuard) -> Outcome:
-        why = guard.check(lease=False)  # no token waited for past the deadline; the lease is read after it
+        why = guard.check(lease=False)  # no token waited for past the deadline
         if why:
             return self._outcome(inst, NOT_ATTEMPTED, why)
         self.buckets.acquire(inst.project)  # before the re-read: no wait between it and the delete
-        why = guard.before_send(inst)  # the lease and the durable intent, before the re-read too
+        why = guard.before_send(inst, lease=False)  # the durable intent, before the re-read too
         if why:
             return self._outcome(inst, NOT_ATTEMPTED, why)
         # By id: a VM recreated under the name is another instance, and this one is gone.
@@ -134,6 +137,9 @@ class GceDeleter:
         changes = self._changes(inst, current)
         if changes:
             return self._outcome(inst, CHANGED, "; ".join(changes))
+        why = guard.check()  # the lease and the deadline right before the send: the re-read may have taken retries
+        if why:
+            return self._outcome(inst, NOT_ATTEMPTED, why)
         attempts = 0
 
         def send() -> compute_v1.Operation:
@@ -148,8 +154,11 @@ class GceDeleter:
         except gexc.NotFound:
             # A 404 after an earlier attempt of this call timed out or failed is this call's own work.
             return self._gone(inst, guard, "delete", sent=attempts > 1)
-        except (gexc.Conflict, gexc.PreconditionFailed) as exc:  # DESIGN.md 6: changed under us
-            return self._outcome(inst, CHANGED, f"delete: {exc.code} {type(exc).__name__}")
+        except (gexc.Conflict, gexc.PreconditionFailed) as exc:
+            if attempts > 1:  # an earlier try's answer was lost: it may have been applied, and be the conflict
+                return self._outcome(inst, UNCONFIRMED, f"delete: {exc.code} on a retry of a delete that may have gone")
+            # A delete by id carries no precondition: a refusal is a failure, which alerts if it repeats.
+            return self._outcome(inst, FAILED, f"delete: {exc.code} {type(exc).__name__}: {exc.message}")
         except Halted as exc:
             return self._outcome(inst, UNCONFIRMED, f"the delete call's answer was lost and no retry was sent: {exc}")
         except Exception as exc:

@@ -8,9 +8,10 @@ opted out after the plan answers 409 and is skipped, and ``propagationPolicy: Ba
 are asked for as metadata only (a Secret's delete would otherwise echo its data). A Pod's delete is
 graceful: while the Pod is still terminating (grace period, finalizers) its containers may run, so it
 is recorded ``terminating`` and the run's Secrets and NetworkPolicy wait for a later sweep that finds it
-gone. 404 means already gone (``deleted`` when this sweep's own delete call went out first); 409
-or 412 means changed under us. A run stops at its first object that is not gone: a Pod that could not be
-deleted keeps the Secrets it may mount. 429 and 5xx are retried with backoff, bounded, each retry guarded.
+gone. 404 means already gone (``deleted`` when this sweep's own delete call went out first); 409 (a
+failed precondition) means changed under us; any other refusal is ``failed``. A run stops at its first
+object that is not gone: a Pod that could not be deleted keeps the Secrets it may mount. 429 and 5xx
+are retried with backoff, bounded, each retry guarded.
 """
 
 from __future__ import annotations
@@ -228,12 +229,10 @@ class K8sDeleter:
                 if attempts > 1 or obj.uid in guard.sent_before:
                     return self._outcome(obj, DELETED, "404 after this sweep's delete call")
                 return self._outcome(obj, ALREADY_GONE, "404 on delete")
-            if exc.status in (409, 412):
+            if exc.status == 409:  # what the API server answers a failed precondition
                 if obj.kind == "Pod" and self._terminating(api, obj):
-                    return self._outcome(obj, TERMINATING, f"{exc.status}, and the Pod is already terminating")
-                return self._outcome(
-                    obj, CHANGED, f"{exc.status}: a precondition failed (recreated, relabelled or opted out)"
-                )
+                    return self._outcome(obj, TERMINATING, "409, and the Pod is already terminating")
+                return self._outcome(obj, CHANGED, "409: a precondition failed (recreated, relabelled or opted out)")
             return self._outcome(obj, FAILED, f"HTTP {exc.status} {exc.reason}")
         except Halted as exc:
             return self._outcome(obj, UNCONFIRMED, f"the delete call's answer was lost and no retry was sent: {exc}")
@@ -248,13 +247,14 @@ class K8sDeleter:
         return Outcome(obj.cluster, obj.kind, obj.namespace, obj.name, obj.uid, result, detail)
 
     def _terminating(self, api: k8s.ApiClient, obj: K8sObject) -> bool:
-        """Whether the planned Pod (same uid) still exists with a deletionTimestamp."""
+        """Whether the planned Pod (same uid) still exists with a deletionTimestamp; in doubt (a failed
+        read), it is: the run's Secrets and NetworkPolicy then wait for a later sweep."""
         try:
             meta = _ANSWER.decode(call(api, "GET", self._path(obj), self.timeout, accept=METADATA)).metadata
         except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
+            return exc.status != 404
+        except Exception:
+            return True
         return meta.uid == obj.uid and meta.deletionTimestamp is not None
 
     def _still_terminating(self, api: k8s.ApiClient, obj: K8sObject, answer: bytes, guard: SendGuard) -> bool:
