@@ -6,8 +6,8 @@ emulator, exactly as a sweep runs them; the emulator's request hooks change the 
 live, changed or opted out is deleted; every intent has exactly one outcome; the other orphans of the
 sweep are still reaped (so the harness cannot pass by deleting nothing).
 
-Residual window, by the Compute API's design: a label written in the one round trip between the
-re-read and the delete by id cannot be caught (``instances.delete`` takes no precondition). A VM
+Residual window, by the Compute API's design: a label written between the re-read and the delete by id
+(the sweep lease's read and the delete call) cannot be caught (``instances.delete`` takes no precondition). A VM
 recreated under the name in that window is caught: the delete goes by numeric id.
 """
 
