@@ -146,7 +146,7 @@ class NatsLeases:
         )
         try:
             js = client.jetstream(timeout=timeout)
-            listing = asyncio.ensure_future(_list_bucket(js, self.config.bucket, only))
+            listing = asyncio.ensure_future(_list_bucket(js, self.config.bucket, only, broken))
             alarm = asyncio.ensure_future(broken.wait())
             await asyncio.wait({listing, alarm}, return_when=asyncio.FIRST_COMPLETED)
             alarm.cancel()
@@ -159,13 +159,18 @@ class NatsLeases:
             await client.close()
 
 
-async def _list_bucket(js: JetStreamContext, bucket: str, only: str | None = None) -> dict[str, bool | None]:
+async def _list_bucket(
+    js: JetStreamContext, bucket: str, only: str | None, broken: asyncio.Event
+) -> dict[str, bool | None]:
     """Each key of ``bucket`` (or the one key ``only``) and its latest operation, from one headers-only
     pass over its last messages.
 
     Done when a message says nothing more is pending, or at once when the consumer had nothing to
     deliver at all. Not nats-py's ``kv.keys()``: it takes the bucket for empty when its consumer info
-    (nothing pending) overtakes the messages already on their way, and lists nothing.
+    (nothing pending) overtakes the messages already on their way, and lists nothing. It also stops
+    waiting once the client reported an error (``broken``): a cancellation alone can be lost while
+    the consumer info request is answered (seen about one read in ten under a slow-consumer flood:
+    the task cancelled, yet still waiting for the last key until the read's timeout).
     """
     prefix = f"$KV.{bucket}."
     latest: dict[str, bool | None] = {}
@@ -187,7 +192,12 @@ async def _list_bucket(js: JetStreamContext, bucket: str, only: str | None = Non
     try:
         info = await sub.consumer_info()
         if info.num_pending != 0 or info.delivered is None or info.delivered.consumer_seq != 0:
-            await caught_up.wait()
+            waits = {asyncio.ensure_future(caught_up.wait()), asyncio.ensure_future(broken.wait())}
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for wait in waits:
+                    wait.cancel()
         return dict(latest)
     finally:
         await sub.unsubscribe()
