@@ -168,9 +168,10 @@ async def _list_bucket(
     Done when a message says nothing more is pending, or at once when the consumer had nothing to
     deliver at all. Not nats-py's ``kv.keys()``: it takes the bucket for empty when its consumer info
     (nothing pending) overtakes the messages already on their way, and lists nothing. It also stops
-    waiting once the client reported an error (``broken``): a cancellation alone can be lost while
-    the consumer info request is answered (seen about one read in ten under a slow-consumer flood:
-    the task cancelled, yet still waiting for the last key until the read's timeout).
+    waiting once the client reported an error (``broken``; the caller then discards what was read,
+    every lease unknown): a cancellation alone can be lost while the consumer info request is
+    answered (seen about one read in ten under a slow-consumer flood: the task cancelled, yet still
+    waiting for the last key until the read's timeout).
     """
     prefix = f"$KV.{bucket}."
     latest: dict[str, bool | None] = {}
