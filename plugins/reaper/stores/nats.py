@@ -13,6 +13,7 @@ Credentials are ``nats.connect`` arguments, never part of a URL, and never logge
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from urllib.parse import unquote
@@ -126,14 +127,17 @@ class NatsLeases:
         client reports an error."""
         errors: list[str] = []
         broken = asyncio.Event()
+        done = asyncio.Event()  # the listing caught up, or the client reported an error
 
         async def on_error(exc: Exception) -> None:
             errors.append(type(exc).__name__)
             broken.set()
+            done.set()
 
         async def on_lost() -> None:
             errors.append("connection lost")
             broken.set()
+            done.set()
 
         client = await nats.connect(
             **self.options.connect_kwargs(),
@@ -146,7 +150,7 @@ class NatsLeases:
         )
         try:
             js = client.jetstream(timeout=timeout)
-            listing = asyncio.ensure_future(_list_bucket(js, self.config.bucket, only, broken))
+            listing = asyncio.ensure_future(_list_bucket(js, self.config.bucket, only, done))
             alarm = asyncio.ensure_future(broken.wait())
             await asyncio.wait({listing, alarm}, return_when=asyncio.FIRST_COMPLETED)
             alarm.cancel()
@@ -160,7 +164,7 @@ class NatsLeases:
 
 
 async def _list_bucket(
-    js: JetStreamContext, bucket: str, only: str | None, broken: asyncio.Event
+    js: JetStreamContext, bucket: str, only: str | None, done: asyncio.Event
 ) -> dict[str, bool | None]:
     """Each key of ``bucket`` (or the one key ``only``) and its latest operation, from one headers-only
     pass over its last messages.
@@ -168,19 +172,18 @@ async def _list_bucket(
     Done when a message says nothing more is pending, or at once when the consumer had nothing to
     deliver at all. Not nats-py's ``kv.keys()``: it takes the bucket for empty when its consumer info
     (nothing pending) overtakes the messages already on their way, and lists nothing. It also stops
-    waiting once the client reported an error (``broken``; the caller then discards what was read,
-    every lease unknown): a cancellation alone can be lost while the consumer info request is
+    waiting once the client reported an error (the caller sets ``done`` too, and discards what was
+    read: every lease unknown): a cancellation alone can be lost while the consumer info request is
     answered (seen about one read in ten under a slow-consumer flood: the task cancelled, yet still
     waiting for the last key until the read's timeout).
     """
     prefix = f"$KV.{bucket}."
     latest: dict[str, bool | None] = {}
-    caught_up = asyncio.Event()
 
     async def on_message(msg: Msg) -> None:
         latest[msg.subject.removeprefix(prefix)] = _live(msg.headers)
         if msg.metadata.num_pending == 0:
-            caught_up.set()
+            done.set()
 
     sub = await js.subscribe(
         f"{prefix}{only}" if only else f"{prefix}>",
@@ -193,15 +196,12 @@ async def _list_bucket(
     try:
         info = await sub.consumer_info()
         if info.num_pending != 0 or info.delivered is None or info.delivered.consumer_seq != 0:
-            waits = {asyncio.ensure_future(caught_up.wait()), asyncio.ensure_future(broken.wait())}
-            try:
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for wait in waits:
-                    wait.cancel()
+            await done.wait()
         return dict(latest)
     finally:
-        await sub.unsubscribe()
+        # On a connection the caller is closing (a client error), unsubscribing fails: nothing to undo.
+        with contextlib.suppress(nats.errors.Error):
+            await sub.unsubscribe()
 
 
 def _live(headers: dict[str, str] | None) -> bool | None:
