@@ -46,6 +46,9 @@ FUZZ = settings(
 NOW = datetime.now(UTC).timestamp()
 STALE = str(int(NOW - 6 * 3600))
 ZONES = ("us-east1-b", "us-east1-c")
+# Tokens the emulator can decode: it reads each request's pageToken before its answer is rewritten
+# (any other token is a 400, and the listing incomplete whatever the pages drawn).
+PAGE_TOKENS = [base64.urlsafe_b64encode(f"offset:{n}".encode()).decode() for n in (1, 2, 3)]
 CONFIG = parse_settings({"budget": {"min_stale": 1000}, "k8s": {"clusters": ["c1"]}}, "fuzz")
 
 
@@ -88,7 +91,7 @@ def gce_pages(draw) -> tuple[list[dict[str, object]], bool, int]:  # type: ignor
     """Aggregated-list pages, whether they are the documented complete form, and how many instances they hold."""
     complete, count, seen = True, 0, set()
     pages: list[dict[str, object]] = []
-    tokens = draw(st.lists(st.sampled_from(["t1", "t2", "t3"]), max_size=2))
+    tokens = draw(st.lists(st.sampled_from(PAGE_TOKENS), max_size=2))
     complete = complete and len(set(tokens)) == len(tokens)
     for index in range(len(tokens) + 1):
         items: dict[str, object] = {}
