@@ -1,10 +1,11 @@
 """Leases as keys of a NATS JetStream KV bucket: one key listing per sweep, never one get per run.
 
 A key whose latest operation is a put is a held lease (the bucket's TTL expires dead runners'
-keys); a deleted or purged key is released. Only a listing that ran to its end with no error on
-its connection is complete. Any connection, JetStream or timeout error, and any error the client
-reports only to its callbacks (a slow consumer drops messages and says so nowhere else; a
-connection lost mid-listing), makes every lease unknown: ``None``. A key whose latest operation is
+keys); a deleted or purged key is released. Only a listing that ran to its end (its last key
+read) with no error on its connection until then is complete. Any connection, JetStream or timeout
+error, and any error the client reports only to its callbacks (a slow consumer drops messages and
+says so nowhere else; a connection lost mid-listing), makes every lease unknown: ``None``. An error
+after the last key, while the listing unsubscribes, does not: every key was read. A key whose latest operation is
 none of these is that run's lease unknown.
 
 Credentials are ``nats.connect`` arguments, never part of a URL, and never logged.
