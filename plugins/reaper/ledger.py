@@ -176,6 +176,11 @@ class Ledger:
             return None  # held by another, unexpired: the upsert collided with it
         return {"holder": lease["holder"], "token": lease["token"], "expires_at": float(lease["expires_at"])}
 
+    def holder(self, target: str) -> str | None:
+        """Who holds the target's sweep lease now (expired or not), or None."""
+        lease = self.locks.find_one({"_id": target})
+        return str(lease.get("holder")) if lease else None
+
     def lease_problem(self, target: str, holder: str, token: str) -> str | None:
         """Why the target's sweep lease does not cover ``holder`` with ``token`` right now, or None."""
         lease = self.locks.find_one({"_id": target})

@@ -267,7 +267,7 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
                 if d.action is not Action.KEEP
             ]
             ledger.write(records)
-            token = str(lease.get("token") or "")
+            token = str(ids["lease"])
             # Inputs listed or read under another lease (a partly cleared run) are another execution's.
             foreign = token == "" or any(x.get("token") != token for x in [*listings, evidence_ref])
             plan_ref = PlanRef(int(ids["execution"]), token, config_digest(config))  # type: ignore[call-overload]
@@ -408,8 +408,7 @@ def _wait_for_lease(
         if lease is not None:
             return lease
         if time.monotonic() >= give_up:
-            held = ledger.locks.find_one({"_id": target}) or {}
-            return f"another {target} sweep ({held.get('holder', '?')}) holds the sweep lease; skipped"
+            return f"another {target} sweep ({ledger.holder(target) or '?'}) holds the sweep lease; skipped"
         time.sleep(min(5.0, max(0.0, give_up - time.monotonic())))
 
 
