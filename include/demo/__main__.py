@@ -21,7 +21,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 from string import Template
 
@@ -227,14 +226,27 @@ def sweep_all(api: Api, crashed_at: float) -> list[tuple[str, str, str]]:
     return runs
 
 
-def summarize(mongo_url: str, runs: list[tuple[str, str, str]]) -> dict[str, object]:
-    """What each sweep reported, deleted and kept, and the ledger's records counted, from MongoDB."""
+def demo_ledger(reaper_config: Path, connections: Path):  # type: ignore[no-untyped-def]
+    """The ledger the sweeps write: the database of the rendered reaper config, on a client of the
+    Airflow connection it names, as ``connections.json`` defines it for ``airflow standalone``."""
+    from airflow.sdk import Connection
     from pymongo import MongoClient
 
-    db = MongoClient(mongo_url, serverSelectionTimeoutMS=5000)["reaper"]
+    from reaper.config import load_config
+    from reaper.ledger import Ledger
+    from reaper.stores.mongo import client_options
+
+    cfg = load_config(reaper_config).ledger
+    fields = json.loads(connections.read_text())[cfg.conn_id]
+    conn = Connection.from_json(json.dumps(fields), conn_id=cfg.conn_id)
+    return Ledger(MongoClient(**client_options(conn, cfg.timeout.total_seconds())), cfg)
+
+
+def summarize(ledger, runs: list[tuple[str, str, str]]) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    """What each sweep reported, deleted and kept, and the ledger's records counted."""
     phases = []
     for dag_id, run_id, state in runs:
-        doc = db.sweeps.find_one({"dag_id": dag_id, "run_id": run_id}) or {}
+        doc = next(iter(ledger.summaries(dag_id, run_id, limit=1)), {})
         decisions = doc.get("decisions", [])
         phases.append(
             {
@@ -247,11 +259,8 @@ def summarize(mongo_url: str, runs: list[tuple[str, str, str]]) -> dict[str, obj
                 "holds": {s["scope"]: s["holds"] for s in doc.get("scopes", []) if s.get("holds")},
             }
         )
-    ledger: Counter[tuple[str, str, str]] = Counter(
-        (r.get("target", ""), r["action"], r.get("reason") or r.get("result") or "")
-        for r in db.ledger.find({}, {"target": 1, "action": 1, "reason": 1, "result": 1})
-    )
-    return {"phases": phases, "ledger": [[*key, n] for key, n in sorted(ledger.items())]}
+    counts = ledger.tally()
+    return {"phases": phases, "ledger": [[*key, n] for key, n in sorted(counts.items())]}
 
 
 def alerts(prometheus_url: str) -> list[dict[str, str]]:
@@ -382,7 +391,7 @@ def up() -> None:
 
     say("sweeping every phase in rollout order")
     runs = sweep_all(api, float(world["crashed_at"]))
-    summary = {**summarize(mongo_url, runs), "alerts": alerts(prometheus_url)}
+    summary = {**summarize(demo_ledger(reaper_config, connections), runs), "alerts": alerts(prometheus_url)}
     (STATE / "summary.json").write_text(json.dumps(summary, indent=2))
     print()
     print(table(summary))

@@ -7,9 +7,8 @@ read DAG runs (plugin routes are unauthenticated unless they ask for it).
 
 from __future__ import annotations
 
-import re
 from html import escape
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 from urllib.parse import urlencode
 
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
@@ -19,40 +18,28 @@ from fastapi.responses import HTMLResponse
 
 from reaper.config import load_config
 
+if TYPE_CHECKING:
+    from reaper.ledger import Ledger
+
 READ_RUNS = requires_access_dag(method="GET", access_entity=DagAccessEntity.RUN)
 FILTERS = ("scope", "rule", "action", "name")
 
 
-def ledger():  # type: ignore[no-untyped-def]
-    """The ledger of the configured deployment (a dependency, so tests can swap it)."""
+def ledger() -> Ledger:
+    """The ledger of the configured deployment, on this process's one client of its connection
+    (a dependency, so tests can swap it)."""
     from reaper.ledger import Ledger
-    from reaper.stores.mongo import mongo_client
 
-    cfg = load_config().ledger
-    return Ledger(mongo_client(cfg.conn_id, cfg.timeout.total_seconds()), cfg)
+    return Ledger.connect(load_config().ledger)
 
 
-LedgerDep = Annotated[object, Depends(ledger)]
+LedgerDep = Annotated[object, Depends(ledger)]  # object: the plugin loads without pymongo
 router = APIRouter(dependencies=[Depends(READ_RUNS)])
-
-
-def _sweeps(led, dag_id: str | None, limit: int) -> list[dict[str, object]]:  # type: ignore[no-untyped-def]
-    query = {"dag_id": dag_id} if dag_id else {}
-    projection = {"_id": 0, "census": 0}
-    return list(led.sweeps.find(query, projection).sort("at", -1).limit(limit))
-
-
-def _records(led, dag_id: str, run_id: str, filters: dict[str, str | None]) -> list[dict[str, object]]:  # type: ignore[no-untyped-def]
-    query: dict[str, object] = {"dag_id": dag_id, "run_id": run_id}
-    for key, value in filters.items():
-        if value:
-            query[key] = {"$regex": re.escape(value)} if key == "name" else value
-    return list(led.records.find(query, {"_id": 0}).sort([("scope", 1), ("name", 1), ("action", 1)]).limit(5000))
 
 
 @router.get("/api/sweeps")
 def api_sweeps(led: LedgerDep, dag_id: str | None = None, limit: int = Query(50, ge=1, le=500)) -> list[dict]:
-    return _sweeps(led, dag_id, limit)
+    return led.summaries(dag_id, limit=limit)
 
 
 @router.get("/api/sweeps/{dag_id}/{run_id}/records")
@@ -65,7 +52,7 @@ def api_records(
     action: str | None = None,
     name: str | None = None,
 ) -> list[dict]:
-    return _records(led, dag_id, run_id, {"scope": scope, "rule": rule, "action": action, "name": name})
+    return led.run_records(dag_id, run_id, scope=scope, rule=rule, action=action, name=name)
 
 
 def _cell(value: object) -> str:
@@ -99,7 +86,7 @@ def page(
     action: str | None = None,
     name: str | None = None,
 ) -> str:
-    sweeps = _sweeps(led, dag_id, 50)
+    sweeps = led.summaries(dag_id)
     for s in sweeps:
         s["href"] = "?" + urlencode({"dag_id": s["dag_id"], "run_id": s["run_id"]})
         s["deleted"] = (s.get("outcomes") or {}).get("deleted", 0)  # type: ignore[union-attr]
@@ -114,7 +101,7 @@ def page(
             f'<form method="get"><input type="hidden" name="dag_id" value="{escape(dag_id)}">'
             f'<input type="hidden" name="run_id" value="{escape(run_id)}">{form}<button>Filter</button></form>',
             _table(
-                _records(led, dag_id, run_id, filters),
+                led.run_records(dag_id, run_id, **filters),
                 [
                     "execution",
                     "scope",

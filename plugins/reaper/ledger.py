@@ -6,13 +6,20 @@ retried task rewrites the same documents instead of duplicating them. An intent
 is durable before its delete is sent: if writing it fails, the caller must not
 delete. The ledger also holds one summary per sweep and the per-target sweep
 lease that keeps the DAGs of one target from sweeping at the same time.
+
+Its readers (the audit view, the demo) go through its read methods too, never its collections,
+and a process reuses one client per connection (:meth:`Ledger.connect`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import re
+import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Collection, Iterable
 from datetime import UTC, datetime, timedelta
 
@@ -22,6 +29,7 @@ from pymongo.errors import DuplicateKeyError, OperationFailure
 from pymongo.read_concern import ReadConcern
 
 from reaper.config import LedgerConfig
+from reaper.stores.mongo import mongo_client
 
 # An execution of a sweep: the DAG run, its clear_number and the token of the sweep lease it took
 # (clearing tasks without resetting the run keeps the clear_number, never the token). A retried task
@@ -29,6 +37,7 @@ from reaper.config import LedgerConfig
 EXECUTION = ("dag_id", "run_id", "execution", "lease")
 FENCE = (*EXECUTION, "target", "scope", "uid", "action")
 ONE_BATCH = 100_000  # documents per cursor batch: above any realistic sweep, so one round trip
+RECORDS_SHOWN = 5000  # records of one run that a reader gets at most
 TTL = "expireAfterSeconds"
 # What listIndexes reports besides the definition: the format version, and fields of old servers.
 _NOT_DEFINITION = ("v", "ns", "background")
@@ -83,7 +92,45 @@ def _set_ttl(collection: MongoCollection, name: str, ttl: int) -> bool:
     return True
 
 
+# This process's clients, by (pid, connection id, timeout): see process_client.
+_clients: dict[tuple[int, str, float], MongoClient] = {}
+_clients_lock = threading.Lock()
+
+
+def _forget_clients() -> None:
+    """In a forked child: the parent's clients are not the child's to use, and the lock may be held."""
+    global _clients_lock
+    _clients.clear()
+    _clients_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_clients)
+
+
+def process_client(conn_id: str, timeout: float) -> MongoClient:
+    """This process's client of the Airflow connection ``conn_id``, timeouts bounded by ``timeout`` seconds.
+
+    Built on first use and then reused: a client holds a connection pool and monitor threads,
+    too much to build per request. pymongo clients are not fork-safe, so the cache is keyed by
+    the process id as well: a forked child (a worker of Airflow's API server) builds its own and
+    never uses, or closes, one it inherited.
+    """
+    key = (os.getpid(), conn_id, timeout)
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            for inherited in [k for k in _clients if k[0] != key[0]]:
+                del _clients[inherited]
+            client = _clients[key] = mongo_client(conn_id, timeout)
+    return client
+
+
 class Ledger:
+    @classmethod
+    def connect(cls, config: LedgerConfig) -> Ledger:
+        """The ledger of ``config``, on this process's client of its connection (:func:`process_client`)."""
+        return cls(process_client(config.conn_id, config.timeout.total_seconds()), config)
+
     def __init__(self, client: MongoClient, config: LedgerConfig) -> None:
         ms = int(config.timeout.total_seconds() * 1000)
         # Reads from the primary, of majority-committed data: a connection's extras (a read preference
@@ -145,6 +192,51 @@ class Ledger:
         """One summary per execution: a cleared run adds its own, the first one stays."""
         key = {f: doc[f] for f in EXECUTION}
         self.sweeps.update_one(key, {"$set": {**doc, "at": datetime.now(UTC)}}, upsert=True)
+
+    # --- reads: the audit view and the demo ---------------------------------------------------
+
+    def summaries(
+        self, dag_id: str | None = None, run_id: str | None = None, limit: int = 50
+    ) -> list[dict[str, object]]:
+        """The sweeps' summaries, newest first, at most ``limit``: all, one DAG's, or one run's executions.
+
+        Without the census (the counts of every resource listed), which no reader shows.
+        """
+        query = {field: value for field, value in (("dag_id", dag_id), ("run_id", run_id)) if value}
+        return list(self.sweeps.find(query, {"_id": 0, "census": 0}).sort("at", -1).limit(limit))
+
+    def run_records(
+        self,
+        dag_id: str,
+        run_id: str,
+        *,
+        scope: str | None = None,
+        rule: str | None = None,
+        action: str | None = None,
+        name: str | None = None,
+        limit: int = RECORDS_SHOWN,
+    ) -> list[dict[str, object]]:
+        """The records of one DAG run (all its executions) by scope, name and action, at most ``limit``.
+
+        Each filter given narrows them: ``name`` to names holding it (literally, not as a pattern),
+        the others to that exact value.
+        """
+        query: dict[str, object] = {"dag_id": dag_id, "run_id": run_id}
+        for field, value in (("scope", scope), ("rule", rule), ("action", action)):
+            if value:
+                query[field] = value
+        if name:
+            query["name"] = {"$regex": re.escape(name)}
+        order = [("scope", 1), ("name", 1), ("action", 1)]
+        return list(self.records.find(query, {"_id": 0}).sort(order).limit(limit))
+
+    def tally(self) -> Counter[tuple[str, str, str]]:
+        """Every record counted by (target, action, why): why is its reason, else its result, else empty."""
+        projection = {"_id": 0, "target": 1, "action": 1, "reason": 1, "result": 1}
+        return Counter(
+            (str(r.get("target", "")), str(r["action"]), str(r.get("reason") or r.get("result") or ""))
+            for r in self.records.find({}, projection, batch_size=ONE_BATCH)
+        )
 
     # --- the per-target sweep lease -----------------------------------------------------------
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
@@ -129,3 +131,34 @@ def test_plugin_registers_the_app_and_links() -> None:
 
     assert ReaperAuditPlugin.fastapi_apps[0]["url_prefix"] == "/reaper"
     assert {v["destination"] for v in ReaperAuditPlugin.external_views} == {"nav", "dag_run"}
+
+
+def test_requests_reuse_one_client_of_the_configured_ledger(led, mongo_server, mongo, tmp_path, monkeypatch) -> None:
+    # The real dependency (not swapped): the deployment's config and connection, one client per process.
+    from pymongo import MongoClient
+
+    import reaper.ledger
+    import reaper.stores.mongo
+
+    built: list[MongoClient] = []
+
+    def counted(**options: object) -> MongoClient:
+        built.append(MongoClient(**options))
+        return built[-1]
+
+    monkeypatch.setattr(reaper.stores.mongo, "MongoClient", counted)
+    monkeypatch.setattr(reaper.ledger, "_clients", {})
+    config = tmp_path / "reaper.yaml"
+    config.write_text(json.dumps({"ledger": {"conn_id": "audit_test", "database": mongo[1]}}))  # JSON is YAML
+    monkeypatch.setenv("REAPER_CONFIG", str(config))
+    conn = {"conn_type": "mongo", "host": "127.0.0.1", "port": mongo_server.port}
+    monkeypatch.setenv("AIRFLOW_CONN_AUDIT_TEST", json.dumps(conn))
+    app.dependency_overrides[READ_RUNS] = lambda: None
+    try:
+        http = TestClient(app)
+        sweeps = http.get("/api/sweeps").json()
+        records = http.get(f"/api/sweeps/{IDS['dag_id']}/{IDS['run_id']}/records").json()
+    finally:
+        app.dependency_overrides.clear()
+    assert [s["why"] for s in sweeps] == ["2 deletes"] and len(records) == 3
+    assert len(built) == 1

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
 from pymongo import MongoClient
@@ -288,3 +290,97 @@ def test_lease_and_outcome_reads_come_from_the_primary_whatever_the_connection_s
     for collection in (ledger.locks, ledger.records, leases.collection):
         assert collection.read_preference == ReadPreference.PRIMARY
         assert collection.read_concern.level == "majority"
+
+
+# --- reads: the audit view and the demo -------------------------------------------------------
+
+
+def _record(run_id: str, scope: str, uid: str, action: str, **fields: object) -> dict[str, object]:
+    return {**IDS, "run_id": run_id, "target": "gce", "scope": scope, "uid": uid, "action": action, **fields}
+
+
+def test_summaries_newest_first_by_dag_and_run_without_the_census(ledger) -> None:
+    for run_id, dag_id in (("manual__1", "reaper_gce_enforcement"), ("manual__2", "reaper_gce_report_only")):
+        ledger.summary({**IDS, "dag_id": dag_id, "run_id": run_id, "why": run_id, "census": {"p1": 5}})
+        time.sleep(0.01)  # distinct "at"
+    ledger.summary({**IDS, "run_id": "manual__1", "execution": 1, "lease": "t2", "why": "cleared"})
+    assert [s["why"] for s in ledger.summaries()] == ["cleared", "manual__2", "manual__1"]
+    assert [s["why"] for s in ledger.summaries(limit=1)] == ["cleared"]
+    assert [s["why"] for s in ledger.summaries("reaper_gce_enforcement")] == ["cleared", "manual__1"]
+    assert [s["why"] for s in ledger.summaries("reaper_gce_enforcement", "manual__1", limit=1)] == ["cleared"]
+    assert ledger.summaries("reaper_gce_enforcement", "manual__9") == []
+    assert all("census" not in s and "_id" not in s for s in ledger.summaries())
+
+
+def test_run_records_of_one_run_ordered_and_filtered(ledger) -> None:
+    ledger.write(
+        [
+            _record("manual__1", "p2", "3", "delete", rule="heartbeat_stale", name="runner-b"),
+            _record("manual__1", "p1", "2", "outcome", result="deleted", name="runner-a"),
+            _record("manual__1", "p1", "2", "delete", rule="heartbeat_stale", name="runner-a"),
+            _record("manual__1", "p1", "1", "report", rule="budget", name="run.ner"),
+            _record("manual__2", "p1", "9", "delete", rule="heartbeat_stale", name="runner-z"),
+        ]
+    )
+    every = ledger.run_records(IDS["dag_id"], "manual__1")
+    assert [(r["scope"], r["name"], r["action"]) for r in every] == [
+        ("p1", "run.ner", "report"),
+        ("p1", "runner-a", "delete"),
+        ("p1", "runner-a", "outcome"),
+        ("p2", "runner-b", "delete"),
+    ]
+    assert all("_id" not in r for r in every)
+    assert [r["uid"] for r in ledger.run_records(IDS["dag_id"], "manual__1", scope="p1", action="delete")] == ["2"]
+    assert [r["uid"] for r in ledger.run_records(IDS["dag_id"], "manual__1", rule="budget")] == ["1"]
+    assert [r["uid"] for r in ledger.run_records(IDS["dag_id"], "manual__1", name="n.n")] == ["1"]  # literally
+    assert ledger.run_records(IDS["dag_id"], "manual__1", name=".*") == []
+    assert len(ledger.run_records(IDS["dag_id"], "manual__1", limit=2)) == 2
+    assert ledger.run_records("reaper_k8s_enforcement", "manual__1") == []
+
+
+def test_tally_counts_records_by_target_action_and_why(ledger) -> None:
+    ledger.write(
+        [
+            _record("manual__1", "p1", "1", "delete", reason="terminated"),
+            _record("manual__1", "p1", "2", "delete", reason="terminated"),
+            _record("manual__1", "p1", "1", "outcome", result="deleted"),
+            _record("manual__1", "p1", "3", "keep"),
+            {**_record("manual__1", "c1", "u1", "report", reason="lease_unknown"), "target": "k8s"},
+        ]
+    )
+    assert ledger.tally() == {
+        ("gce", "delete", "terminated"): 2,
+        ("gce", "outcome", "deleted"): 1,
+        ("gce", "keep", ""): 1,
+        ("k8s", "report", "lease_unknown"): 1,
+    }
+
+
+def test_one_client_per_process_and_connection(monkeypatch, mongo_server, mongo) -> None:
+    import reaper.ledger
+    import reaper.stores.mongo
+
+    built: list[dict[str, object]] = []
+
+    def counted(**options: object) -> MongoClient:
+        built.append(options)
+        return MongoClient(**options)
+
+    monkeypatch.setattr(reaper.stores.mongo, "MongoClient", counted)
+    monkeypatch.setattr(reaper.ledger, "_clients", {})
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_LEDGER_TEST", f'{{"conn_type": "mongo", "host": "127.0.0.1", "port": {mongo_server.port}}}'
+    )
+    config = LedgerConfig(conn_id="ledger_test", database=mongo[1], timeout="3s")
+    first, second = Ledger.connect(config), Ledger.connect(config)
+    assert first.records.database.client is second.records.database.client and len(built) == 1
+    assert built[0]["serverSelectionTimeoutMS"] == 3000
+    Ledger.connect(config.model_copy(update={"timeout": timedelta(seconds=2)}))  # other timeouts: another client
+    assert len(built) == 2
+    pid = os.getpid()
+    # A forked child (as the ledger module sees it; pymongo keeps the real pid): never its parent's client.
+    monkeypatch.setattr(reaper.ledger, "os", SimpleNamespace(getpid=lambda: pid + 1))
+    child = Ledger.connect(config)
+    assert len(built) == 3 and child.records.database.client is not first.records.database.client
+    assert {key[0] for key in reaper.ledger._clients} == {pid + 1}  # the parent's are dropped, not used
+    assert child.summaries() == []
