@@ -384,3 +384,29 @@ def test_step_pods_without_a_step_store_are_said_loudly() -> None:
     warned = unguarded_step_pods(pods, settings())
     assert len(warned) == 1 and warned[0].startswith("1 pods carry step labels") and "NOT checked" in warned[0]
     assert unguarded_step_pods(pods, settings(**STEP_CFG)) == []
+
+
+@pytest.mark.parametrize(
+    ("source", "state", "status"),
+    [
+        (None, "unknown", None),  # the store could not be read
+        (Keyed(known={"r1": "failed"}, complete=True), "terminal", "failed"),  # a record: its status decides
+        (Keyed(known={"r1": "running"}, complete=True), "active", "running"),
+        (Keyed(known={"r1": "failed"}, failed=frozenset({"r1"}), complete=True), "unknown", None),  # failed wins
+        (Keyed(known={"r2": "failed"}, complete=True), "not_found", None),  # missing from a complete listing
+        (Keyed(known={"r2": "failed"}, complete=False), "unknown", None),  # missing from a partial one
+    ],
+)
+def test_a_store_lookup_has_a_record_or_the_state_its_absence_means(
+    source: Keyed | None, state: str, status: str | None
+) -> None:
+    """The run and step stores share one lookup: a record, or the state a missing one stands for."""
+    from reaper.policy.k8s import run_state, step_state
+
+    assert run_state("r1", source, ["failed"]) == (state, status)
+    steps = (
+        None
+        if source is None
+        else Keyed({k: (v, True) for k, v in source.known.items()}, source.failed, source.complete)
+    )
+    assert step_state("r1", steps, settings()) == state  # "failed" with results is terminal, "running" active

@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import NamedTuple
 
 from reaper.config import Mode, Settings
 from reaper.model import (
@@ -29,17 +31,17 @@ from reaper.model import (
     TargetResult,
     step_key,
 )
-from reaper.policy.gce import budget_tripped
+from reaper.policy.budget import budget_hold
 
 TARGET = "k8s"
-RULE = "sandbox_orphan"
+# The target's one rule, and its one finding (row 8: the run is an orphan, reapable): one name for both.
+ORPHAN = "sandbox_orphan"
 KEEP, REPORT, DELETE = Action.KEEP, Action.REPORT, Action.DELETE
 # The run-wide guards before the table, in precedence order: they count in neither side of the budget.
 # An opt-out label with another value than the configured one is surprising: reported, never deleted.
 KEPT_RUNS = ("opt_out", "protected_scope", "opt_out_malformed")
 # Run outcomes that keep: two of the guards, a terminating Pod, rows 1-2. Everything else but row 8 reports.
 KEEP_ROWS = ("opt_out", "protected_scope", "pod_terminating", "min_age", "lease_held")
-ORPHAN = "sandbox_orphan"
 TERMINATING = "terminating"
 
 
@@ -61,7 +63,13 @@ def lease_state(key: str, leases: Keyed[float | None] | None, now: float, skew: 
 
 
 def _lookup(key: str, source: Keyed | None) -> tuple[bool, object]:
-    """(answered, value): value is the record, or the state a missing key has."""
+    """(missing, value): ``(False, record)`` when the source answered the key with a record, else
+    ``(True, state)``: the :class:`StoreState` that the lack of a usable record stands for.
+
+    That state is ``NOT_FOUND`` only when the source is complete (it listed everything);
+    ``UNKNOWN`` when the source could not be read, its lookup of this key failed (a record
+    alongside the failure is not trusted), or the key is simply absent from a partial answer.
+    """
     if source is None or key in source.failed:
         return True, StoreState.UNKNOWN
     if key in source.known:
@@ -110,28 +118,39 @@ def evaluate_k8s(
         else:
             by_cluster[obj.cluster].append(obj)
     guards = _run_guards((o for members in by_cluster.values() for o in members), config)
+    sweep = _Sweep(config, modes[ORPHAN], now, evidence, override, guards)
     result = TargetResult()
     for cluster in sorted(by_cluster.keys() | {scope for target, scope in evidence.swept if target == TARGET}):
-        verdict, result.census[cluster] = _evaluate_cluster(
-            cluster, by_cluster[cluster], evidence, config, modes, now, override, guards, result.acted
-        )
-        result.verdicts.append(verdict)
+        part = _evaluate_cluster(cluster, by_cluster[cluster], sweep)
+        result.acted += part.acted
+        result.verdicts.append(part.verdict)
+        result.census[cluster] = part.census
     return result
 
 
-def _evaluate_cluster(
-    cluster: str,
-    objects: list[K8sObject],
-    evidence: Evidence,
-    config: Settings,
-    modes: dict[str, Mode],
-    now: float,
-    override: Override | None,
-    guards: dict[str, tuple[str, list[str]]],
-    out: list[Decision],
-) -> tuple[ScopeVerdict, dict[str, object]]:
-    k8s = config.k8s
-    mode = modes[RULE]
+@dataclass(frozen=True, slots=True)
+class _Sweep:
+    """What every cluster of one sweep is decided against: the same for all of them."""
+
+    config: Settings
+    mode: Mode  # the effective mode of the sandbox_orphan rule
+    now: float
+    evidence: Evidence
+    override: Override | None
+    guards: dict[str, tuple[str, list[str]]]  # run key -> the guard that keeps it in every cluster
+
+
+class _ClusterResult(NamedTuple):
+    """One cluster's part of the :class:`TargetResult` (Kubernetes has no plain-keep groups)."""
+
+    acted: list[Decision]
+    verdict: ScopeVerdict
+    census: dict[str, object]
+
+
+def _evaluate_cluster(cluster: str, objects: list[K8sObject], sweep: _Sweep) -> _ClusterResult:
+    """Decide one cluster: every object's decision (one per run), its verdict and census."""
+    k8s = sweep.config.k8s
     runs: dict[str, list[K8sObject]] = defaultdict(list)
     by_kind: dict[str, int] = defaultdict(int)
     terminating: dict[str, int] = defaultdict(int)
@@ -150,7 +169,7 @@ def _evaluate_cluster(
         else:
             unlabeled.append(obj)
 
-    rows = {key: _run_row(key, members, evidence, config, now, guards) for key, members in runs.items()}
+    rows = {key: _run_row(key, members, sweep) for key, members in runs.items()}
     pods = _PodIndex(obj for obj in objects if obj.kind == "Pod")  # who uses a run's Secrets and policy
     for key, (reason, facts) in rows.items():
         if reason == ORPHAN:
@@ -159,28 +178,25 @@ def _evaluate_cluster(
                 rows[key] = "in_use_outside_run", {**facts, "used_by": user}
     orphans = sum(1 for reason, _ in rows.values() if reason == ORPHAN)
     managed = sum(1 for reason, _ in rows.values() if reason not in KEPT_RUNS)
-    holds: list[str] = []
-    overridden: list[str] = []
     # The same object listed twice means the listing moved under us (DESIGN.md section 4, applied to lists).
-    if (TARGET, cluster) in evidence.incomplete or duplicated:
-        holds.append("inventory_incomplete")
-    if budget_tripped(orphans, managed, config):
-        (overridden if override else holds).append("budget_exceeded")
+    incomplete = (TARGET, cluster) in sweep.evidence.incomplete or duplicated
+    budget, overridden = budget_hold(orphans, managed, sweep.config, sweep.override)
+    holds = ("inventory_incomplete", *budget) if incomplete else budget
 
+    acted: list[Decision] = []
     by_reason: dict[str, int] = defaultdict(int)
     for key, members in runs.items():
         reason, facts = rows[key]
         by_reason[reason] += 1
-        action = _row_action(reason, mode)
+        action = _row_action(reason, sweep.mode)
         if action is DELETE and holds:
             action, reason = REPORT, holds[0]
             facts = {**facts, "holds": list(holds)}
-        for obj in members:
-            out.append(_member_decision(obj, action, reason, facts))
+        acted += [_member_decision(obj, action, reason, facts) for obj in members]
     for obj in unlabeled:
-        reason = _object_guard(obj, config) or "run_label_missing"
+        reason = _object_guard(obj, sweep.config) or "run_label_missing"
         by_reason[reason] += 1
-        out.append(_member_decision(obj, _row_action(reason, mode), reason, {"run_label": k8s.run_label}))
+        acted.append(_member_decision(obj, _row_action(reason, sweep.mode), reason, {"run_label": k8s.run_label}))
 
     census: dict[str, object] = {
         "objects": len(objects),
@@ -192,7 +208,7 @@ def _evaluate_cluster(
         "store": _count(facts.get("store") for _, facts in rows.values()),
     }
     details = {"runs": len(runs), "managed_runs": managed, "orphaned_runs": orphans}
-    return ScopeVerdict(TARGET, cluster, tuple(holds), tuple(overridden), details), census
+    return _ClusterResult(acted, ScopeVerdict(TARGET, cluster, holds, overridden, details), census)
 
 
 def _count(values: Iterable[object]) -> dict[str, int]:
@@ -212,8 +228,8 @@ def _row_action(reason: str, mode: Mode) -> Action:
 def _member_decision(obj: K8sObject, action: Action, reason: str, facts: dict[str, object]) -> Decision:
     """The run's decision for one of its objects; an object already being deleted is never sent a delete."""
     if obj.deleting and action is not KEEP:
-        return Decision(TARGET, obj, KEEP, RULE, TERMINATING, facts)
-    return Decision(TARGET, obj, action, RULE, reason, facts)
+        return Decision(TARGET, obj, KEEP, ORPHAN, TERMINATING, facts)
+    return Decision(TARGET, obj, action, ORPHAN, reason, facts)
 
 
 def _object_guard(obj: K8sObject, config: Settings) -> str | None:
@@ -310,24 +326,18 @@ def _used_outside_run(key: str, members: list[K8sObject], pods: _PodIndex, run_l
     return None
 
 
-def _run_row(
-    key: str,
-    members: list[K8sObject],
-    evidence: Evidence,
-    config: Settings,
-    now: float,
-    guards: dict[str, tuple[str, list[str]]],
-) -> tuple[str, dict[str, object]]:
+def _run_row(key: str, members: list[K8sObject], sweep: _Sweep) -> tuple[str, dict[str, object]]:
     """The first matching row of DESIGN.md section 5 for one run, and the evidence it used.
 
     Before the table, run-wide guards hold every object of the run: any object (in any cluster)
     opted out, in a protected namespace or with an odd opt-out label, and a Pod already terminating
     (its containers may still run; its Secrets and NetworkPolicy wait for a sweep that finds it gone).
     """
+    evidence, config, now = sweep.evidence, sweep.config, sweep.now
     k8s = config.k8s
     facts: dict[str, object] = {"run": key}
-    if key in guards:
-        guard, facts["kept_by"] = guards[key]
+    if key in sweep.guards:
+        guard, facts["kept_by"] = sweep.guards[key]
         return guard, facts
     pods = [obj for obj in members if obj.kind == "Pod"]
     if any(pod.deleting for pod in pods):
