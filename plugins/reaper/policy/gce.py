@@ -12,6 +12,8 @@ import math
 from bisect import bisect_left
 from collections import Counter, defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import NamedTuple
 
 from reaper.config import Mode, Settings
 from reaper.model import (
@@ -25,28 +27,42 @@ from reaper.model import (
     TargetResult,
     WriterRecord,
 )
+from reaper.policy.budget import BUDGET_EXCEEDED, budget_hold
 
 TARGET = "gce"
 KEEP, REPORT, DELETE = Action.KEEP, Action.REPORT, Action.DELETE
 _RANK = {KEEP: 0, REPORT: 1, DELETE: 2}
 # Holds that turn a heartbeat_stale delete into a report; the other rules ignore them.
-HEARTBEAT_HOLDS = ("writer_health_unknown", "writer_unhealthy", "budget_exceeded")
+HEARTBEAT_HOLDS = ("writer_health_unknown", "writer_unhealthy", BUDGET_EXCEEDED)
 
 # Upper bounds (seconds) of the heartbeat-age census buckets; a last "+Inf" bucket is implied.
 AGE_BUCKETS = (600, 1800, 3600, 2 * 3600, 4 * 3600, 8 * 3600, 86400, 3 * 86400, 7 * 86400)
 BUCKET_LABELS = tuple(str(b) for b in AGE_BUCKETS)
 
-# A candidate is (rule, reason, is_finding, held_by_heartbeat_holds). Anomalies are never findings:
-# their most is a report, and they belong to the heartbeat rule (DESIGN.md section 3).
-_TERMINATED = ("terminated", "terminated", True, False)
-_STALE = ("heartbeat_stale", "heartbeat_stale", True, True)
-_UNLABELED = ("unlabeled_age", "unlabeled_age", True, False)
-_FUTURE = ("heartbeat_stale", "heartbeat_in_future", False, False)
-_MALFORMED = ("heartbeat_stale", "heartbeat_malformed", False, False)
-_BEFORE_CREATION = ("heartbeat_stale", "heartbeat_before_creation", False, False)
+
+class Candidate(NamedTuple):
+    """One finding or anomaly of an instance, as a rule's mode and the project's holds resolve it.
+
+    A NamedTuple: the candidates are the module constants below, built once and shared, and
+    ``_resolve`` unpacks them as plain tuples. Anomalies are never findings: their most is a
+    report, and they belong to the heartbeat rule (DESIGN.md section 3).
+    """
+
+    rule: str  # the rule whose mode decides it
+    reason: str  # what was found: the decision's reason unless a hold or guard replaces it
+    is_finding: bool  # a finding acts as the rule's mode says; an anomaly is at most a report
+    heartbeat_held: bool  # a delete is held by the heartbeat holds (writer health, budget)
+
+
+_TERMINATED = Candidate("terminated", "terminated", True, False)
+_STALE = Candidate("heartbeat_stale", "heartbeat_stale", True, True)
+_UNLABELED = Candidate("unlabeled_age", "unlabeled_age", True, False)
+_FUTURE = Candidate("heartbeat_stale", "heartbeat_in_future", False, False)
+_MALFORMED = Candidate("heartbeat_stale", "heartbeat_malformed", False, False)
+_BEFORE_CREATION = Candidate("heartbeat_stale", "heartbeat_before_creation", False, False)
 # A creation time in the future makes every age meaningless: it belongs to the rule that would have used it.
-_CREATED_FUTURE_LABELED = ("heartbeat_stale", "created_in_future", False, False)
-_CREATED_FUTURE_UNLABELED = ("unlabeled_age", "created_in_future", False, False)
+_CREATED_FUTURE_LABELED = Candidate("heartbeat_stale", "created_in_future", False, False)
+_CREATED_FUTURE_UNLABELED = Candidate("unlabeled_age", "created_in_future", False, False)
 
 
 def evaluate_gce(
@@ -60,12 +76,45 @@ def evaluate_gce(
     """Decide every in-scope instance: decisions, plain-keep groups, per-project verdicts and census."""
     thresholds = _Thresholds(config, now, evidence.observed_until)
     projects = _first_pass(instances, config, thresholds)
-    writers = _writers_by_project(evidence.writer_health)
+    sweep = _Sweep(config, modes, thresholds, evidence, _writers_by_project(evidence.writer_health), override)
     result = TargetResult()
     for project in sorted(projects.keys() | {scope for target, scope in evidence.swept if target == TARGET}):
-        group = projects.get(project) or _Project()
-        _evaluate_project(project, group, evidence, writers, config, modes, thresholds, override, result)
+        part = _evaluate_project(project, projects.get(project) or _Project(), sweep)
+        result.acted += part.acted
+        result.kept += part.kept
+        result.verdicts.append(part.verdict)
+        result.census[project] = part.census
     return result
+
+
+@dataclass(frozen=True, slots=True)
+class _Sweep:
+    """What every project of one sweep is decided against: the same for all of them."""
+
+    config: Settings
+    modes: dict[str, Mode]  # the effective mode of each rule
+    thresholds: _Thresholds
+    evidence: Evidence
+    writers: dict[str, list[WriterRecord]] | None  # by project; None: the writer-health source was unreadable
+    override: Override | None
+
+
+class _ProjectResult(NamedTuple):
+    """One project's part of the :class:`TargetResult`."""
+
+    acted: list[Decision]
+    kept: list[tuple[str, str, list[GceInstance]]]
+    verdict: ScopeVerdict
+    census: dict[str, object]
+
+
+class _Holds(NamedTuple):
+    """A project's holds, and what they mean for its instances, worked out once per project."""
+
+    names: tuple[str, ...]  # as the verdict records them, in precedence order
+    protected: bool  # a protected project: every instance is a plain keep, nothing is decided
+    incomplete: bool  # the listing is not a complete one: no delete at all
+    heartbeat: str | None  # the first of HEARTBEAT_HOLDS: holds heartbeat_stale deletes only
 
 
 class _Project:
@@ -195,24 +244,20 @@ def writer_hold(
     return ("writer_unhealthy" if bad else None), bad
 
 
-def _evaluate_project(
-    project: str,
-    group: _Project,
-    evidence: Evidence,
-    writers: dict[str, list[WriterRecord]] | None,
-    config: Settings,
-    modes: dict[str, Mode],
-    t: _Thresholds,
-    override: Override | None,
-    result: TargetResult,
-) -> None:
-    fresh, young, opted, rare, beats = group.fresh, group.young, group.opted, group.rare, group.beats
+def _evaluate_project(project: str, group: _Project, sweep: _Sweep) -> _ProjectResult:
+    """Decide one project: its decisions, plain-keep groups, verdict and census.
+
+    ``group`` is this project's alone and is consumed: its rare instances without a finding
+    join its fresh and young lists, and their valid beats its beats.
+    """
+    t = sweep.thresholds
+    fresh, young, opted, beats = group.fresh, group.young, group.opted, group.beats
     instances = group.instances()
     findings: dict[str, int] = defaultdict(int)
     findings["opt_out"] = len(opted)
     findings["heartbeat_absent"] = len(young)
-    pending = []
-    for inst in rare:
+    pending: list[tuple[GceInstance, list[Candidate], dict[str, object]]] = []
+    for inst in group.rare:
         candidates, facts, beat = _classify(inst, t, findings)
         if beat is not None:
             beats.append(beat)
@@ -220,39 +265,38 @@ def _evaluate_project(
             pending.append((inst, candidates, facts))
         else:
             (fresh if beat is not None else young).append(inst)
+
     stale = findings.get("heartbeat_stale", 0)
-
-    holds, overridden, details = _project_holds(
-        project, len(beats), stale, group.duplicated, evidence, writers, config, t.observed, override
-    )
-    if "protected_scope" in holds:
-        result.kept.append((TARGET, "protected_scope", instances))
+    holds, overridden, details = _project_holds(project, len(beats), stale, group.duplicated, sweep)
+    acted: list[Decision] = []
+    kept: list[tuple[str, str, list[GceInstance]]]
+    if holds.protected:
+        kept = [(TARGET, "protected_scope", instances)]
     else:
-        incomplete = "inventory_incomplete" in holds
-        heartbeat_hold = next((h for h in holds if h in HEARTBEAT_HOLDS), None)
-        for inst, candidates, facts in pending:
-            result.acted.append(_resolve(inst, candidates, facts, modes, incomplete, heartbeat_hold, holds))
-        result.kept += [(TARGET, "fresh", fresh), (TARGET, "no_finding", young), (TARGET, "opt_out", opted)]
+        acted = [_resolve(inst, candidates, facts, sweep.modes, holds) for inst, candidates, facts in pending]
+        kept = [(TARGET, "fresh", fresh), (TARGET, "no_finding", young), (TARGET, "opt_out", opted)]
 
-    result.verdicts.append(ScopeVerdict(TARGET, project, holds, overridden, details))
-    result.census[project] = {
+    census: dict[str, object] = {
         "instances": len(instances),
         "by_status": dict(Counter([inst.status for inst in instances])),
         "by_finding": {k: v for k, v in findings.items() if v},
         "heartbeat_age_seconds": _age_histogram(beats, t.now),
     }
+    return _ProjectResult(acted, kept, ScopeVerdict(TARGET, project, holds.names, overridden, details), census)
 
 
 def _classify(
     inst: GceInstance, t: _Thresholds, findings: dict[str, int]
-) -> tuple[list[tuple[str, str, bool, bool]], dict[str, object], int | None]:
+) -> tuple[list[Candidate], dict[str, object], int | None]:
     """Every finding and anomaly of one instance (DESIGN.md section 4), the facts, and its valid beat.
+
+    Each finding is also counted in ``findings``, the project's tally for the census.
 
     A creation time in the future leaves only ``terminated`` (and that one only once its grace,
     measured from the later of stop and creation, has run out): every other age is meaningless.
     A heartbeat older than the instance was copied or stamped by a wrong clock: it counts as no label.
     """
-    candidates = []
+    candidates: list[Candidate] = []
     raw = inst.labels.get(t.hb_label)
     beat: int | None = None
     age = None
@@ -309,74 +353,63 @@ def _age_histogram(beats: list[int], now: float) -> dict[str, object]:
 
 
 def _project_holds(
-    project: str,
-    labeled: int,
-    stale: int,
-    duplicated: bool,
-    evidence: Evidence,
-    writers: dict[str, list[WriterRecord]] | None,
-    config: Settings,
-    observed: float,
-    override: Override | None,
-) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, object]]:
+    project: str, labeled: int, stale: int, duplicated: bool, sweep: _Sweep
+) -> tuple[_Holds, tuple[str, ...], dict[str, object]]:
+    """A project's holds, the holds an override lifted, and the verdict's details.
+
+    ``labeled`` counts the valid heartbeats, ``stale`` the stale ones among them: the budget's sides.
+    """
+    config = sweep.config
     holds: list[str] = []
-    overridden: list[str] = []
     if project in config.gce.protected_projects:
         holds.append("protected_scope")
     # An instance listed twice means the pages moved under the listing: it is not a complete one.
-    if (TARGET, project) in evidence.incomplete or duplicated:
+    if (TARGET, project) in sweep.evidence.incomplete or duplicated:
         holds.append("inventory_incomplete")
-    writer, bad_writers = writer_hold(None if writers is None else writers.get(project, []), config, observed)
+    records = None if sweep.writers is None else sweep.writers.get(project, [])
+    writer, bad_writers = writer_hold(records, config, sweep.thresholds.observed)
     if writer:
         holds.append(writer)
-    fraction = stale / labeled if labeled else 0.0
-    if budget_tripped(stale, labeled, config):
-        (overridden if override else holds).append("budget_exceeded")
+    budget, overridden = budget_hold(stale, labeled, config, sweep.override)
     details: dict[str, object] = {
         "labeled": labeled,
         "stale": stale,
-        "stale_fraction": round(fraction, 6),
+        "stale_fraction": round(stale / labeled if labeled else 0.0, 6),
         "unhealthy_writers": bad_writers,
     }
-    return tuple(holds), tuple(overridden), details
-
-
-def budget_tripped(stale: int, total: int, config: Settings) -> bool:
-    """DESIGN.md section 4: many stale at once means the writer, not the fleet, is broken."""
-    budget = config.budget
-    return total > 0 and stale >= budget.min_stale and stale / total > budget.max_stale_fraction
+    names = (*holds, *budget)
+    heartbeat = next((h for h in names if h in HEARTBEAT_HOLDS), None)
+    return _Holds(names, "protected_scope" in names, "inventory_incomplete" in names, heartbeat), overridden, details
 
 
 def _resolve(
     inst: GceInstance,
-    candidates: list[tuple[str, str, bool, bool]],
+    candidates: list[Candidate],
     facts: dict[str, object],
     modes: dict[str, Mode],
-    incomplete: bool,
-    heartbeat_hold: str | None,
-    holds: tuple[str, ...],
+    holds: _Holds,
 ) -> Decision:
     """Pick the strongest action among the instance's candidates after holds; ties go to the first."""
     best: tuple[Action, str | None, str] | None = None
-    for rule, reason, is_finding, holdable in candidates:
+    for rule, reason, is_finding, heartbeat_held in candidates:
         mode = modes[rule]
         if mode is Mode.OFF:
             continue
         action = ACTION_OF_MODE[mode] if is_finding else REPORT
         if action is DELETE:
-            if incomplete:
+            if holds.incomplete:
                 action, reason = REPORT, "inventory_incomplete"
-            elif holdable and heartbeat_hold:
-                action, reason = REPORT, heartbeat_hold
+            elif heartbeat_held and holds.heartbeat:
+                action, reason = REPORT, holds.heartbeat
             elif inst.deletion_protection:
                 action, reason = REPORT, "deletion_protected"  # the API would refuse it every sweep
             elif "opt_out_label" in facts:
                 action, reason = REPORT, "opt_out_malformed"
         if best is None or _RANK[action] > _RANK[best[0]]:
             best = (action, rule, reason)
-    facts["findings"] = [c[1] for c in candidates]
-    if holds:
-        facts["holds"] = list(holds)
+    facts["findings"] = [c.reason for c in candidates]
+    if holds.names:
+        facts["holds"] = list(holds.names)
     if best is None:
-        return Decision(TARGET, inst, KEEP, candidates[0][0], "rule_off", facts)
+        return Decision(TARGET, inst, KEEP, candidates[0].rule, "rule_off", facts)
     return Decision(TARGET, inst, best[0], best[1], best[2], facts)
