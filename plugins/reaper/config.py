@@ -287,7 +287,7 @@ class Settings(_Section):
             if getattr(self, target).enabled and self.run_timeout(target) < 2 * margin:
                 key = "run_timeout" if self.airflow.run_timeout else f"{target}_schedule"
                 least = 2 * margin if self.airflow.run_timeout else 2 * margin / RUN_TIMEOUT_FRACTION
-                raise _KeyError(
+                raise _CrossFieldError(
                     ("airflow", key),
                     f"expected at least {least} with {target}.request_timeout "
                     f"{getattr(self, target).request_timeout} and ledger.timeout {self.ledger.timeout}: deletes stop "
@@ -316,7 +316,7 @@ class Settings(_Section):
     def _liveness_authority(self) -> Settings:
         # DESIGN.md section 5: without a lease source an in-flight run's sandbox could be reaped.
         if self.k8s.enabled and self.k8s.lease_source == "none" and self.rules.sandbox_orphan == Mode.DELETE:
-            raise _KeyError(
+            raise _CrossFieldError(
                 ("rules", "sandbox_orphan"),
                 "expected report or off while k8s.lease_source is none "
                 "(no liveness authority: an in-flight run's sandbox could be reaped)",
@@ -328,8 +328,15 @@ RUN_TIMEOUT_FRACTION = 0.9
 SEND_MARGIN_SLACK = timedelta(seconds=5)
 
 
-class _KeyError(ValueError):
-    """A cross-field error that names its own key path (pydantic would blame the whole model)."""
+class _CrossFieldError(ValueError):
+    """A check across several keys failed; ``loc`` is the full key path (from the top) to blame.
+
+    Raised in a model validator, where pydantic would report the error at the model itself (for
+    ``Settings``, the top level) rather than at the key to change; :func:`_describe` names ``loc``
+    instead. A ValueError because pydantic turns only ValueError and AssertionError raised by a
+    validator into a ValidationError: anything else escapes it, and :func:`parse_settings`, which
+    turns a ValidationError into a :class:`ConfigError`.
+    """
 
     def __init__(self, loc: tuple[str, ...], message: str) -> None:
         super().__init__(message)
@@ -353,7 +360,7 @@ def _describe(error: dict[str, Any]) -> str:
     key = ".".join(str(part) for part in error["loc"]) or "(top level)"
     ctx = error.get("ctx") or {}
     inner = ctx.get("error")
-    if isinstance(inner, _KeyError):
+    if isinstance(inner, _CrossFieldError):
         return f"{'.'.join(inner.loc)}: {inner}"
     if error["type"] == "value_error" and inner is not None:
         expected = str(inner)

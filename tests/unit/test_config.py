@@ -162,3 +162,24 @@ def test_the_shortest_run_timeout_leaves_a_margin_of_room_to_delete(tmp_path: Pa
     path.write_text("airflow: {run_timeout: 90s}\n")
     config = load_config(path)
     assert config.run_timeout("gce") == 2 * config.send_margin("gce") == timedelta(seconds=90)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "k8s: {lease_source: none}\n",
+            "rules.sandbox_orphan: expected report or off while k8s.lease_source is none "
+            "(no liveness authority: an in-flight run's sandbox could be reaped)",
+        ),
+        (
+            "airflow: {run_timeout: 80s}\n",
+            "airflow.run_timeout: expected at least 0:01:30 with gce.request_timeout 0:00:30 and ledger.timeout "
+            "0:00:10: deletes stop 0:00:45 before the run's timeout",
+        ),
+    ],
+)
+def test_a_check_across_keys_blames_the_key_to_change(tmp_path: Path, text: str, message: str) -> None:
+    # Raised inside pydantic's model validation, where pydantic itself would blame the whole model
+    # ("(top level)"): the whole message is the file, the key path to change and what was expected.
+    assert _error(tmp_path, text) == f"invalid config {tmp_path / 'reaper.yaml'}: {message}"
