@@ -31,7 +31,7 @@ import requests  # noqa: E402
 from kubernetes import config as kconfig  # noqa: E402
 from pymongo import MongoClient, monitoring  # noqa: E402
 
-from include.emulators.http import free_port, listening, wait_until  # noqa: E402
+from include.emulators.http import Daemon, free_port, listening, server_binary, start_secantusdb, wait_until  # noqa: E402
 from include.emulators.k8s.cluster import K8sFaults  # noqa: E402
 from reaper.config import parse_settings  # noqa: E402
 from reaper.k8s.deleter import K8sDeleter  # noqa: E402
@@ -110,16 +110,13 @@ def start_world(runs: list[str], orphans: set[str], latency: float) -> World:
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
     emulator = [sys.executable, "-m", "include.emulators.k8s", "--port", str(world.k8s_port)]
     emulator += ["--generate", str(len(runs)), "--latency", str(latency)]
+    nats_argv = [server_binary("nats-server"), "-a", "127.0.0.1", "-p", str(world.nats_port)]
+    nats_argv += ["-m", str(world.nats_monitor), "-js", "-sd", str(work / "js")]
     world.procs.append(subprocess.Popen(emulator, cwd=ROOT, **quiet))  # type: ignore[call-overload]
-    mongo_bin = shutil.which("secantusd-py") or str(Path(sys.executable).parent / "secantusd-py")
-    mongo = [mongo_bin, "--host", "127.0.0.1", "--port", str(world.mongo_port), "--storage-path", ":memory:"]
-    world.procs.append(subprocess.Popen([*mongo, "--log-level", "ERROR"], **quiet))  # type: ignore[call-overload]
-    nats_bin = shutil.which("nats-server") or "/usr/sbin/nats-server"
-    nats_argv = [nats_bin, "-a", "127.0.0.1", "-p", str(world.nats_port), "-m", str(world.nats_monitor)]
-    world.procs.append(subprocess.Popen([*nats_argv, "-js", "-sd", str(work / "js")], **quiet))  # type: ignore[call-overload]
-    try:
-        for port in (world.k8s_port, world.mongo_port, world.nats_port):
-            wait_until(lambda port=port: listening(port), f"port {port}", 60)
+    try:  # the emulator generates its runs meanwhile
+        world.procs.append(start_secantusdb(world.mongo_port, timeout=60).process)
+        world.procs.append(Daemon(nats_argv, world.nats_port, "nats-server", timeout=60).process)
+        wait_until(lambda: listening(world.k8s_port), f"the emulator on port {world.k8s_port}", 60)
         asyncio.run(put_leases(world.nats_url, [r for r in runs if r not in orphans]))
         docs = [{"_id": r, "status": "failed" if r in orphans else "running"} for r in runs]
         MongoClient(f"mongodb://127.0.0.1:{world.mongo_port}/")["iterion"]["runs"].insert_many(docs)

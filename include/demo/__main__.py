@@ -21,10 +21,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
-from include.emulators.http import free_port, listening, wait_until
+from include.emulators.http import Daemon, free_port, listening, secantusdb_argv, server_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 STATE = Path(os.environ.get("REAPER_DEMO_STATE") or ROOT / ".demo").resolve()
@@ -49,12 +51,20 @@ def _pids() -> dict[str, int]:
     return json.loads(PIDS.read_text()) if PIDS.exists() else {}
 
 
-def start(name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """Start ``argv`` in its own process group, logging to ``.demo/logs/NAME.log``; record its pid."""
-    log = (STATE / "logs" / f"{name}.log").open("wb")
-    process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=ROOT)
-    PIDS.write_text(json.dumps({**_pids(), name: process.pid}, indent=2))
-    return process
+def start(
+    name: str,
+    argv: list[str],
+    what: str,
+    ready: Callable[[], object],
+    timeout: float = 120,
+    env: dict[str, str] | None = None,
+) -> Daemon:
+    """Start ``argv`` in its own process group, logging to ``.demo/logs/NAME.log``; record its pid
+    (``down`` stops it by that), then wait until ``ready()``."""
+    daemon = Daemon(argv, None, what, log=STATE / "logs" / f"{name}.log", env=env, cwd=ROOT, detach=True)
+    PIDS.write_text(json.dumps({**_pids(), name: daemon.process.pid}, indent=2))
+    daemon.wait(ready, timeout)
+    return daemon
 
 
 def down(databases: bool = True) -> None:
@@ -84,10 +94,6 @@ def _alive(pid: int) -> bool:
         return True
     except ProcessLookupError:
         return False
-
-
-def binary(name: str) -> str | None:
-    return shutil.which(name) or next((p for p in (f"/usr/sbin/{name}", f"/usr/bin/{name}") if Path(p).exists()), None)
 
 
 # --- set-up -----------------------------------------------------------------------------------
@@ -300,98 +306,118 @@ def table(summary: dict[str, object]) -> str:
 # --- up ---------------------------------------------------------------------------------------
 
 
+@dataclass
+class Services:
+    """What :func:`services` started, and where: everything the reaper's config and connections name."""
+
+    mongo_port: int
+    nats_port: int  # rendered into connections.json even when nats-server is not installed (unused then)
+    nats: bool  # nats-server is installed and running: run leases in NATS, else in MongoDB
+    world: dict[str, object]  # the fleet's fleet.json: emulator endpoints, manager metrics, when m4 crashed
+    prometheus_url: str
+    pushgateway_url: str  # "" without prometheus-pushgateway
+
+
 def up() -> None:
     down(databases=False)  # a demo still running from the same state directory
     if STATE.exists():
         shutil.rmtree(STATE)
     (STATE / "logs").mkdir(parents=True)
-    python = sys.executable
-
     say("starting SecantusDB (MongoDB wire protocol), NATS, the fleet, Prometheus")
+    running = services()
+    reaper_config, connections = configure(running)
+    base, api = airflow(reaper_config, connections)
+    say("sweeping every phase in rollout order")
+    runs = sweep_all(api, float(running.world["crashed_at"]))  # type: ignore[arg-type]
+    report(runs, running, reaper_config, connections, base)
+
+
+def services() -> Services:
+    """SecantusDB, nats-server (when installed), the fleet, the Pushgateway (when installed) and Prometheus."""
     mongo_port = free_port()
-    mongo = start(
-        "secantusdb",
-        [
-            str(Path(python).parent / "secantusd-py"),
-            *("--host", "127.0.0.1", "--port", str(mongo_port), "--storage-path", ":memory:"),
-            *("--log-level", "ERROR"),
-        ],
-    )
-    wait_until(lambda: listening(mongo_port), "SecantusDB", 120, mongo)
+    start("secantusdb", secantusdb_argv(mongo_port), "SecantusDB", lambda: listening(mongo_port))
     mongo_url = f"mongodb://127.0.0.1:{mongo_port}/"
 
-    nats, nats_port = binary("nats-server"), free_port()
+    nats, nats_port = server_binary("nats-server", required=False), free_port()
     if nats:
-        process = start("nats", [nats, "-a", "127.0.0.1", "-p", str(nats_port), "-js", "-sd", str(STATE / "nats")])
-        wait_until(lambda: listening(nats_port), "nats-server", 120, process)
+        argv = [nats, "-a", "127.0.0.1", "-p", str(nats_port), "-js", "-sd", str(STATE / "nats")]
+        start("nats", argv, "nats-server", lambda: listening(nats_port))
     else:
         say("nats-server not installed: run leases live in MongoDB (k8s.lease_source: mongo)")
 
     fresh_databases()
-    fleet_argv = [python, "-m", "include.demo.fleet", "--state", str(STATE), "--mongo-url", mongo_url]
+    fleet_argv = [sys.executable, "-m", "include.demo.fleet", "--state", str(STATE), "--mongo-url", mongo_url]
     fleet_argv += ["--postgres-dsn", f"{POSTGRES}/{DATABASES[1]}"]
-    fleet = start("fleet", fleet_argv + (["--nats-url", f"nats://127.0.0.1:{nats_port}"] if nats else []))
-    wait_until(lambda: (STATE / "fleet.json").exists(), "the fleet", 120, fleet)
+    fleet_argv += ["--nats-url", f"nats://127.0.0.1:{nats_port}"] if nats else []
+    start("fleet", fleet_argv, "the fleet", lambda: (STATE / "fleet.json").exists())
     world = json.loads((STATE / "fleet.json").read_text())
 
     pushgateway_url = ""
-    if gateway := binary("prometheus-pushgateway"):
+    if gateway := server_binary("prometheus-pushgateway", required=False):
         port = free_port()
         # In memory: Debian's build persists to /var/lib/prometheus/pushgateway.data by default.
-        process = start("pushgateway", [gateway, f"--web.listen-address=127.0.0.1:{port}", "--persistence.file="])
-        wait_until(lambda: listening(port), "the Pushgateway", 120, process)
+        argv = [gateway, f"--web.listen-address=127.0.0.1:{port}", "--persistence.file="]
+        start("pushgateway", argv, "the Pushgateway", lambda: listening(port))
         pushgateway_url = f"http://127.0.0.1:{port}"
-    prometheus, prom_port = binary("prometheus"), free_port()
+    prometheus, prom_port = server_binary("prometheus", required=False), free_port()
     if not prometheus:
         raise SystemExit("demo: prometheus is not installed (writer health reads it); run scripts/bootstrap.sh")
     config = prometheus_config(list(world["manager_metrics"].values()), pushgateway_url.removeprefix("http://"))
-    process = start(
-        "prometheus",
-        [
-            prometheus,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={STATE / 'prometheus'}",
-            f"--web.listen-address=127.0.0.1:{prom_port}",
-        ],
-    )
     prometheus_url = f"http://127.0.0.1:{prom_port}"
-    wait_until(lambda: _get(f"{prometheus_url}/-/ready"), "Prometheus", 120, process)
+    argv = [prometheus, f"--config.file={config}", f"--storage.tsdb.path={STATE / 'prometheus'}"]
+    argv += [f"--web.listen-address=127.0.0.1:{prom_port}"]
+    start("prometheus", argv, "Prometheus", lambda: _get(f"{prometheus_url}/-/ready"))
+    return Services(mongo_port, nats_port, bool(nats), world, prometheus_url, pushgateway_url)
 
+
+def configure(running: Services) -> tuple[Path, Path]:
+    """The reaper's config and Airflow's connections, rendered for these services into the state directory."""
     values = {
         "STATE": STATE,
-        "PROMETHEUS_URL": prometheus_url,
-        "PUSHGATEWAY_URL": pushgateway_url,
-        "LEASE_SOURCE": "nats" if nats else "mongo",
-        "GCE_ENDPOINT": world["gce_endpoint"],
-        "KUBECONFIG": world["kubeconfig"],
-        "MONGO_PORT": mongo_port,
-        "NATS_PORT": nats_port,
+        "PROMETHEUS_URL": running.prometheus_url,
+        "PUSHGATEWAY_URL": running.pushgateway_url,
+        "LEASE_SOURCE": "nats" if running.nats else "mongo",
+        "GCE_ENDPOINT": running.world["gce_endpoint"],
+        "KUBECONFIG": running.world["kubeconfig"],
+        "MONGO_PORT": running.mongo_port,
+        "NATS_PORT": running.nats_port,
         "STEPS_DB": DATABASES[1],
     }
     reaper_config = render(HERE / "reaper.yaml", STATE / "reaper.yaml", values)
-    connections = render(HERE / "connections.json", STATE / "connections.json", values)
+    return reaper_config, render(HERE / "connections.json", STATE / "connections.json", values)
+
+
+def airflow(reaper_config: Path, connections: Path) -> tuple[str, Api]:
+    """Airflow's metadata DB migrated, the connections and pools imported, ``airflow standalone``
+    running and the reaper's DAGs parsed; its base URL and its REST API."""
     api_port = free_port() if listening(UI_PORT) else UI_PORT
     env = airflow_env(reaper_config, api_port)
-    airflow = str(Path(python).parent / "airflow")
+    airflow_bin = server_binary("airflow")
     say(f"migrating Airflow's metadata DB (PostgreSQL database {DATABASES[0]})")
     for argv in (
-        [airflow, "db", "migrate"],
-        [airflow, "connections", "import", str(connections)],
-        [airflow, "pools", "import", str(ROOT / "include" / "airflow" / "pools.json")],
+        [airflow_bin, "db", "migrate"],
+        [airflow_bin, "connections", "import", str(connections)],
+        [airflow_bin, "pools", "import", str(ROOT / "include" / "airflow" / "pools.json")],
     ):
         done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
             raise SystemExit(f"demo: {' '.join(argv[1:3])} failed:\n{done.stdout}{done.stderr}")
     say("starting airflow standalone (API server, scheduler, DAG processor, triggerer)")
-    standalone = start("airflow", [airflow, "standalone"], env)
     base = f"http://127.0.0.1:{api_port}"
-    wait_until(lambda: _get(f"{base}/api/v2/monitor/health"), "airflow standalone", 300, standalone)
+    health = f"{base}/api/v2/monitor/health"
+    standalone = start("airflow", [airflow_bin, "standalone"], "airflow standalone", lambda: _get(health), 300, env)
     api = Api(base)
-    wait_until(lambda: all(api.get(f"/dags/{d}") for d in rollout()), "the reaper DAGs", 300, standalone)
+    standalone.wait(lambda: all(api.get(f"/dags/{d}") for d in rollout()), 300, "the reaper DAGs")
+    return base, api
 
-    say("sweeping every phase in rollout order")
-    runs = sweep_all(api, float(world["crashed_at"]))
-    summary = {**summarize(demo_ledger(reaper_config, connections), runs), "alerts": alerts(prometheus_url)}
+
+def report(
+    runs: list[tuple[str, str, str]], running: Services, reaper_config: Path, connections: Path, base: str
+) -> None:
+    """What each sweep did, from the ledger, and the alerts (also in ``.demo/summary.json``); where to
+    look next. Fails when a sweep failed."""
+    ledger = demo_ledger(reaper_config, connections)
+    summary = {**summarize(ledger, runs), "alerts": alerts(running.prometheus_url)}
     (STATE / "summary.json").write_text(json.dumps(summary, indent=2))
     print()
     print(table(summary))
@@ -399,7 +425,7 @@ def up() -> None:
         f"""
 Airflow UI      {base}  (login {USER} / {PASSWORD})
 Audit view      {base}/reaper/
-Prometheus      {prometheus_url}/alerts  (the reaper's alert rules, fed by the Pushgateway)
+Prometheus      {running.prometheus_url}/alerts  (the reaper's alert rules, fed by the Pushgateway)
 Config          {reaper_config}  (quarantine 30 s; production default 4 h)
 Logs            {STATE / "logs"}
 Stop it all     make demo-down"""

@@ -1,5 +1,6 @@
 """What the GCE and Kubernetes emulators share: fault injection, request counters, dispatch, the server;
-and the port and readiness helpers the demo, the tests and the benchmarks use to start servers.
+and how the demo, the tests and the benchmarks start servers: free ports, readiness, the binaries,
+one process wrapper (:class:`Daemon`) and SecantusDB's command line.
 
 Each emulator supplies its routes, its handling and its error shape; this module
 does the rest the same way for both, so a test injects faults and reads
@@ -9,18 +10,24 @@ counters identically whichever API it drives.
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
+import shutil
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from subprocess import Popen
-from typing import ClassVar
+from typing import ClassVar, Literal, overload
 from urllib.parse import parse_qs, urlsplit
 
 Route = tuple[str, re.Pattern[str], str]  # (method, path pattern, kind)
@@ -58,6 +65,118 @@ def wait_until(ready: Callable[[], object], what: str, timeout: float = 30.0, pr
             pass
         time.sleep(0.2)
     raise TimeoutError(f"{what}: not ready after {timeout:g} s")
+
+
+@overload
+def server_binary(name: str, required: Literal[True] = True) -> str: ...
+@overload
+def server_binary(name: str, required: bool) -> str | None: ...
+def server_binary(name: str, required: bool = True) -> str | None:
+    """Where the server ``name`` is installed: next to this interpreter (the venv's ``secantusd-py``,
+    ``airflow``), on ``PATH``, or in ``/usr/sbin`` or ``/usr/bin`` (Debian's ``nats-server``, Prometheus).
+
+    Not installed: ``RuntimeError``, or ``None`` when not ``required``.
+    """
+    candidates = (Path(sys.executable).parent / name, shutil.which(name), f"/usr/sbin/{name}", f"/usr/bin/{name}")
+    found = next((str(c) for c in candidates if c and os.access(c, os.X_OK)), None)
+    if found is None and required:
+        raise RuntimeError(f"{name} is not installed: run scripts/bootstrap.sh (make test and make demo do)")
+    return found
+
+
+class Daemon:
+    """A server process of the demo's, a test's or a benchmark's own: started, waited for, stopped.
+
+    Started at once; then, when given a ``port`` or a ``ready`` check, waited for until it accepts
+    connections on that port (or ``ready()`` is true) for at most ``timeout`` seconds, and stopped
+    if it never gets there. Its output goes to ``log``, or nowhere. ``detach`` starts it in a session
+    of its own (the demo's services: they outlive the demo's command and are stopped by group).
+    """
+
+    def __init__(
+        self,
+        argv: list[str],
+        port: int | None = None,
+        what: str = "",
+        *,
+        ready: Callable[[], object] | None = None,
+        timeout: float = 30.0,
+        log: Path | None = None,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        detach: bool = False,
+    ) -> None:
+        self.port, self.what, self.detach = port, what or argv[0], detach
+        if log is None:
+            out, err = subprocess.DEVNULL, subprocess.DEVNULL
+        else:
+            out, err = log.open("wb"), subprocess.STDOUT
+        try:
+            self.process = Popen(argv, stdout=out, stderr=err, env=env, cwd=cwd, start_new_session=detach)
+        finally:
+            if log is not None:
+                out.close()  # type: ignore[union-attr]
+        if ready is not None or port is not None:
+            self.wait(ready, timeout)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def wait(self, ready: Callable[[], object] | None = None, timeout: float = 30.0, what: str | None = None) -> None:
+        """Wait until ``ready()`` (by default: it accepts connections on its port); see :func:`wait_until`.
+
+        A process that exits or is not ready in time is stopped, and the error raised.
+        """
+        if ready is None:
+            ready = partial(listening, self.port)
+            what = what or f"{self.what} on port {self.port}"
+        try:
+            wait_until(ready, what or self.what, timeout, self.process)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM (to its whole group when detached), then SIGKILL if it is still running ``timeout`` seconds later."""
+        if self.process.poll() is not None:
+            return
+        self._signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self._signal(signal.SIGKILL)
+            self.process.wait(timeout=timeout)
+
+    def _signal(self, signum: int) -> None:
+        try:
+            if self.detach:
+                os.killpg(self.process.pid, signum)
+            else:
+                self.process.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+
+SECANTUSDB = "secantusd-py"  # SecantusDB's server: MongoDB's wire protocol, installed with the requirements
+
+
+def secantusdb_argv(port: int, storage: str | Path = ":memory:", options: tuple[str, ...] = ()) -> list[str]:
+    """SecantusDB on ``127.0.0.1:port``, its data in ``storage`` (a directory, or in memory), logging errors only."""
+    argv = [server_binary(SECANTUSDB), "--host", "127.0.0.1", "--port", str(port), "--storage-path", str(storage)]
+    return [*argv, "--log-level", "ERROR", *options]
+
+
+def start_secantusdb(
+    port: int | None = None, *, storage: str | Path = ":memory:", options: tuple[str, ...] = (), **daemon: object
+) -> Daemon:
+    """SecantusDB (see :func:`secantusdb_argv`) as a :class:`Daemon`, on a free port unless given one.
+
+    Returned once it accepts connections; ``daemon`` takes the other arguments of :class:`Daemon`.
+    """
+    port = port or free_port()
+    what = " ".join(("SecantusDB", *options))
+    return Daemon(secantusdb_argv(port, storage, options), port, what, **daemon)  # type: ignore[arg-type]
 
 
 class ApiError(Exception):

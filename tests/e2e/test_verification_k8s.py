@@ -11,10 +11,9 @@ import psycopg
 import pytest
 from pymongo import MongoClient
 
-from include.emulators.http import free_port, wait_until
+from include.emulators.http import start_secantusdb, wait_until
 from include.emulators.k8s import RESOURCE_OF_KIND
 from reaper.sweep.targets import K8sTarget
-from tests.integration.conftest import Daemon, mongo_binary
 from tests.integration.k8s_helpers import MANAGED, put_leases, seed_pod, seed_run
 
 ENFORCEMENT = "reaper_k8s_enforcement"
@@ -100,10 +99,8 @@ def test_mongodb_outage_during_a_sweep_deletes_nothing_and_reports_the_keys_unkn
 ) -> None:
     """Seed 000: the run store goes down after the inventory was listed and before evidence is read."""
     cluster, _, emulator = kube
-    port = free_port()
-    store = Daemon(
-        [mongo_binary(), "--host", "127.0.0.1", "--port", str(port), "--storage-path", ":memory:"], port, "SecantusDB"
-    )
+    store = start_secantusdb()
+    port = store.port
     MongoClient(f"mongodb://127.0.0.1:{port}/")["iterion"]["runs"].insert_many(
         [{"_id": "r1", "status": "failed"}, {"_id": "r2", "status": "succeeded"}]
     )

@@ -10,7 +10,7 @@ import pytest
 from pymongo import monitoring
 
 from include.emulators.gce import Emulator, Fleet
-from include.emulators.http import free_port, listening, wait_until
+from include.emulators.http import Daemon, free_port, server_binary, start_secantusdb
 from include.emulators.shapes import gcloud_instance
 from reaper.gce.clients import ComputeClients, compute_clients
 from reaper.retry import Backoff
@@ -85,58 +85,10 @@ class FindCounter(monitoring.CommandListener):
         pass
 
 
-class Daemon:
-    """A server process the test owns: it can be stopped mid-test to simulate an outage."""
-
-    def __init__(self, argv: list[str], port: int, what: str) -> None:
-        import subprocess
-
-        self.port, self.what = port, what
-        self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            wait_until(lambda: listening(port), f"{what} on port {port}", 30, self.process)
-        except TimeoutError:
-            self.process.kill()
-            raise
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(timeout=15)
-
-
-def mongo_binary() -> str:
-    import shutil
-    import sys
-    from pathlib import Path
-
-    return shutil.which("secantusd-py") or str(Path(sys.executable).parent / "secantusd-py")
-
-
 @pytest.fixture(scope="session")
 def mongo_server() -> Iterator[Daemon]:
     """SecantusDB (a MongoDB wire-protocol server) on a free port, in memory."""
-
-    port = free_port()
-    daemon = Daemon(
-        [
-            mongo_binary(),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--storage-path",
-            ":memory:",
-            "--log-level",
-            "ERROR",
-        ],
-        port,
-        "SecantusDB",
-    )
+    daemon = start_secantusdb()
     yield daemon
     daemon.stop()
 
@@ -155,21 +107,14 @@ def mongo(mongo_server: Daemon):
     client.close()
 
 
-def nats_binary() -> str:
-    import shutil
-
-    binary = shutil.which("nats-server") or "/usr/sbin/nats-server"
-    if not os.path.exists(binary):
-        raise RuntimeError("nats-server is not installed: run scripts/bootstrap.sh (make test does)")
-    return binary
-
-
 @pytest.fixture
 def nats_server(tmp_path) -> Iterator[Daemon]:  # type: ignore[no-untyped-def]
     """A NATS server with JetStream of this test's own (so a test can stop it)."""
     port = free_port()
     daemon = Daemon(
-        [nats_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(tmp_path / "js")], port, "nats-server"
+        [server_binary("nats-server"), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(tmp_path / "js")],
+        port,
+        "nats-server",
     )
     yield daemon
     daemon.stop()
@@ -179,11 +124,7 @@ def nats_server(tmp_path) -> Iterator[Daemon]:  # type: ignore[no-untyped-def]
 def pushgateway() -> Iterator[Daemon]:
     """A Pushgateway of this test's own, in memory: Debian's build would otherwise load and persist
     every test's metrics in /var/lib/prometheus/pushgateway.data (its default ``--persistence.file``)."""
-    import shutil
-
-    binary = shutil.which("prometheus-pushgateway") or "/usr/bin/prometheus-pushgateway"
-    if not os.path.exists(binary):
-        raise RuntimeError("prometheus-pushgateway is not installed: run scripts/bootstrap.sh (make test does)")
+    binary = server_binary("prometheus-pushgateway")
     port = free_port()
     daemon = Daemon([binary, f"--web.listen-address=127.0.0.1:{port}", "--persistence.file="], port, "pushgateway")
     yield daemon

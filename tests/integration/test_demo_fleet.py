@@ -16,7 +16,7 @@ from kubernetes import config as kconfig
 from pymongo import MongoClient
 
 from include.demo.__main__ import HERE, render
-from include.emulators.http import free_port, wait_until
+from include.emulators.http import start_secantusdb, wait_until
 from reaper.config import parse_settings
 from reaper.k8s.evidence import gather
 from reaper.k8s.inventory import list_cluster
@@ -24,17 +24,14 @@ from reaper.model import Phase
 from reaper.policy import evaluate
 from reaper.stores.mongo import MongoLeases, MongoRunStore
 from reaper.stores.postgres import PostgresStepStore
-from tests.integration.conftest import Daemon, fast_backoff, mongo_binary
+from tests.integration.conftest import fast_backoff
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_without_nats_the_demo_fleet_keeps_leases_in_mongodb(tmp_path, postgres) -> None:
-    port = free_port()
-    store = Daemon(
-        [mongo_binary(), "--host", "127.0.0.1", "--port", str(port), "--storage-path", ":memory:"], port, "SecantusDB"
-    )
-    mongo_url = f"mongodb://127.0.0.1:{port}/"
+    store = start_secantusdb()
+    mongo_url = f"mongodb://127.0.0.1:{store.port}/"
     argv = [sys.executable, "-m", "include.demo.fleet", "--state", str(tmp_path), "--mongo-url", mongo_url]
     fleet = subprocess.Popen([*argv, "--postgres-dsn", postgres], cwd=ROOT, stdout=subprocess.DEVNULL)
     try:

@@ -11,7 +11,7 @@ import psycopg
 import requests
 from pymongo import MongoClient
 
-from include.emulators.http import free_port
+from include.emulators.http import Daemon, free_port, server_binary, start_secantusdb
 from reaper.config import (
     MongoLeaseConfig,
     MongoRunStoreConfig,
@@ -24,7 +24,7 @@ from reaper.policy.k8s import lease_state, run_state, step_state
 from reaper.stores.mongo import MongoLeases, MongoRunStore
 from reaper.stores.nats import NatsLeases
 from reaper.stores.postgres import PostgresStepStore
-from tests.integration.conftest import Daemon, FindCounter, nats_binary
+from tests.integration.conftest import FindCounter
 
 TERMINAL = ["succeeded", "failed", "cancelled"]
 
@@ -68,12 +68,8 @@ def test_undecodable_document_makes_its_key_unknown(mongo) -> None:
 
 
 def test_mongo_down_makes_every_key_unknown(tmp_path) -> None:
-    port = free_port()
-    from tests.integration.conftest import mongo_binary
-
-    daemon = Daemon(
-        [mongo_binary(), "--host", "127.0.0.1", "--port", str(port), "--storage-path", ":memory:"], port, "SecantusDB"
-    )
+    daemon = start_secantusdb()
+    port = daemon.port
     client = MongoClient(f"mongodb://127.0.0.1:{port}/", serverSelectionTimeoutMS=1000, socketTimeoutMS=1000)
     client["iterion"]["runs"].insert_one({"_id": "r1", "status": "failed"})
     daemon.stop()
@@ -120,11 +116,8 @@ async def _put(url: str, bucket: str, keys: list[str]) -> None:
 
 def test_nats_leases_one_listing_for_all_runs(tmp_path) -> None:
     port, monitor = free_port(), free_port()
-    daemon = Daemon(
-        [nats_binary(), "-a", "127.0.0.1", "-p", str(port), "-m", str(monitor), "-js", "-sd", str(tmp_path / "js")],
-        port,
-        "nats-server",
-    )
+    argv = [server_binary("nats-server"), "-a", "127.0.0.1", "-p", str(port), "-m", str(monitor)]
+    daemon = Daemon([*argv, "-js", "-sd", str(tmp_path / "js")], port, "nats-server")
     try:
         url = f"nats://127.0.0.1:{port}"
         asyncio.run(_put(url, "small", ["lease.r1", "lease.r2", "other", "lease.r3"]))

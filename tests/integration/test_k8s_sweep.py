@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import psycopg
 from pymongo import MongoClient
 
-from include.emulators.http import free_port
+from include.emulators.http import start_secantusdb
 from reaper.config import parse_settings
 from reaper.k8s.deleter import K8sDeleter
 from reaper.k8s.evidence import gather
@@ -18,7 +18,7 @@ from reaper.policy import evaluate
 from reaper.stores.mongo import MongoRunStore
 from reaper.stores.nats import NatsLeases
 from reaper.stores.postgres import PostgresStepStore
-from tests.integration.conftest import Daemon, fast_backoff, mongo_binary
+from tests.integration.conftest import fast_backoff
 from tests.integration.k8s_helpers import MANAGED, put_leases, seed_pod, seed_run
 
 STEP = {"iterion.io/step": "build", "iterion.io/attempt": "1"}
@@ -118,10 +118,8 @@ def test_mongo_outage_mid_sweep_reaps_nothing(kube, nats_server, tmp_path) -> No
     cluster, api, _ = kube
     url = f"nats://127.0.0.1:{nats_server.port}"
     asyncio.run(put_leases(url, []))
-    port = free_port()
-    daemon = Daemon(
-        [mongo_binary(), "--host", "127.0.0.1", "--port", str(port), "--storage-path", ":memory:"], port, "SecantusDB"
-    )
+    daemon = start_secantusdb()
+    port = daemon.port
     client = MongoClient(f"mongodb://127.0.0.1:{port}/", serverSelectionTimeoutMS=1000, socketTimeoutMS=1000)
     client["iterion"]["runs"].insert_many([{"_id": "r1", "status": "failed"}, {"_id": "r2", "status": "failed"}])
     seed_run(cluster, "r1")

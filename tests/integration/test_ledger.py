@@ -12,12 +12,11 @@ from pymongo import MongoClient
 from pymongo.errors import PyMongoError
 from pymongo.monitoring import CommandFailedEvent, CommandListener, CommandStartedEvent, CommandSucceededEvent
 
-from include.emulators.http import free_port
+from include.emulators.http import start_secantusdb
 from reaper.config import LedgerConfig
 from reaper.ledger import FENCE, Ledger
 from reaper.sweep.deletes import Fence, SweepHalted, delete_batch
 from tests.builders import inst
-from tests.integration.conftest import Daemon, mongo_binary
 
 IDS = {"dag_id": "reaper_gce_enforcement", "run_id": "manual__1", "execution": 0, "lease": "t"}
 HOLDER = "reaper_gce_enforcement/manual__1#0"
@@ -116,10 +115,8 @@ def test_retry_after_a_crash_between_delete_and_outcome(ledger) -> None:
 
 
 def test_no_delete_without_a_durable_intent() -> None:
-    port = free_port()
-    daemon = Daemon(
-        [mongo_binary(), "--host", "127.0.0.1", "--port", str(port), "--storage-path", ":memory:"], port, "SecantusDB"
-    )
+    daemon = start_secantusdb()
+    port = daemon.port
     client = MongoClient(f"mongodb://127.0.0.1:{port}/", serverSelectionTimeoutMS=1000, socketTimeoutMS=1000)
     ledger = Ledger(client, LedgerConfig(database="reaper", timeout="1s"))
     ledger.ensure_indexes()
@@ -257,9 +254,8 @@ def test_an_index_that_differs_otherwise_is_rebuilt(mongo, collection: str, keys
 
 def test_a_refused_collmod_falls_back_to_a_rebuild() -> None:
     # MongoDB's readWrite role may drop and create indexes but not run collMod (SecantusDB's may).
-    port = free_port()
-    argv = [mongo_binary(), "--host", "127.0.0.1", "--port", str(port), "--storage-path", ":memory:"]
-    daemon = Daemon([*argv, "--enable-test-commands"], port, "SecantusDB")
+    daemon = start_secantusdb(options=("--enable-test-commands",))
+    port = daemon.port
     try:
         Ledger(MongoClient(f"mongodb://127.0.0.1:{port}/"), LedgerConfig(database="reaper")).ensure_indexes()
         changed, commands = _watched(port, "reaper", "30d")

@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from include.emulators.gce import Fleet
-from include.emulators.http import ApiError
+from include.emulators.http import ApiError, start_secantusdb
 from reaper.config import LedgerConfig, Settings, parse_settings
 from reaper.gce.clients import compute_clients
 from reaper.gce.inventory import list_project
@@ -33,7 +33,7 @@ from reaper.model import Evidence, GceInstance, Phase, WriterRecord
 from reaper.policy import evaluate
 from reaper.sweep.deletes import Fence, SweepHalted, cut_batches, delete_batch
 from reaper.sweep.targets import GceTarget
-from tests.integration.conftest import HB, NOW, Daemon, add_instance, fast_backoff, mongo_binary
+from tests.integration.conftest import HB, NOW, add_instance, fast_backoff
 
 SELECTOR = {"ci_ephemeral": "true"}
 ZONE = "us-east1-b"
@@ -312,15 +312,12 @@ def test_a_delete_applied_before_the_kill_is_recorded_deleted_by_the_retry(world
 
 
 def test_losing_the_ledger_mid_batch_stops_every_send_and_the_retry_finishes(gce, tmp_path) -> None:
-    from include.emulators.http import free_port
-
     fleet, clients = gce
     for i in range(6):
         add_instance(fleet, "p", ZONE, f"orphan-{i}", heartbeat_age=6 * 3600, instance_id=1000 + i)
         add_instance(fleet, "p", ZONE, f"live-{i}", heartbeat_age=60, instance_id=2000 + i)
-    port = free_port()
-    argv = [mongo_binary(), "--host", "127.0.0.1", "--port", str(port), "--storage-path", str(tmp_path / "db")]
-    daemon = Daemon(argv, port, "SecantusDB")
+    daemon = start_secantusdb(storage=tmp_path / "db")
+    port = daemon.port
     from pymongo import MongoClient
 
     client = MongoClient(f"mongodb://127.0.0.1:{port}/", serverSelectionTimeoutMS=1000, socketTimeoutMS=1000)
@@ -339,7 +336,7 @@ def test_losing_the_ledger_mid_batch_stops_every_send_and_the_retry_finishes(gce
         with pytest.raises(SweepHalted, match="ledger"):
             delete_batch(ledger, target, fence, resources)
         assert len(fleet.deleted_ids) == 1, "a delete was sent without a durable intent"
-        daemon = Daemon(argv, port, "SecantusDB")
+        daemon = start_secantusdb(port, storage=tmp_path / "db")
         # The first VM's intent (marked sent) survived, its outcome did not: the retry's 404 is its own delete.
         assert delete_batch(ledger, target, fence, resources) == {"deleted": 6}
         assert Counter(r["result"] for r in ledger.records.find({"action": "outcome"})) == {"deleted": 6}

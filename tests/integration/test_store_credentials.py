@@ -22,11 +22,10 @@ import nats
 import pytest
 from pymongo import MongoClient
 
-from include.emulators.http import free_port
+from include.emulators.http import Daemon, free_port, server_binary, start_secantusdb
 from reaper.config import MongoRunStoreConfig, NatsLeaseConfig
 from reaper.stores.mongo import MongoConnectionError, MongoRunStore, mongo_client
 from reaper.stores.nats import NatsLeases, nats_options
-from tests.integration.conftest import Daemon, mongo_binary, nats_binary
 
 PASSWORD = "pwA1/pwB2+pwC3@pwD4:pwE5%pwF6?pwG7 pwH8"
 WRONG = "pwH8 pwG7?pwF6%pwE5:pwD4@pwC3+pwB2/pwA1"
@@ -57,14 +56,13 @@ def assert_exception_clean(exc: BaseException) -> None:
 def secured_mongo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     """SecantusDB requiring SCRAM authentication; user ``reaper`` (PASSWORD) may read ``iterion``."""
     storage = tmp_path_factory.mktemp("secured-mongo")
-    port = free_port()
-    argv = [mongo_binary(), "--host", "127.0.0.1", "--port", str(port), "--storage-path", str(storage)]
-    setup = Daemon([*argv, "--log-level", "ERROR"], port, "SecantusDB")
+    setup = start_secantusdb(storage=storage)
+    port = setup.port
     with MongoClient(f"mongodb://127.0.0.1:{port}/", serverSelectionTimeoutMS=3000) as client:
         client["iterion"].command("createUser", "reaper", pwd=PASSWORD, roles=[{"role": "read", "db": "iterion"}])
         client["iterion"]["runs"].insert_one({"_id": "r1", "status": "failed"})
     setup.stop()
-    daemon = Daemon([*argv, "--log-level", "ERROR", "--auth"], port, "SecantusDB with --auth")
+    daemon = start_secantusdb(port, storage=storage, options=("--auth",))
     yield port
     daemon.stop()
 
@@ -163,7 +161,7 @@ def secured_nats(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Dae
         if getattr(request, "param", "user") == "token"
         else ["--user", "reaper", "--pass", PASSWORD]
     )
-    argv = [nats_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(tmp_path / "js"), *auth]
+    argv = [server_binary("nats-server"), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(tmp_path / "js"), *auth]
     daemon = Daemon(argv, port, "nats-server with auth")
     yield daemon
     daemon.stop()
