@@ -30,8 +30,8 @@ from include.emulators.http import free_port  # noqa: E402
 from reaper.config import parse_settings  # noqa: E402
 from reaper.gce.clients import compute_clients  # noqa: E402
 from reaper.gce.deleter import GceDeleter  # noqa: E402
-from reaper.gce.inventory import PAGE_SIZE, incomplete_scopes, list_projects  # noqa: E402
-from reaper.model import Evidence, Phase, WriterRecord  # noqa: E402
+from reaper.gce.inventory import PAGE_SIZE, list_projects  # noqa: E402
+from reaper.model import Evidence, Phase, WriterRecord, incomplete_scopes  # noqa: E402
 from reaper.policy import evaluate  # noqa: E402
 from reaper.retry import Backoff  # noqa: E402
 
@@ -86,7 +86,7 @@ def main() -> None:
         started = time.perf_counter()
         listings = list_projects(clients, projects, gce.selector, gce.list_concurrency, Backoff(gce.max_retries), 60)
         listed = time.perf_counter()
-        instances = [i for listing in listings for i in listing.instances]
+        instances = [i for listing in listings for i in listing.resources]
         writers = [WriterRecord(f"mgr-{p}", p, now - 60, False) for p in projects]
         evidence = Evidence(writer_health=writers, incomplete=incomplete_scopes(listings))
         plan = evaluate(instances, evidence, config, Phase.ENFORCEMENT, datetime.fromtimestamp(now, UTC))

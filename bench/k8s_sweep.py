@@ -36,8 +36,8 @@ from include.emulators.k8s.cluster import K8sFaults  # noqa: E402
 from reaper.config import parse_settings  # noqa: E402
 from reaper.k8s.deleter import K8sDeleter  # noqa: E402
 from reaper.k8s.evidence import gather  # noqa: E402
-from reaper.k8s.inventory import PAGE_SIZE, incomplete_scopes, list_cluster  # noqa: E402
-from reaper.model import Phase  # noqa: E402
+from reaper.k8s.inventory import PAGE_SIZE, list_cluster  # noqa: E402
+from reaper.model import Phase, incomplete_scopes  # noqa: E402
 from reaper.policy import evaluate  # noqa: E402
 from reaper.retry import Backoff  # noqa: E402
 from reaper.stores.mongo import MongoRunStore  # noqa: E402
@@ -163,7 +163,7 @@ def main() -> None:
             return run
 
         evidence = gather(
-            listing.objects,
+            listing.resources,
             config,
             timed("NATS leases", leases.read),
             timed("run store", store.read),
@@ -171,7 +171,7 @@ def main() -> None:
             incomplete_scopes([listing]),
         )
         gathered = time.perf_counter()
-        plan = evaluate(listing.objects, evidence, config, Phase.ENFORCEMENT, datetime.now(UTC))
+        plan = evaluate(listing.resources, evidence, config, Phase.ENFORCEMENT, datetime.now(UTC))
         evaluated = time.perf_counter()
         outcomes = K8sDeleter(lambda _: api, config).delete([d.resource for d in plan.deletes()])
         deleted = time.perf_counter()
@@ -197,7 +197,7 @@ def main() -> None:
     lower = max(io_bound, rate_bound)
     wall = deleted - started
     print(
-        f"# {args.runs:,} runs ({len(listing.objects):,} objects), {len(orphans):,} orphaned runs, "
+        f"# {args.runs:,} runs ({len(listing.resources):,} objects), {len(orphans):,} orphaned runs, "
         f"{args.latency * 1000:.0f} ms latency; delete concurrency {config.k8s.delete_concurrency}, "
         f"{args.rate:g} deletes/s per cluster"
     )

@@ -114,7 +114,7 @@ def decision_json(d: Decision) -> dict[str, object]:
         "kind": r.kind,
         "location": r.location,
         "name": r.name,
-        "uid": r.uid if d.target == "k8s" else r.id,  # type: ignore[union-attr]
+        "uid": r.uid,
         "action": d.action.value,
         "rule": d.rule,
         "reason": d.reason,

@@ -71,6 +71,11 @@ class GceInstance(msgspec.Struct, frozen=True, gc=False):
     kind = "instance"
 
     @property
+    def uid(self) -> str:
+        """The numeric id: unique for the VM's lifetime, unlike its name (a VM recreated under it has another)."""
+        return self.id
+
+    @property
     def scope(self) -> str:
         return self.project
 
@@ -117,6 +122,51 @@ class K8sObject(msgspec.Struct, frozen=True, gc=False):
 
 
 Resource = GceInstance | K8sObject
+
+
+@dataclass
+class ScopeListing:
+    """What listing one scope (a GCE project, a Kubernetes cluster) found.
+
+    ``problems`` says why the listing is not proven complete (empty: complete); the policy then
+    holds every delete in the scope. ``hygiene`` counts report-only findings by kind.
+    """
+
+    target: str
+    scope: str
+    resources: list[Resource] = field(default_factory=list)
+    pages: int = 0
+    problems: list[str] = field(default_factory=list)
+    hygiene: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def complete(self) -> bool:
+        return not self.problems
+
+
+def incomplete_scopes(listings: list[ScopeListing]) -> frozenset[tuple[str, str]]:
+    """The ``Evidence.incomplete`` entries of these listings: no delete is sent in those scopes."""
+    return frozenset((x.target, x.scope) for x in listings if not x.complete)
+
+
+class Outcome(msgspec.Struct, frozen=True, gc=False):
+    """What happened to one planned delete. ``detail`` says why for anything but ``deleted``."""
+
+    resource: Resource
+    result: str
+    detail: str = ""
+
+    @property
+    def kind(self) -> str:
+        return self.resource.kind
+
+    @property
+    def name(self) -> str:
+        return self.resource.name
+
+    @property
+    def uid(self) -> str:
+        return self.resource.uid
 
 
 # --- evidence --------------------------------------------------------------------------------

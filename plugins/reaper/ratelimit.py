@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections import defaultdict
+from collections.abc import Callable, Hashable, Iterable
+from itertools import zip_longest
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 class TokenBucket:
@@ -53,3 +58,15 @@ class BucketsPerScope:
         with self._lock:
             bucket = self._buckets.get(scope) or self._buckets.setdefault(scope, TokenBucket(self.rate, self.burst))
         bucket.acquire()
+
+
+def round_robin(items: Iterable[T], key: Callable[[T], Hashable]) -> list[T]:
+    """The first item of each group (by ``key``, a scope), then the second of each, and so on.
+
+    Work comes scope by scope; taken in that order, workers would all queue on one scope's
+    bucket while the other scopes' buckets sit idle.
+    """
+    groups: dict[Hashable, list[T]] = defaultdict(list)
+    for item in items:
+        groups[key(item)].append(item)
+    return [item for row in zip_longest(*groups.values()) for item in row if item is not None]

@@ -15,6 +15,7 @@ from pymongo.monitoring import CommandFailedEvent, CommandListener, CommandStart
 from include.emulators.http import start_secantusdb
 from reaper.config import LedgerConfig
 from reaper.ledger import FENCE, Ledger
+from reaper.model import Outcome
 from reaper.sweep.deletes import Fence, SweepHalted, delete_batch
 from tests.builders import inst
 
@@ -29,9 +30,6 @@ class FakeTarget:
 
     def __init__(self, existing: set[str], crash_after: int | None = None) -> None:
         self.existing, self.calls, self.crash_after = existing, [], crash_after
-
-    def uid(self, r):  # type: ignore[no-untyped-def]
-        return r.id
 
     def unit(self, r):  # type: ignore[no-untyped-def]
         return r.project, r.id
@@ -55,7 +53,7 @@ class FakeTarget:
                 result = ("deleted" if r.id in guard.sent_before else "already_gone") if gone else "deleted"
                 detail = ""
             guard.record(r, result, detail)
-            out.append({"scope": r.scope, "uid": r.id, "name": r.name, "result": result, "detail": detail})
+            out.append(Outcome(r, result, detail))
         return out
 
 

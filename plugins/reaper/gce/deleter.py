@@ -23,12 +23,8 @@ precondition, and a refusal that repeats every sweep must raise the failed-delet
 from __future__ import annotations
 
 import time
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from itertools import zip_longest
-from typing import TypeVar
 
 from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
@@ -36,36 +32,15 @@ from google.cloud import compute_v1
 from reaper.config import Settings
 from reaper.fence import NOT_ATTEMPTED, UNCONFIRMED, Halted, SendGuard
 from reaper.gce.clients import ComputeClients, transient
-from reaper.model import GceInstance
-from reaper.ratelimit import BucketsPerScope
+from reaper.model import GceInstance, Outcome
+from reaper.ratelimit import BucketsPerScope, round_robin
 from reaper.retry import Backoff
 
-T = TypeVar("T")
 GET_FIELD_MASK = "id,name,status,labels,deletionProtection"  # what re-validation compares
 DELETED, ALREADY_GONE, CHANGED, FAILED = "deleted", "already_gone", "changed_since_plan", "failed"
 OPERATION_PENDING = "operation_pending"  # the delete was accepted; its operation had not finished by the deadline
 _DONE = compute_v1.Operation.Status.DONE
 _POLL = 1.0  # seconds between operation polls once the server-side wait has returned
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What happened to one planned delete. ``detail`` says why for anything but ``deleted``."""
-
-    project: str
-    zone: str
-    name: str
-    id: str
-    result: str
-    detail: str = ""
-
-
-def interleave(items: Iterable[T], key: Callable[[T], str]) -> list[T]:
-    """Round-robin over the groups of ``items`` (by ``key``), each group in its own order."""
-    groups: dict[str, list[T]] = defaultdict(list)
-    for item in items:
-        groups[key(item)].append(item)
-    return [item for row in zip_longest(*groups.values()) for item in row if item is not None]
 
 
 def status_class(status: str) -> str:
@@ -93,7 +68,7 @@ class GceDeleter:
         took the same project would queue on its rate limit while the others sit idle.
         """
         guard = guard or SendGuard()
-        order = interleave(range(len(planned)), key=lambda i: planned[i].project)
+        order = round_robin(range(len(planned)), key=lambda i: planned[i].project)
 
         def one(i: int) -> Outcome:
             outcome = self._delete_one(planned[i], guard)
@@ -104,23 +79,20 @@ class GceDeleter:
             done = dict(zip(order, pool.map(one, order), strict=True))
         return [done[i] for i in range(len(planned))]
 
-    def _outcome(self, inst: GceInstance, result: str, detail: str = "") -> Outcome:
-        return Outcome(inst.project, inst.zone, inst.name, inst.id, result, detail)
-
     def _gone(self, inst: GceInstance, guard: SendGuard, where: str, sent: bool) -> Outcome:
         """A 404: this sweep's own doing when its delete call (now or in an earlier try) went out."""
         if sent or inst.id in guard.sent_before:
-            return self._outcome(inst, DELETED, f"404 on {where} after this sweep's delete call")
-        return self._outcome(inst, ALREADY_GONE, f"404 on {where}")
+            return Outcome(inst, DELETED, f"404 on {where} after this sweep's delete call")
+        return Outcome(inst, ALREADY_GONE, f"404 on {where}")
 
     def _delete_one(self, inst: GceInstance, guard: SendGuard) -> Outcome:
         why = guard.check(lease=False)  # no token waited for past the deadline
         if why:
-            return self._outcome(inst, NOT_ATTEMPTED, why)
+            return Outcome(inst, NOT_ATTEMPTED, why)
         self.buckets.acquire(inst.project)  # before the re-read: no wait between it and the delete
         why = guard.before_send(inst, lease=False)  # the durable intent, before the re-read too
         if why:
-            return self._outcome(inst, NOT_ATTEMPTED, why)
+            return Outcome(inst, NOT_ATTEMPTED, why)
         # By id: a VM recreated under the name is another instance, and this one is gone.
         target = {"project": inst.project, "zone": inst.zone, "instance": inst.id}
         try:
@@ -133,13 +105,13 @@ class GceDeleter:
         except gexc.NotFound:
             return self._gone(inst, guard, "get", sent=False)
         except Exception as exc:
-            return self._outcome(inst, FAILED, f"get: {type(exc).__name__}: {exc}")
+            return Outcome(inst, FAILED, f"get: {type(exc).__name__}: {exc}")
         changes = self._changes(inst, current)
         if changes:
-            return self._outcome(inst, CHANGED, "; ".join(changes))
+            return Outcome(inst, CHANGED, "; ".join(changes))
         why = guard.check()  # the lease and the deadline right before the send: the re-read may have taken retries
         if why:
-            return self._outcome(inst, NOT_ATTEMPTED, why)
+            return Outcome(inst, NOT_ATTEMPTED, why)
         attempts = 0
 
         def send() -> compute_v1.Operation:
@@ -156,13 +128,13 @@ class GceDeleter:
             return self._gone(inst, guard, "delete", sent=attempts > 1)
         except (gexc.Conflict, gexc.PreconditionFailed) as exc:
             if attempts > 1:  # an earlier try's answer was lost: it may have been applied, and be the conflict
-                return self._outcome(inst, UNCONFIRMED, f"delete: {exc.code} on a retry of a delete that may have gone")
+                return Outcome(inst, UNCONFIRMED, f"delete: {exc.code} on a retry of a delete that may have gone")
             # A delete by id carries no precondition: a refusal is a failure, which alerts if it repeats.
-            return self._outcome(inst, FAILED, f"delete: {exc.code} {type(exc).__name__}: {exc.message}")
+            return Outcome(inst, FAILED, f"delete: {exc.code} {type(exc).__name__}: {exc.message}")
         except Halted as exc:
-            return self._outcome(inst, UNCONFIRMED, f"the delete call's answer was lost and no retry was sent: {exc}")
+            return Outcome(inst, UNCONFIRMED, f"the delete call's answer was lost and no retry was sent: {exc}")
         except Exception as exc:
-            return self._outcome(inst, FAILED, f"delete: {type(exc).__name__}: {exc}")
+            return Outcome(inst, FAILED, f"delete: {type(exc).__name__}: {exc}")
         guard.sent(inst)
         return self._wait(inst, op, guard)
 
@@ -193,9 +165,9 @@ class GceDeleter:
             while op.status != _DONE:
                 why = guard.check(lease=False)
                 if why:
-                    return self._outcome(inst, OPERATION_PENDING, f"operation {name} not done: {why}")
+                    return Outcome(inst, OPERATION_PENDING, f"operation {name} not done: {why}")
                 if time.monotonic() > give_up:
-                    return self._outcome(inst, FAILED, f"operation {name} not done after {self.operation_timeout:.0f}s")
+                    return Outcome(inst, FAILED, f"operation {name} not done after {self.operation_timeout:.0f}s")
                 op = self.backoff.call(
                     lambda: self.clients.operations.wait(
                         project=inst.project, zone=inst.zone, operation=name, retry=None, timeout=self.timeout
@@ -205,8 +177,8 @@ class GceDeleter:
                 if op.status != _DONE:
                     time.sleep(_POLL)
         except Exception as exc:
-            return self._outcome(inst, FAILED, f"operation {name}: {type(exc).__name__}: {exc}")
+            return Outcome(inst, FAILED, f"operation {name}: {type(exc).__name__}: {exc}")
         if "error" in op and op.error.errors:
             errors = ", ".join(f"{e.code}: {e.message}" for e in op.error.errors)
-            return self._outcome(inst, FAILED, f"operation {name} failed: {errors}")
-        return self._outcome(inst, DELETED)
+            return Outcome(inst, FAILED, f"operation {name} failed: {errors}")
+        return Outcome(inst, DELETED)

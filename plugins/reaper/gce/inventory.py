@@ -12,13 +12,12 @@ project's listing incomplete: the policy then holds every delete there.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 
 from google.cloud import compute_v1
 
 from reaper.exports import instance_record, rfc3339
 from reaper.gce.clients import ComputeClients, transient
-from reaper.model import GceInstance
+from reaper.model import GceInstance, ScopeListing
 from reaper.retry import Backoff
 
 PAGE_SIZE = 500
@@ -27,18 +26,6 @@ HARMLESS_WARNINGS = ("NO_RESULTS_ON_PAGE",)
 INSTANCE_FIELDS = "name,id,status,zone,selfLink,labels,creationTimestamp,lastStopTimestamp,deletionProtection"
 # The top-level warning must stay in the mask: without it a partial answer reads as a complete one.
 LIST_FIELD_MASK = f"items/*/instances({INSTANCE_FIELDS}),items/*/warning,warning,nextPageToken,unreachables"
-
-
-@dataclass
-class ProjectListing:
-    project: str
-    instances: list[GceInstance] = field(default_factory=list)
-    pages: int = 0
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def complete(self) -> bool:
-        return not self.problems
 
 
 def label_filter(selector: dict[str, str]) -> str:
@@ -69,8 +56,8 @@ def normalize(pb: object) -> GceInstance:
 
 def list_project(
     clients: ComputeClients, project: str, selector: dict[str, str], backoff: Backoff, timeout: float
-) -> ProjectListing:
-    listing = ProjectListing(project)
+) -> ScopeListing:
+    listing = ScopeListing("gce", project)
     request = compute_v1.AggregatedListInstancesRequest(
         project=project, filter=label_filter(selector), max_results=PAGE_SIZE
     )
@@ -107,7 +94,7 @@ def list_project(
                 if record.id in seen_ids:
                     listing.problems.append(f"instance {record.id} ({record.name}) listed twice: the pages moved")
                 seen_ids.add(record.id)
-                listing.instances.append(record)
+                listing.resources.append(record)
         listing.problems += [f"unreachable: {u}" for u in raw.unreachables]
         token = page.next_page_token
         if not token:
@@ -126,12 +113,7 @@ def list_projects(
     concurrency: int,
     backoff: Backoff,
     timeout: float,
-) -> list[ProjectListing]:
+) -> list[ScopeListing]:
     """Every project's listing, ``concurrency`` projects at a time, in the order given."""
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="gce-list") as pool:
         return list(pool.map(lambda p: list_project(clients, p, selector, backoff, timeout), projects))
-
-
-def incomplete_scopes(listings: list[ProjectListing]) -> frozenset[tuple[str, str]]:
-    """The ``Evidence.incomplete`` entries of these listings: no delete is sent in those projects."""
-    return frozenset(("gce", listing.project) for listing in listings if not listing.complete)

@@ -20,7 +20,6 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import msgspec
 from kubernetes import client as k8s
@@ -30,7 +29,7 @@ from reaper.config import Settings
 from reaper.fence import NOT_ATTEMPTED, UNCONFIRMED, Halted, SendGuard
 from reaper.k8s.client import METADATA_ONLY as METADATA_LIST
 from reaper.k8s.client import PATHS, call, transient
-from reaper.model import K8sObject
+from reaper.model import K8sObject, Outcome
 from reaper.ratelimit import BucketsPerScope
 from reaper.retry import Backoff
 
@@ -48,17 +47,6 @@ _POLL = (0.1, 1.0)  # seconds between reads of a terminating Pod: first, doublin
 
 # Why a run's evidence no longer supports deleting it, or None (the lease and the run store read again).
 Revalidate = Callable[[str, str], str | None]
-
-
-@dataclass(frozen=True)
-class Outcome:
-    cluster: str
-    kind: str
-    namespace: str
-    name: str
-    uid: str
-    result: str
-    detail: str = ""
 
 
 class _Meta(msgspec.Struct):
@@ -111,7 +99,7 @@ class K8sDeleter:
         groups = [sorted(members, key=lambda o: ORDER.get(o.kind, 9)) for members in runs.values()]
         with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="k8s-delete") as pool:
             results = pool.map(lambda group: self._delete_run(group, guard), groups)
-            done = {(o.cluster, o.uid): o for outcomes in results for o in outcomes}
+            done = {(o.resource.scope, o.uid): o for outcomes in results for o in outcomes}
         return [done[(obj.cluster, obj.uid)] for obj in planned]
 
     def _delete_run(self, members: list[K8sObject], guard: SendGuard) -> list[Outcome]:
@@ -191,7 +179,7 @@ class K8sDeleter:
 
     def _record(self, obj: K8sObject, guard: SendGuard, result: str, detail: str) -> Outcome:
         guard.record(obj, result, detail)
-        return Outcome(obj.cluster, obj.kind, obj.namespace, obj.name, obj.uid, result, detail)
+        return Outcome(obj, result, detail)
 
     def _path(self, obj: K8sObject) -> str:
         prefix, resource = PATHS[obj.kind]
@@ -203,7 +191,7 @@ class K8sDeleter:
             self.buckets.acquire(obj.cluster)
         why = guard.before_send(obj)
         if why:
-            return self._outcome(obj, NOT_ATTEMPTED, why)
+            return Outcome(obj, NOT_ATTEMPTED, why)
         preconditions = {"uid": obj.uid}
         if obj.resource_version:
             preconditions["resourceVersion"] = obj.resource_version
@@ -227,24 +215,21 @@ class K8sDeleter:
         except ApiException as exc:
             if exc.status == 404:
                 if attempts > 1 or obj.uid in guard.sent_before:
-                    return self._outcome(obj, DELETED, "404 after this sweep's delete call")
-                return self._outcome(obj, ALREADY_GONE, "404 on delete")
+                    return Outcome(obj, DELETED, "404 after this sweep's delete call")
+                return Outcome(obj, ALREADY_GONE, "404 on delete")
             if exc.status == 409:  # what the API server answers a failed precondition
                 if obj.kind == "Pod" and self._terminating(api, obj):
-                    return self._outcome(obj, TERMINATING, "409, and the Pod is already terminating")
-                return self._outcome(obj, CHANGED, "409: a precondition failed (recreated, relabelled or opted out)")
-            return self._outcome(obj, FAILED, f"HTTP {exc.status} {exc.reason}")
+                    return Outcome(obj, TERMINATING, "409, and the Pod is already terminating")
+                return Outcome(obj, CHANGED, "409: a precondition failed (recreated, relabelled or opted out)")
+            return Outcome(obj, FAILED, f"HTTP {exc.status} {exc.reason}")
         except Halted as exc:
-            return self._outcome(obj, UNCONFIRMED, f"the delete call's answer was lost and no retry was sent: {exc}")
+            return Outcome(obj, UNCONFIRMED, f"the delete call's answer was lost and no retry was sent: {exc}")
         except Exception as exc:
-            return self._outcome(obj, FAILED, f"{type(exc).__name__}: {exc}")
+            return Outcome(obj, FAILED, f"{type(exc).__name__}: {exc}")
         guard.sent(obj)
         if obj.kind == "Pod" and self._still_terminating(api, obj, answer, guard):
-            return self._outcome(obj, TERMINATING, "the Pod is terminating; its Secrets and NetworkPolicy wait")
-        return self._outcome(obj, DELETED)
-
-    def _outcome(self, obj: K8sObject, result: str, detail: str = "") -> Outcome:
-        return Outcome(obj.cluster, obj.kind, obj.namespace, obj.name, obj.uid, result, detail)
+            return Outcome(obj, TERMINATING, "the Pod is terminating; its Secrets and NetworkPolicy wait")
+        return Outcome(obj, DELETED)
 
     def _terminating(self, api: k8s.ApiClient, obj: K8sObject) -> bool:
         """Whether the planned Pod (same uid) still exists with a deletionTimestamp; in doubt (a failed

@@ -11,7 +11,7 @@ for the report: the seed design's two other defences.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections import Counter
 
 import msgspec
 from kubernetes import client as k8s
@@ -19,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from reaper.exports import KubeItem, k8s_object
 from reaper.k8s.client import METADATA_ONLY, PATHS, call, selector_string, transient
-from reaper.model import K8sObject
+from reaper.model import K8sObject, ScopeListing
 from reaper.retry import Backoff
 
 PAGE_SIZE = 500
@@ -38,27 +38,15 @@ class _Page(msgspec.Struct):
 _PAGE = msgspec.json.Decoder(_Page)
 
 
-@dataclass
-class ClusterListing:
-    cluster: str
-    objects: list[K8sObject] = field(default_factory=list)
-    pages: int = 0
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def complete(self) -> bool:
-        return not self.problems
-
-    def hygiene(self) -> list[dict[str, str]]:
-        """Report-only findings: the cluster's own defences missing on managed objects."""
-        findings = []
-        for obj in self.objects:
-            where = {"kind": obj.kind, "namespace": obj.namespace, "name": obj.name}
-            if obj.kind == "Pod" and obj.active_deadline_seconds is None:
-                findings.append({**where, "finding": "pod_without_active_deadline"})
-            if obj.owner_references == 0:
-                findings.append({**where, "finding": "no_owner_reference"})
-        return findings
+def hygiene(objects: list[K8sObject]) -> dict[str, int]:
+    """Report-only findings, counted: the cluster's own defences missing on managed objects."""
+    findings: Counter[str] = Counter()
+    for obj in objects:
+        if obj.kind == "Pod" and obj.active_deadline_seconds is None:
+            findings["pod_without_active_deadline"] += 1
+        if obj.owner_references == 0:
+            findings["no_owner_reference"] += 1
+    return dict(findings)
 
 
 def list_kind(
@@ -113,17 +101,15 @@ def list_cluster(
     backoff: Backoff,
     timeout: float,
     page_size: int = PAGE_SIZE,
-) -> ClusterListing:
-    listing = ClusterListing(cluster)
+) -> ScopeListing:
+    listing = ScopeListing("k8s", cluster)
+    managed: list[K8sObject] = []
     for kind in PATHS:
         objects, pages, problem = list_kind(api, cluster, kind, selector, backoff, timeout, page_size)
-        listing.objects += objects
+        managed += objects
         listing.pages += pages
         if problem:
             listing.problems.append(problem)
+    listing.resources += managed
+    listing.hygiene = hygiene(managed)
     return listing
-
-
-def incomplete_scopes(listings: list[ClusterListing]) -> frozenset[tuple[str, str]]:
-    """The ``Evidence.incomplete`` entries of these listings: no delete is sent in those clusters."""
-    return frozenset(("k8s", listing.cluster) for listing in listings if not listing.complete)

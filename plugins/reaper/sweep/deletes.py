@@ -15,7 +15,6 @@ import logging
 from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
-from itertools import zip_longest
 from typing import Protocol
 
 import msgspec
@@ -23,6 +22,8 @@ import msgspec
 from reaper.config import Settings
 from reaper.fence import NOT_ATTEMPTED, SendGuard, halt_on_sigterm
 from reaper.model import Resource
+from reaper.ratelimit import round_robin
+from reaper.sweep.targets import Target
 
 log = logging.getLogger(__name__)
 GONE = ("deleted", "already_gone")
@@ -53,29 +54,19 @@ def stale(plan: PlanRef, current: PlanRef) -> str | None:
     return None
 
 
-def interleaved(units: list[list[Resource]]) -> list[list[Resource]]:
-    """Round-robin over scopes: the first unit of each scope, then the second of each, and so on.
-
-    The policy yields deletes scope by scope; cut into batches as they come, one batch would
-    hold a few scopes and wait on their per-scope rate limits while the others sit idle.
-    """
-    by_scope: dict[str, list[list[Resource]]] = defaultdict(list)
-    for unit in units:
-        by_scope[unit[0].scope].append(unit)
-    return [unit for turn in zip_longest(*by_scope.values()) for unit in turn if unit is not None]
-
-
 def cut_batches(resources: Iterable[Resource], size: int, unit: Callable[[Resource], Hashable]) -> list[list[Resource]]:
     """Batches of at most ``size`` resources that never split a unit (a Kubernetes run: DESIGN.md 6).
 
     A unit larger than ``size`` makes a batch of its own: splitting it would let a retried or
-    reordered batch delete a run's Secrets apart from (or before) its Pod.
+    reordered batch delete a run's Secrets apart from (or before) its Pod. Units are taken round
+    robin over scopes: the policy yields deletes scope by scope, and a batch of a few scopes would
+    wait on their rate limits while the others sit idle.
     """
     grouped: dict[Hashable, list[Resource]] = {}
     for resource in resources:
         grouped.setdefault(unit(resource), []).append(resource)
     batches: list[list[Resource]] = []
-    for members in interleaved(list(grouped.values())):
+    for members in round_robin(grouped.values(), key=lambda members: members[0].scope):
         if batches and len(batches[-1]) + len(members) <= size:
             batches[-1].extend(members)
         else:
@@ -93,18 +84,6 @@ class LedgerLike(Protocol):
     def lease_problem(self, target: str, holder: str, token: str) -> str | None: ...
 
 
-class TargetLike(Protocol):
-    name: str
-
-    def uid(self, resource: Resource) -> str: ...
-
-    def unit(self, resource: Resource) -> Hashable: ...
-
-    def record_name(self, resource: Resource) -> str: ...
-
-    def delete(self, resources: list[Resource], guard: SendGuard) -> list[dict[str, str]]: ...
-
-
 @dataclass(frozen=True)
 class Fence:
     """What one delete task runs under: its execution's ids, the sweep lease it holds, its deadline."""
@@ -119,7 +98,7 @@ class SweepHalted(Exception):
     """The batch stopped sending before its end for a reason the task must fail on (SIGTERM, the ledger)."""
 
 
-def delete_batch(ledger: LedgerLike, target: TargetLike, fence: Fence, resources: list[Resource]) -> dict[str, int]:
+def delete_batch(ledger: LedgerLike, target: Target, fence: Fence, resources: list[Resource]) -> dict[str, int]:
     """Delete one batch, safely under task retries, timeouts and SIGTERM; the counts of this try's outcomes.
 
     What an earlier try of this execution recorded is not sent again: a resource with an outcome is
@@ -129,7 +108,7 @@ def delete_batch(ledger: LedgerLike, target: TargetLike, fence: Fence, resources
     :class:`SweepHalted` after recording what it could when the task was told to stop or the ledger
     failed; reaching the deadline is not an error.
     """
-    uids = {target.uid(r) for r in resources}
+    uids = {r.uid for r in resources}
     done = ledger.outcomes(fence.ids, uids)
     sent = ledger.intents(fence.ids, uids)
     units: dict[Hashable, list[Resource]] = defaultdict(list)
@@ -137,7 +116,7 @@ def delete_batch(ledger: LedgerLike, target: TargetLike, fence: Fence, resources
         units[target.unit(resource)].append(resource)
 
     def key(resource: Resource) -> tuple[str, str]:
-        return resource.scope, target.uid(resource)
+        return resource.scope, resource.uid
 
     def outcome(resource: Resource, result: str, detail: str) -> None:
         ledger.write([_record(fence, target, resource, "outcome", {"result": result, "detail": detail})])
@@ -166,7 +145,7 @@ def delete_batch(ledger: LedgerLike, target: TargetLike, fence: Fence, resources
         guard.record(resource, NOT_ATTEMPTED, why)
     with halt_on_sigterm(guard):
         results = target.delete(todo, guard) if todo and not guard.halted else []
-    counts = Counter(o["result"] for o in results)
+    counts = Counter(o.result for o in results)
     counts.update(NOT_ATTEMPTED for _ in stopped)
     if guard.halted:
         raise SweepHalted(f"{guard.halted}; recorded so far: {dict(counts)}")
@@ -174,14 +153,14 @@ def delete_batch(ledger: LedgerLike, target: TargetLike, fence: Fence, resources
 
 
 def _record(
-    fence: Fence, target: TargetLike, resource: Resource, action: str, extra: dict[str, object]
+    fence: Fence, target: Target, resource: Resource, action: str, extra: dict[str, object]
 ) -> dict[str, object]:
     kind = "intent" if action == "delete_intent" else action
     return {
         **fence.ids,
         "target": target.name,
         "scope": resource.scope,
-        "uid": target.uid(resource),
+        "uid": resource.uid,
         "action": action,
         "kind": kind,
         "name": target.record_name(resource),

@@ -8,36 +8,53 @@ time, and the SDKs behind the adapters take seconds to import.
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable
+from datetime import timedelta
 from functools import cached_property
+from typing import Protocol
 
 from reaper.config import Settings
 from reaper.fence import SendGuard
-from reaper.model import Evidence, GceInstance, K8sObject, Keyed, Resource
+from reaper.model import Evidence, GceInstance, K8sObject, Keyed, Outcome, Resource, ScopeListing
 from reaper.retry import Backoff
 
 
-@dataclass
-class Listing:
-    """What listing a shard of scopes found: resources, problems of incomplete scopes, hygiene counts."""
+class Target(Protocol):
+    """What a sweep needs of a target: its scopes and schedule, listing, evidence, and deleting under a guard."""
 
-    resources: list[Resource]
-    problems: dict[str, list[str]] = field(default_factory=dict)
-    hygiene: dict[str, int] = field(default_factory=dict)
+    name: str
+    resource_type: type[Resource]
+    scope_key: str  # the config key under the target's section that names its scopes
 
+    @property
+    def schedule(self) -> timedelta: ...
 
-def outcome_record(scope: str, uid: str, name: str, result: str, detail: str) -> dict[str, str]:
-    return {"scope": scope, "uid": uid, "name": name, "result": result, "detail": detail}
+    def scopes(self) -> list[str]: ...
+
+    def unit(self, resource: Resource) -> Hashable: ...
+
+    def record_name(self, resource: Resource) -> str: ...
+
+    def list(self, scopes: list[str]) -> list[ScopeListing]: ...
+
+    def evidence(self, resources: list[Resource], incomplete: list[str]) -> Evidence: ...
+
+    def warnings(self, resources: list[Resource]) -> list[str]: ...
+
+    def delete(self, resources: list[Resource], guard: SendGuard) -> list[Outcome]: ...
 
 
 class GceTarget:
     name = "gce"
     resource_type = GceInstance
+    scope_key = "projects"
 
     def __init__(self, config: Settings) -> None:
         self.config = config
+
+    @property
+    def schedule(self) -> timedelta:
+        return self.config.airflow.gce_schedule
 
     @cached_property
     def clients(self):  # type: ignore[no-untyped-def]
@@ -48,9 +65,6 @@ class GceTarget:
     def scopes(self) -> list[str]:
         return list(self.config.gce.projects)
 
-    def uid(self, resource: GceInstance) -> str:
-        return resource.id
-
     def unit(self, resource: GceInstance) -> tuple[str, str]:
         """Instances are deleted independently: each is its own unit of a batch."""
         return resource.project, resource.id
@@ -58,12 +72,12 @@ class GceTarget:
     def record_name(self, resource: GceInstance) -> str:
         return resource.name
 
-    def list(self, scopes: list[str]) -> Listing:
-        """In-scope instances of these projects, and the problems of each incomplete listing."""
+    def list(self, scopes: list[str]) -> list[ScopeListing]:
+        """In-scope instances of these projects, ``list_concurrency`` projects at a time."""
         from reaper.gce.inventory import list_projects
 
         gce = self.config.gce
-        listings = list_projects(
+        return list_projects(
             self.clients,
             scopes,
             gce.selector,
@@ -71,8 +85,6 @@ class GceTarget:
             Backoff(gce.max_retries),
             gce.request_timeout.total_seconds(),
         )
-        resources: list[Resource] = [i for listing in listings for i in listing.instances]
-        return Listing(resources, {x.project: x.problems for x in listings if not x.complete})
 
     def evidence(self, resources: list[Resource], incomplete: list[str]) -> Evidence:
         from reaper.gce.writer_health import PrometheusWriterHealth
@@ -84,20 +96,24 @@ class GceTarget:
     def warnings(self, resources: list[Resource]) -> list[str]:
         return []
 
-    def delete(self, resources: list[Resource], guard: SendGuard) -> list[dict[str, str]]:
+    def delete(self, resources: list[Resource], guard: SendGuard) -> list[Outcome]:
         from reaper.gce.deleter import GceDeleter
 
-        outcomes = GceDeleter(self.clients, self.config).delete(resources, guard)  # type: ignore[arg-type]
-        return [outcome_record(o.project, o.id, o.name, o.result, o.detail) for o in outcomes]
+        return GceDeleter(self.clients, self.config).delete(resources, guard)  # type: ignore[arg-type]
 
 
 class K8sTarget:
     name = "k8s"
     resource_type = K8sObject
+    scope_key = "clusters"
 
     def __init__(self, config: Settings) -> None:
         self.config = config
         self._apis: dict[str, object] = {}
+
+    @property
+    def schedule(self) -> timedelta:
+        return self.config.airflow.k8s_schedule
 
     def api_for(self, cluster: str):  # type: ignore[no-untyped-def]
         """The cluster's ApiClient, made once per sweep task from its Airflow connection."""
@@ -110,9 +126,6 @@ class K8sTarget:
     def scopes(self) -> list[str]:
         return list(self.config.k8s.clusters)
 
-    def uid(self, resource: K8sObject) -> str:
-        return resource.uid
-
     def unit(self, resource: K8sObject) -> tuple[str, str]:
         """A run's objects are one unit: batched together, deleted Pod first, stopped together."""
         from reaper.k8s.deleter import run_key
@@ -122,28 +135,22 @@ class K8sTarget:
     def record_name(self, resource: K8sObject) -> str:
         return f"{resource.kind}/{resource.namespace}/{resource.name}"
 
-    def list(self, scopes: list[str]) -> Listing:
-        """Managed objects of these clusters, problems of incomplete listings, and hygiene findings
+    def list(self, scopes: list[str]) -> list[ScopeListing]:
+        """Managed objects of these clusters, one cluster after another, with their hygiene findings
         (the cluster's own defences missing: reported, never acted on)."""
         from reaper.k8s.inventory import list_cluster
 
         k8s = self.config.k8s
-        result = Listing([])
-        hygiene: Counter[str] = Counter()
-        for cluster in scopes:
-            listing = list_cluster(
+        return [
+            list_cluster(
                 self.api_for(cluster),
                 cluster,
                 k8s.selector,
                 Backoff(k8s.max_retries),
                 k8s.request_timeout.total_seconds(),
             )
-            result.resources += listing.objects
-            hygiene.update(f["finding"] for f in listing.hygiene())
-            if not listing.complete:
-                result.problems[cluster] = listing.problems
-        result.hygiene = dict(hygiene)
-        return result
+            for cluster in scopes
+        ]
 
     @cached_property
     def leases(self) -> Callable[[list[str]], Keyed[float | None] | None] | None:
@@ -195,14 +202,10 @@ class K8sTarget:
 
         return still_reapable(run, self.config, self.leases, self.runs)
 
-    def delete(self, resources: list[Resource], guard: SendGuard) -> list[dict[str, str]]:
+    def delete(self, resources: list[Resource], guard: SendGuard) -> list[Outcome]:
         from reaper.k8s.deleter import K8sDeleter
 
-        deleter = K8sDeleter(self.api_for, self.config, revalidate=self.revalidate)
-        outcomes = deleter.delete(resources, guard)  # type: ignore[arg-type]
-        return [
-            outcome_record(o.cluster, o.uid, f"{o.kind}/{o.namespace}/{o.name}", o.result, o.detail) for o in outcomes
-        ]
+        return K8sDeleter(self.api_for, self.config, revalidate=self.revalidate).delete(resources, guard)  # type: ignore[arg-type]
 
 
-TARGETS = {"gce": GceTarget, "k8s": K8sTarget}
+TARGETS: dict[str, Callable[[Settings], Target]] = {"gce": GceTarget, "k8s": K8sTarget}

@@ -1,0 +1,498 @@
+"""Each task of a sweep as a plain, typed function; the DAG factory (:mod:`reaper.sweep.factory`) only wires them.
+
+The graph (DESIGN.md section 8): ``resolve_scopes`` (takes the target's sweep lease) ->
+``list_inventory`` (one per shard of scopes) -> ``gather_evidence`` (the one sweep input) ->
+``evaluate_policy`` (the plan: decisions in the ledger, candidate batches, the summary) ->
+``budget_check`` -> ``delete`` (one per batch) or ``report_only`` -> ``record`` -> ``release_lease``.
+What travels between tasks is typed here as msgspec Structs (plain data in XCom); inventories and
+evidence travel through files in ``airflow.sweep_store``, never through XCom.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+import msgspec
+from airflow.sdk import ObjectStoragePath
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from reaper.config import Settings
+from reaper.model import Action, Evidence, Override, Phase, Plan
+from reaper.sweep.deletes import STALE_PLAN, Fence, PlanRef, config_digest, cut_batches, delete_batch, stale
+from reaper.sweep.targets import Target
+
+if TYPE_CHECKING:
+    from reaper.ledger import Ledger
+
+log = logging.getLogger(__name__)
+R = TypeVar("R")
+DELETE, REPORT_ONLY = "delete", "report_only"  # the branches of budget_check: task ids
+
+
+# --- what travels between tasks ----------------------------------------------------------------
+
+
+class Ids(msgspec.Struct, frozen=True):
+    """One execution of a sweep, as the ledger keys it.
+
+    Clearing any task of a DAG run raises its ``clear_number`` (``execution``): each value is one
+    execution, with its own plan, ledger records and summary (DESIGN.md sections 6 and 7). That
+    alone does not tell executions apart (clearing tasks without resetting the run keeps it), but
+    every execution takes the sweep lease anew: ``lease`` is its token (a retried task keeps it).
+    """
+
+    dag_id: str
+    run_id: str
+    execution: int
+    lease: str = ""
+
+    @property
+    def holder(self) -> str:
+        """Who holds the sweep lease: the execution, whatever its token."""
+        return f"{self.dag_id}/{self.run_id}#{self.execution}"
+
+    def fields(self) -> dict[str, object]:
+        return msgspec.structs.asdict(self)
+
+
+class Lease(msgspec.Struct, frozen=True):
+    """The target's sweep lease as this execution took it (:meth:`reaper.ledger.Ledger.acquire`)."""
+
+    holder: str
+    token: str
+    expires_at: float
+
+
+class Setup(msgspec.Struct, frozen=True):
+    """What ``resolve_scopes`` hands on: the shards ``list_inventory`` maps over, and the lease."""
+
+    shards: list[list[str]]
+    lease: Lease
+
+
+class Shard(msgspec.Struct, frozen=True):
+    """What one ``list_inventory`` task found: its resources (in the file at ``path``) and how listing went.
+
+    ``incomplete``: scope -> why its listing is not proven complete. ``listed_at``: when listing
+    began, before any label was read. ``token``: the sweep lease it listed under.
+    """
+
+    path: str
+    scopes: list[str]
+    count: int
+    incomplete: dict[str, list[str]]
+    hygiene: dict[str, int]
+    listed_at: float
+    token: str
+
+
+class SweepData(msgspec.Struct, Generic[R], frozen=True):
+    """The file ``gather_evidence`` writes: everything the policy reads besides the config."""
+
+    resources: list[R]
+    evidence: Evidence
+
+
+class SweepInput(msgspec.Struct, frozen=True):
+    """``evaluate_policy``'s one input: :class:`SweepData` at ``path``, and the facts of how it was read.
+
+    ``as_of``: when the first shard began listing; ages are measured then, not later (a label read
+    then may have been refreshed since: the later the clock, the less conservative every age).
+    ``tokens``: the sweep lease tokens the listings and the evidence were read under.
+    """
+
+    path: str
+    as_of: float
+    tokens: list[str]
+    incomplete: dict[str, list[str]]
+    hygiene: dict[str, int]
+    warnings: list[str]
+
+
+class DecisionCount(msgspec.Struct, frozen=True):
+    target: str
+    scope: str
+    rule: str
+    reason: str
+    action: str
+    count: int
+
+
+class Summary(msgspec.Struct, frozen=True):
+    """A sweep's plan in numbers and the facts it was made under: the ledger's summary, the metrics' source.
+
+    ``deletes``: how many deletes the policy planned, whether or not this execution may send them.
+    ``stale_inputs``: its listing or evidence was read by another execution or under another lease.
+    """
+
+    phase: str
+    decisions: list[DecisionCount]
+    kept: dict[str, int]
+    scopes: list[dict[str, object]]
+    capped: dict[str, int]
+    census: dict[str, dict[str, dict[str, object]]]
+    override: dict[str, object] | None
+    triggered_by: str
+    dry_run: bool
+    stale_inputs: bool
+    warnings: list[str]
+    hygiene: dict[str, int]
+    incomplete: dict[str, list[str]]
+    deletes: int
+
+
+class Batch(msgspec.Struct, Generic[R], frozen=True):
+    """Candidates one ``delete`` task deletes, stamped with the plan they belong to."""
+
+    plan: PlanRef
+    resources: list[R]
+
+
+class Planned(msgspec.Struct, frozen=True):
+    """``evaluate_policy``'s outputs: the batches ``delete`` maps over, and the summary."""
+
+    batches: list[Batch]
+    summary: Summary
+
+
+class Branch(msgspec.Struct, frozen=True):
+    """``budget_check``'s choice and why."""
+
+    branch: str
+    why: str
+
+
+# --- the sweep as its tasks see it -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """One execution of a sweep of ``target`` in ``phase``: what every task step needs."""
+
+    config: Settings
+    target: Target
+    phase: Phase
+    ids: Ids
+
+    def ledger(self) -> Ledger:
+        from reaper.ledger import Ledger
+
+        return Ledger.connect(self.config.ledger)
+
+    def under(self, lease: Lease | None) -> Ids:
+        """The ledger's ids of this execution: its run's, and its sweep lease's token."""
+        return msgspec.structs.replace(self.ids, lease=lease.token if lease else "")
+
+    def path(self, name: str) -> ObjectStoragePath:
+        """Where this execution keeps the file ``name`` in the sweep store."""
+        safe_run = self.ids.run_id.replace(":", "_").replace("+", "_")
+        return (
+            ObjectStoragePath(self.config.airflow.sweep_store)
+            / self.ids.dag_id
+            / safe_run
+            / str(self.ids.execution)
+            / name
+        )
+
+
+# --- the steps ----------------------------------------------------------------------------------
+
+
+def resolve_scopes(sweep: Sweep, params: dict[str, object]) -> Setup:
+    """Check the run's params, take the target's sweep lease (waiting ``airflow.lease_wait``), shard the scopes.
+
+    The DAGs of one target never sweep at once (DESIGN.md 8): when another holds the lease past the
+    wait, this execution's summary says so and the sweep is skipped, which is no failure.
+    """
+    target, config = sweep.target, sweep.config
+    configured = target.scopes()
+    wanted = list(dict.fromkeys(params.get("scopes") or configured))
+    unknown = sorted(set(wanted) - set(configured))
+    if unknown:
+        raise AirflowFailException(
+            f"params.scopes: {unknown} are not configured; expected a subset of "
+            f"{configured} (config key {target.name}.{target.scope_key})"
+        )
+    if params.get("override_budget") and not str(params.get("override_reason") or "").strip():
+        raise AirflowFailException("params.override_reason: expected a non-empty reason with override_budget")
+    ledger = sweep.ledger()
+    ledger.ensure_indexes()
+    lease = wait_for_lease(
+        ledger, target.name, sweep.ids.holder, config.run_timeout(target.name), config.airflow.lease_wait
+    )
+    if isinstance(lease, str):
+        # Skipping the setup skips the whole sweep: its summary is written here.
+        skipped = {"target": target.name, "phase": sweep.phase.value, "state": "skipped", "why": lease}
+        ledger.summary({**sweep.under(None).fields(), **skipped})
+        raise AirflowSkipException(lease)
+    shards = min(config.airflow.shards, max(1, len(wanted)))
+    return Setup([s for s in (sorted(wanted)[i::shards] for i in range(shards)) if s], lease)
+
+
+def wait_for_lease(ledger: Ledger, target: str, holder: str, ttl: timedelta, wait: timedelta) -> Lease | str:
+    """The target's sweep lease, waiting up to ``wait`` for another sweep to end; else why not."""
+    give_up = time.monotonic() + wait.total_seconds()
+    while True:
+        lease = ledger.acquire(target, holder, ttl)
+        if lease is not None:
+            return msgspec.convert(lease, Lease)
+        if time.monotonic() >= give_up:
+            return f"another {target} sweep ({ledger.holder(target) or '?'}) holds the sweep lease; skipped"
+        time.sleep(min(5.0, max(0.0, give_up - time.monotonic())))
+
+
+def list_inventory(sweep: Sweep, shard: list[str], map_index: int, lease: Lease) -> Shard:
+    """List one shard of scopes into the sweep store."""
+    listed_at = datetime.now(UTC).timestamp()  # before any label is read
+    listings = sweep.target.list(shard)
+    path = sweep.path(f"inventory-{map_index}.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(msgspec.json.encode([r for x in listings for r in x.resources]))
+    hygiene = sum((Counter(x.hygiene) for x in listings), Counter())
+    if hygiene:
+        log.warning("hygiene findings (reported, never acted on): %s", dict(hygiene))
+    return Shard(
+        path=str(path),
+        scopes=shard,
+        count=sum(len(x.resources) for x in listings),
+        incomplete={x.scope: x.problems for x in listings if not x.complete},
+        hygiene=dict(hygiene),
+        listed_at=listed_at,
+        token=lease.token,
+    )
+
+
+def gather_evidence(sweep: Sweep, shards: list[Shard], lease: Lease) -> SweepInput:
+    """Read every shard's resources and the target's evidence into one file: the sweep's whole input."""
+    target = sweep.target
+    decode = msgspec.json.Decoder(list[target.resource_type]).decode
+    resources = [r for s in shards for r in decode(ObjectStoragePath(s.path).read_bytes())]
+    incomplete = {scope: problems for s in shards for scope, problems in s.incomplete.items()}
+    evidence = target.evidence(resources, list(incomplete))
+    # Everything the policy sees was read by now: labels since listing began, the stores just now.
+    # Every listed scope gets a verdict, also one that holds nothing.
+    evidence = msgspec.structs.replace(
+        evidence,
+        swept=frozenset((target.name, scope) for s in shards for scope in s.scopes),
+        observed_until=datetime.now(UTC).timestamp(),
+    )
+    warnings = target.warnings(resources)
+    for warning in warnings:
+        log.warning("%s", warning)
+    path = sweep.path("sweep-input.json")
+    path.write_bytes(msgspec.json.encode(SweepData(resources, evidence)))
+    return SweepInput(
+        path=str(path),
+        as_of=min(s.listed_at for s in shards),
+        tokens=sorted({s.token for s in shards} | {lease.token}),
+        incomplete=incomplete,
+        hygiene=dict(sum((Counter(s.hygiene) for s in shards), Counter())),
+        warnings=warnings,
+    )
+
+
+def evaluate_policy(
+    sweep: Sweep, sweep_input: SweepInput, params: dict[str, object], triggered_by: str, lease: Lease
+) -> Planned:
+    """Evaluate the policy, record every decision worth a record, and cut the deletes into batches.
+
+    No batch is made for a dry run, a capped sweep, or inputs another execution read: their
+    decisions are recorded and reported only.
+    """
+    from reaper.policy import evaluate
+
+    config, target = sweep.config, sweep.target
+    data = msgspec.json.decode(ObjectStoragePath(sweep_input.path).read_bytes(), type=SweepData[target.resource_type])
+    ledger = sweep.ledger()
+    ids = sweep.under(lease)
+    override, override_record = budget_override(params, ids, triggered_by, ledger.earlier_execution(ids.fields()))
+    plan = evaluate(
+        data.resources, data.evidence, config, sweep.phase, datetime.fromtimestamp(sweep_input.as_of, UTC), override
+    )
+    ledger.write(
+        {
+            **ids.fields(),
+            "target": d.target,
+            "scope": d.resource.scope,
+            "uid": d.resource.uid,
+            "action": d.action.value,
+            "kind": "decision",
+            "rule": d.rule,
+            "reason": d.reason,
+            "name": d.resource.name,
+            "location": d.resource.location,
+            "evidence": d.evidence,
+        }
+        for d in plan.acted
+        if d.action is not Action.KEEP
+    )
+    foreign = ids.lease == "" or set(sweep_input.tokens) != {ids.lease}
+    dry_run = bool(params.get("dry_run"))
+    deletes = [] if dry_run or plan.capped or foreign else plan.deletes()
+    plan_ref = PlanRef(ids.execution, ids.lease, config_digest(config))
+    units = cut_batches([d.resource for d in deletes], config.airflow.delete_batch_size, target.unit)
+    return Planned(
+        batches=[Batch(plan_ref, unit) for unit in units],
+        summary=summarize(plan, sweep_input, override_record, triggered_by, dry_run, foreign),
+    )
+
+
+def summarize(
+    plan: Plan,
+    sweep_input: SweepInput,
+    override: dict[str, object] | None,
+    triggered_by: str,
+    dry_run: bool,
+    stale_inputs: bool,
+) -> Summary:
+    """The plan in numbers: decisions counted by (target, scope, rule, reason, action), keeps by reason."""
+    counts = Counter((d.target, d.scope, d.rule or "", d.reason, d.action.value) for d in plan.acted)
+    kept: Counter[str] = Counter()
+    for _, reason, group in plan.kept:
+        kept[reason] += len(group)
+    return Summary(
+        phase=plan.phase.value,
+        decisions=[DecisionCount(*key, count=n) for key, n in sorted(counts.items())],
+        kept=dict(kept),
+        scopes=[v.as_dict() for v in plan.scopes],
+        capped=plan.capped,
+        census=plan.census,
+        override=override,
+        triggered_by=triggered_by,
+        dry_run=dry_run,
+        stale_inputs=stale_inputs,
+        warnings=sweep_input.warnings,
+        hygiene=sweep_input.hygiene,
+        incomplete=sweep_input.incomplete,
+        deletes=len(plan.deletes()),
+    )
+
+
+def budget_override(
+    params: dict[str, object], ids: Ids, triggered_by: str, rerun: bool
+) -> tuple[Override | None, dict[str, object] | None]:
+    """The budget override of this execution, and what the ledger records about it.
+
+    An override is given for the evidence its trigger saw: it applies to the first execution of
+    the run only. A cleared or re-run run (``rerun``: the ledger holds an earlier execution of it)
+    sees new evidence and runs without it, and records that it did; Airflow does not tell a task who
+    cleared its run (its audit log does).
+    """
+    if not params.get("override_budget"):
+        return None, None
+    record: dict[str, object] = {"reason": str(params["override_reason"]), "user": triggered_by}
+    if rerun or ids.execution > 0:
+        record.update(
+            applied=False,
+            why="the run was cleared or re-run: an override applies to its first execution only",
+        )
+        return None, record
+    record["applied"] = True
+    return Override(str(params["override_reason"]), triggered_by), record
+
+
+def budget_check(summary: Summary) -> Branch:
+    """Delete, or only report, for the reasons that stop the whole sweep.
+
+    Per-scope holds (budget, writer health, incomplete listings) are already in the plan as reports;
+    here: the global cap (``max_deletions_per_sweep``), a dry run, inputs another execution read, or
+    nothing to delete.
+    """
+    if summary.capped:
+        return Branch(REPORT_ONLY, f"max_deletions_per_sweep exceeded ({summary.capped}): everything is reported")
+    if summary.dry_run:
+        return Branch(REPORT_ONLY, "dry_run: nothing is deleted")
+    if summary.stale_inputs and summary.deletes:
+        why = "the listing or evidence was read by another execution or under another lease: reported only"
+        return Branch(REPORT_ONLY, why)
+    if summary.deletes == 0:
+        return Branch(REPORT_ONLY, "nothing to delete")
+    return Branch(DELETE, f"{summary.deletes} deletes within the cap")
+
+
+def delete(sweep: Sweep, batch: Batch, lease: Lease, started: datetime | None) -> dict[str, int]:
+    """Run one batch of this execution's plan under the fence; another execution's plan is never run.
+
+    Nothing is sent after the deadline: the run's timeout or the lease's expiry, whichever comes
+    first, less ``send_margin``. The next sweep plans again from what it lists.
+    """
+    config, name = sweep.config, sweep.target.name
+    why = stale(batch.plan, PlanRef(sweep.ids.execution, lease.token, config_digest(config)))
+    if why:
+        log.warning("not deleting %d planned resources: %s", len(batch.resources), why)
+        return {STALE_PLAN: len(batch.resources)}
+    ends = [lease.expires_at]
+    if started is not None:
+        ends.append((started + config.run_timeout(name)).timestamp())
+    deadline = min(ends) - config.send_margin(name).total_seconds()
+    fence = Fence(sweep.under(lease).fields(), sweep.ids.holder, lease.token, deadline)
+    return delete_batch(sweep.ledger(), sweep.target, fence, batch.resources)
+
+
+def report_only(summary: Summary) -> int:
+    """How many decisions were reported (recorded in the ledger by ``evaluate_policy``); nothing is deleted."""
+    reported = sum(d.count for d in summary.decisions if d.action != Action.KEEP)
+    log.info("report only: %d decisions recorded in the ledger, nothing deleted", reported)
+    return reported
+
+
+def record(
+    sweep: Sweep,
+    summary: Summary | None,
+    branch: Branch | None,
+    batches: int,
+    results: list[dict[str, int]],
+    lease: Lease | None,
+) -> dict[str, object]:
+    """Write this execution's summary, also of one that failed (then raise, after writing it).
+
+    ``branch``: what ``budget_check`` chose (None: it did not run); ``batches``: how many delete
+    batches were planned; ``results``: what the delete tasks that ended returned.
+    """
+    config = sweep.config
+    ids = sweep.under(lease)
+    ledger = sweep.ledger()
+    planned = batches if branch and branch.branch == DELETE else 0
+    completed = summary is not None and branch is not None and len(results) >= planned
+    outcomes = Counter(str(o["result"]) for o in ledger.outcomes(ids.fields()).values())
+    stale_plans = sum(int(r.get(STALE_PLAN, 0)) for r in results)
+    facts = msgspec.to_builtins(summary) if summary is not None else {}
+    doc = {
+        **ids.fields(),
+        "target": sweep.target.name,
+        "phase": sweep.phase.value,
+        **(msgspec.structs.asdict(branch) if branch else {}),
+        "outcomes": dict(outcomes),
+        **facts,
+        "stale_plan": stale_plans,
+        "state": "success" if completed else "failed",
+    }
+    if completed and config.metrics.pushgateway_url:
+        from reaper.metrics import push_sweep
+
+        doc["metrics_push_failures"] = push_sweep(
+            config.metrics.pushgateway_url,
+            ids.dag_id,
+            sweep.target.name,
+            facts,
+            dict(outcomes),
+            datetime.now(UTC).timestamp(),
+            config.metrics.timeout.total_seconds(),
+        )
+    ledger.summary(doc)
+    if not completed:
+        raise AirflowFailException(
+            f"the sweep did not complete ({len(results)} of {planned} delete batches ended); "
+            "its summary and outcomes so far are in the ledger"
+        )
+    return {"branch": branch.branch if branch else None, "outcomes": dict(outcomes), "stale_plan": stale_plans}
+
+
+def release_lease(sweep: Sweep) -> None:
+    """Give the sweep lease back, so the next sweep need not wait for it to expire."""
+    sweep.ledger().release(sweep.target.name, sweep.ids.holder)
