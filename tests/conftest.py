@@ -1,4 +1,9 @@
-"""Test-wide setup: Airflow gets a private home so tests never touch a user's installation."""
+"""Test-wide setup: Airflow gets a private home so tests never touch a user's installation; and the
+fixtures the integration and end-to-end tests share: the emulators and real servers of their own.
+
+Helpers (plain functions and classes) are in ``tests.helpers``; a fixture's heavy imports happen
+when it is used, so the unit tests import none of them.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +11,18 @@ import atexit
 import os
 import shutil
 import tempfile
-from pathlib import Path
+import uuid
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-ROOT = Path(__file__).resolve().parents[1]
+import pytest
+
+from include.emulators.http import Daemon, free_port, server_binary, start_secantusdb
+from tests.helpers import POSTGRES_DSN, ROOT
+
+if TYPE_CHECKING:
+    from include.emulators.gce import Fleet
+    from reaper.gce.clients import ComputeClients
 
 if "AIRFLOW_HOME" not in os.environ:
     os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="reaper-airflow-home-")
@@ -17,3 +31,87 @@ os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(ROOT / "dags"))
 os.environ.setdefault("AIRFLOW__CORE__PLUGINS_FOLDER", str(ROOT / "plugins"))
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
+
+
+# --- emulators ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def gce() -> Iterator[tuple[Fleet, ComputeClients]]:
+    """A running GCE emulator and real ``compute_v1`` clients pointed at it."""
+    from include.emulators.gce import Emulator
+    from reaper.gce.clients import compute_clients
+
+    with Emulator() as emulator:
+        yield emulator.fleet, compute_clients(api_endpoint=emulator.endpoint)
+
+
+@pytest.fixture
+def kube():
+    """A running Kubernetes API emulator and a real ``kubernetes`` ApiClient from its kubeconfig."""
+    from kubernetes import config as kconfig
+
+    from include.emulators.k8s import K8sEmulator
+
+    with K8sEmulator() as emulator:
+        yield emulator.cluster, kconfig.new_client_from_config_dict(emulator.kubeconfig()), emulator
+
+
+# --- real servers -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def mongo_server() -> Iterator[Daemon]:
+    """SecantusDB (a MongoDB wire-protocol server) on a free port, in memory."""
+    daemon = start_secantusdb()
+    yield daemon
+    daemon.stop()
+
+
+@pytest.fixture
+def mongo(mongo_server: Daemon):
+    """A pymongo client and a database of this test's own, dropped afterwards."""
+    from pymongo import MongoClient
+
+    client = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/", serverSelectionTimeoutMS=3000)
+    name = f"reaper_test_{uuid.uuid4().hex[:12]}"
+    yield client, name
+    client.drop_database(name)
+    client.close()
+
+
+@pytest.fixture
+def nats_server(tmp_path) -> Iterator[Daemon]:  # type: ignore[no-untyped-def]
+    """A NATS server with JetStream of this test's own (so a test can stop it)."""
+    port = free_port()
+    daemon = Daemon(
+        [server_binary("nats-server"), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(tmp_path / "js")],
+        port,
+        "nats-server",
+    )
+    yield daemon
+    daemon.stop()
+
+
+@pytest.fixture
+def pushgateway() -> Iterator[Daemon]:
+    """A Pushgateway of this test's own, in memory: Debian's build would otherwise load and persist
+    every test's metrics in /var/lib/prometheus/pushgateway.data (its default ``--persistence.file``)."""
+    binary = server_binary("prometheus-pushgateway")
+    port = free_port()
+    daemon = Daemon([binary, f"--web.listen-address=127.0.0.1:{port}", "--persistence.file="], port, "pushgateway")
+    yield daemon
+    daemon.stop()
+
+
+@pytest.fixture
+def postgres() -> Iterator[str]:
+    """The DSN of a database of this test's own on the local PostgreSQL, dropped afterwards."""
+    import psycopg
+
+    name = f"reaper_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    yield POSTGRES_DSN.rsplit("/", 1)[0] + f"/{name}"
+    with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')

@@ -1,4 +1,5 @@
-"""End-to-end fixtures: Airflow's metadata DB, the emulators, SecantusDB, Prometheus with simulated managers."""
+"""End-to-end fixtures: Airflow's metadata DB, and a sweeper running the reaper's DAGs against the test servers
+(the emulators and servers themselves are the fixtures of ``tests/conftest.py``)."""
 
 from __future__ import annotations
 
@@ -10,17 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import (  # noqa: F401 - fixtures
-    gce,
-    kube,
-    mongo,
-    mongo_server,
-    nats_server,
-    postgres,
-    pushgateway,
-)
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import ROOT
 
 
 @pytest.fixture(scope="session")
@@ -75,5 +66,5 @@ class Sweeper:
 
 
 @pytest.fixture
-def sweeper(airflow_db, mongo_server, tmp_path, monkeypatch) -> Iterator[Sweeper]:  # noqa: F811
+def sweeper(airflow_db, mongo_server, tmp_path, monkeypatch) -> Iterator[Sweeper]:
     yield Sweeper(tmp_path, monkeypatch, mongo_server.port)

@@ -13,8 +13,8 @@ import pytest
 import requests
 
 from include.emulators.http import free_port, wait_until
-from tests.e2e.conftest import ROOT
-from tests.integration.conftest import add_instance
+from tests.helpers import ROOT
+from tests.helpers.gce import add_instance
 
 PASSWORD = "reaper-browser-test"
 

@@ -13,8 +13,7 @@ import psycopg
 
 from include.emulators.http import free_port
 from reaper.gce.clients import compute_clients
-from tests.e2e.conftest import ROOT
-from tests.integration.conftest import POSTGRES_DSN
+from tests.helpers import POSTGRES_DSN, ROOT
 
 LIVE_GCE = {f"m{m}-runner-{i}" for m in (1, 2, 3, 5) for i in range(4)}
 HELD_IN_C = {"gone-runner-2"}  # ci-runners-c: its writer fails, so nothing there may go

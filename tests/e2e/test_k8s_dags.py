@@ -7,7 +7,7 @@ import json
 
 from pymongo import MongoClient
 
-from tests.integration.k8s_helpers import put_leases, seed_run
+from tests.helpers.k8s import put_leases, seed_run
 
 
 def test_k8s_enforcement_reaps_dead_runs_only(kube, nats_server, mongo_server, sweeper) -> None:

@@ -32,8 +32,8 @@ from pymongo import MongoClient
 
 from include.emulators.gce import Emulator, Fleet
 from include.emulators.http import ApiError, free_port, wait_until
-from tests.e2e.conftest import ROOT
-from tests.integration.conftest import POSTGRES_DSN, add_instance
+from tests.helpers import POSTGRES_DSN, ROOT
+from tests.helpers.gce import add_instance
 
 DAG = "reaper_gce_terminated_cleanup"
 RUN_TIMEOUT = 34.0  # seconds; deletes stop 3s + 3s + 5s (request, ledger, slack) before it

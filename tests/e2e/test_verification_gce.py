@@ -10,7 +10,7 @@ from pymongo import MongoClient
 
 from include.emulators.gce.manager import ManagerSimulator
 from include.emulators.http import free_port
-from tests.integration.conftest import add_instance
+from tests.helpers.gce import add_instance
 from tests.integration.prometheus import Prometheus
 
 ZONE = "us-east1-b"

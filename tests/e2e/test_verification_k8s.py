@@ -14,7 +14,7 @@ from pymongo import MongoClient
 from include.emulators.http import start_secantusdb, wait_until
 from include.emulators.k8s import RESOURCE_OF_KIND
 from reaper.sweep.targets import K8sTarget
-from tests.integration.k8s_helpers import MANAGED, put_leases, seed_pod, seed_run
+from tests.helpers.k8s import MANAGED, put_leases, seed_pod, seed_run
 
 ENFORCEMENT = "reaper_k8s_enforcement"
 STEP = {"iterion.io/step": "build", "iterion.io/attempt": "1"}

@@ -20,8 +20,8 @@ from reaper.k8s.inventory import list_cluster
 from reaper.model import Keyed
 from reaper.sweep.deletes import Fence, cut_batches, delete_batch
 from reaper.sweep.targets import K8sTarget
-from tests.integration.conftest import fast_backoff
-from tests.integration.k8s_helpers import MANAGED, seed_run
+from tests.helpers import fast_backoff
+from tests.helpers.k8s import MANAGED, seed_run
 
 IDS = {"dag_id": "d", "run_id": "r", "execution": 0, "lease": "t"}
 FENCE = ("dag_id", "run_id", "execution", "lease", "target", "scope", "uid", "action")

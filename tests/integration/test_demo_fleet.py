@@ -24,7 +24,7 @@ from reaper.model import Phase
 from reaper.policy import evaluate
 from reaper.stores.mongo import MongoLeases, MongoRunStore
 from reaper.stores.postgres import PostgresStepStore
-from tests.integration.conftest import fast_backoff
+from tests.helpers import fast_backoff
 
 ROOT = Path(__file__).resolve().parents[2]
 

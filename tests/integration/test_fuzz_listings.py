@@ -37,8 +37,8 @@ from reaper.k8s.inventory import incomplete_scopes as k8s_incomplete
 from reaper.k8s.inventory import list_cluster
 from reaper.model import Evidence, Keyed, Phase, WriterRecord
 from reaper.policy import evaluate
-from tests.integration.conftest import fast_backoff
-from tests.integration.k8s_helpers import MANAGED
+from tests.helpers import fast_backoff
+from tests.helpers.k8s import MANAGED
 
 FUZZ = settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]

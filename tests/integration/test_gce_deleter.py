@@ -8,7 +8,9 @@ from reaper.config import parse_settings
 from reaper.gce.deleter import GceDeleter
 from reaper.gce.inventory import list_project
 from reaper.model import GceInstance
-from tests.integration.conftest import HB, add_instance, fast_backoff
+from tests.builders import HB
+from tests.helpers import fast_backoff
+from tests.helpers.gce import add_instance
 
 SELECTOR = {"ci_ephemeral": "true"}
 

@@ -13,7 +13,8 @@ from reaper.gce.deleter import GceDeleter
 from reaper.gce.inventory import incomplete_scopes, label_filter, list_project, list_projects
 from reaper.model import Evidence, Phase, WriterRecord
 from reaper.policy import evaluate
-from tests.integration.conftest import NOW, add_instance, fast_backoff
+from tests.helpers import fast_backoff
+from tests.helpers.gce import STARTED, add_instance
 
 SELECTOR = {"ci_ephemeral": "true"}
 ZONES = [f"us-east1-{z}" for z in "bcdefgh"]
@@ -74,7 +75,7 @@ def test_normalized_instances_keep_what_the_rules_read(gce) -> None:
         "TERMINATED",
     )
     assert inst.labels == raw["labels"]
-    assert abs(inst.created - (NOW - 86400)) < 1
+    assert abs(inst.created - (STARTED - 86400)) < 1
 
 
 def test_unreachable_zone_marks_the_project_incomplete(gce) -> None:
@@ -121,12 +122,12 @@ def test_no_delete_is_sent_in_an_incompletely_listed_project(gce) -> None:
     fleet.faults.unreachable.add(("broken", "us-east1-c"))
     config = parse_settings({}, "test")
     listings = list_projects(clients, ["broken", "fine"], SELECTOR, 2, fast_backoff(), 10)
-    writers = [WriterRecord("m", p, NOW - 60, False) for p in ("broken", "fine")]
+    writers = [WriterRecord("m", p, STARTED - 60, False) for p in ("broken", "fine")]
     evidence = Evidence(writer_health=writers, incomplete=incomplete_scopes(listings))
     from datetime import UTC, datetime
 
     resources = [i for listing in listings for i in listing.instances]
-    plan = evaluate(resources, evidence, config, Phase.ENFORCEMENT, datetime.fromtimestamp(NOW, UTC))
+    plan = evaluate(resources, evidence, config, Phase.ENFORCEMENT, datetime.fromtimestamp(STARTED, UTC))
     outcomes = GceDeleter(clients, config, fast_backoff()).delete([d.resource for d in plan.deletes()])
     assert [(o.name, o.result) for o in outcomes] == [("stale-2", "deleted")]
     assert "stale-1" in fleet.names("broken")

@@ -9,7 +9,8 @@ from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
 
 from include.emulators.gce.manager import ManagerSimulator
-from tests.integration.conftest import HB, add_instance
+from tests.builders import HB
+from tests.helpers.gce import add_instance
 
 
 def _beat(fleet, name: str) -> int:

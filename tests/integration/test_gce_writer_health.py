@@ -18,7 +18,7 @@ from reaper.config import WriterHealthConfig, parse_settings
 from reaper.gce.writer_health import PrometheusWriterHealth
 from reaper.model import WriterRecord
 from reaper.policy.gce import writer_hold
-from tests.integration.conftest import add_instance
+from tests.helpers.gce import add_instance
 from tests.integration.fake_prometheus import FakePrometheus, series, vector
 from tests.integration.prometheus import Prometheus
 

@@ -8,8 +8,8 @@ from include.emulators.k8s import RESOURCE_OF_KIND
 from reaper.config import parse_settings
 from reaper.k8s.deleter import K8sDeleter
 from reaper.k8s.inventory import list_cluster
-from tests.integration.conftest import fast_backoff
-from tests.integration.k8s_helpers import MANAGED, seed_run
+from tests.helpers import fast_backoff
+from tests.helpers.k8s import MANAGED, seed_run
 
 CONFIG = parse_settings({"k8s": {"delete_rate_per_cluster": 1000.0}}, "test")
 

@@ -14,8 +14,8 @@ from reaper.k8s.client import api_client_from_connection
 from reaper.k8s.inventory import incomplete_scopes, list_cluster
 from reaper.model import Evidence
 from tests.builders import NOW_DT, leases, plan, runs
-from tests.integration.conftest import fast_backoff
-from tests.integration.k8s_helpers import MANAGED, seed_pod, seed_run
+from tests.helpers import fast_backoff
+from tests.helpers.k8s import MANAGED, seed_pod, seed_run
 
 SECRET_VALUE = "c3VwZXItc2VjcmV0LXRva2VuLWRvLW5vdC1sZWFr"
 

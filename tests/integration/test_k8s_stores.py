@@ -6,7 +6,6 @@ import asyncio
 import time
 from datetime import UTC, datetime, timedelta
 
-import nats
 import psycopg
 import requests
 from pymongo import MongoClient
@@ -24,7 +23,8 @@ from reaper.policy.k8s import lease_state, run_state, step_state
 from reaper.stores.mongo import MongoLeases, MongoRunStore
 from reaper.stores.nats import NatsLeases
 from reaper.stores.postgres import PostgresStepStore
-from tests.integration.conftest import FindCounter
+from tests.helpers import FindCounter
+from tests.helpers.k8s import put_kv
 
 TERMINAL = ["succeeded", "failed", "cancelled"]
 
@@ -103,25 +103,14 @@ def test_mongo_leases(mongo) -> None:
 # --- NATS KV leases ----------------------------------------------------------------------------
 
 
-async def _put(url: str, bucket: str, keys: list[str]) -> None:
-    client = await nats.connect(url)
-    js = client.jetstream()
-    kv = await js.create_key_value(bucket=bucket)
-    for key in keys:
-        await kv.put(key, b"runner-7")
-    if keys:
-        await kv.delete(keys[-1])  # a released lease
-    await client.close()
-
-
 def test_nats_leases_one_listing_for_all_runs(tmp_path) -> None:
     port, monitor = free_port(), free_port()
     argv = [server_binary("nats-server"), "-a", "127.0.0.1", "-p", str(port), "-m", str(monitor)]
     daemon = Daemon([*argv, "-js", "-sd", str(tmp_path / "js")], port, "nats-server")
     try:
         url = f"nats://127.0.0.1:{port}"
-        asyncio.run(_put(url, "small", ["lease.r1", "lease.r2", "other", "lease.r3"]))
-        asyncio.run(_put(url, "large", [f"lease.run-{i}" for i in range(5001)]))
+        asyncio.run(put_kv(url, "small", ["lease.r1", "lease.r2", "other", "lease.r3"]))
+        asyncio.run(put_kv(url, "large", [f"lease.run-{i}" for i in range(5001)]))
         cfg = NatsLeaseConfig(key_template="lease.{run}")
 
         def messages_for(bucket: str) -> tuple[object, int]:
@@ -143,7 +132,7 @@ def test_nats_leases_one_listing_for_all_runs(tmp_path) -> None:
 def test_nats_down_or_missing_bucket_means_every_lease_unknown(nats_server) -> None:
     url = f"nats://127.0.0.1:{nats_server.port}"
     assert NatsLeases(url, NatsLeaseConfig(bucket="nope", timeout="2s")).read() is None
-    asyncio.run(_put(url, "run_leases", ["r1", "r2"]))
+    asyncio.run(put_kv(url, "run_leases", ["r1", "r2"]))
     assert NatsLeases(url, NatsLeaseConfig(timeout="2s")).read() is not None
     nats_server.stop()
     assert NatsLeases(url, NatsLeaseConfig(timeout="1s")).read() is None

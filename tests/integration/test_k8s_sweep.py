@@ -18,8 +18,8 @@ from reaper.policy import evaluate
 from reaper.stores.mongo import MongoRunStore
 from reaper.stores.nats import NatsLeases
 from reaper.stores.postgres import PostgresStepStore
-from tests.integration.conftest import fast_backoff
-from tests.integration.k8s_helpers import MANAGED, put_leases, seed_pod, seed_run
+from tests.helpers import fast_backoff
+from tests.helpers.k8s import MANAGED, put_leases, seed_pod, seed_run
 
 STEP = {"iterion.io/step": "build", "iterion.io/attempt": "1"}
 

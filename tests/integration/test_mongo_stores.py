@@ -19,7 +19,7 @@ from reaper.config import MongoLeaseConfig, MongoRunStoreConfig
 from reaper.model import LeaseState, StoreState
 from reaper.policy.k8s import lease_state, run_state
 from reaper.stores.mongo import MongoLeases, MongoRunStore
-from tests.integration.conftest import FindCounter
+from tests.helpers import FindCounter
 
 TERMINAL = ["succeeded", "failed", "cancelled"]
 OID = "65f1c0ffee0000000000abcd"

@@ -33,7 +33,9 @@ from reaper.model import Evidence, GceInstance, Phase, WriterRecord
 from reaper.policy import evaluate
 from reaper.sweep.deletes import Fence, SweepHalted, cut_batches, delete_batch
 from reaper.sweep.targets import GceTarget
-from tests.integration.conftest import HB, NOW, add_instance, fast_backoff
+from tests.builders import HB
+from tests.helpers import fast_backoff
+from tests.helpers.gce import STARTED, add_instance
 
 SELECTOR = {"ci_ephemeral": "true"}
 ZONE = "us-east1-b"
@@ -148,7 +150,7 @@ def plan_batches(clients, cfg: Settings, fleet: Fleet, mutate: Callable[[], None
     listing = list_project(clients, "p", SELECTOR, fast_backoff(), 10)
     if point == "after_listing":
         mutate()
-    writers = [WriterRecord("m", "p", NOW, False)]
+    writers = [WriterRecord("m", "p", STARTED, False)]
     plan = evaluate(listing.instances, Evidence(writer_health=writers), cfg, Phase.ENFORCEMENT, datetime.now(UTC))
     if point == "after_evaluation":
         mutate()

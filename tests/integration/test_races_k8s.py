@@ -39,8 +39,8 @@ from reaper.stores.mongo import MongoRunStore
 from reaper.stores.nats import NatsLeases
 from reaper.sweep.deletes import Fence, cut_batches, delete_batch
 from reaper.sweep.targets import K8sTarget
-from tests.integration.conftest import fast_backoff
-from tests.integration.k8s_helpers import MANAGED, put_leases, seed_run
+from tests.helpers import fast_backoff
+from tests.helpers.k8s import MANAGED, put_leases, seed_run
 
 IDS = {"dag_id": "reaper_k8s_enforcement", "run_id": "harness", "execution": 0, "lease": "t"}
 HOLDER = "reaper_k8s_enforcement/harness#0"

@@ -11,7 +11,7 @@ from reaper.config import MongoRunStoreConfig, NatsLeaseConfig, PostgresStepStor
 from reaper.stores.mongo import MongoRunStore, mongo_client
 from reaper.stores.nats import NatsLeases, NatsOptions, nats_options
 from reaper.stores.postgres import PostgresStepStore, postgres_connect
-from tests.integration.test_k8s_stores import _put
+from tests.helpers.k8s import put_kv
 
 
 def _conn(monkeypatch: pytest.MonkeyPatch, conn_id: str, **fields: object) -> None:
@@ -38,7 +38,7 @@ def test_nats_options_from_connection(monkeypatch, nats_server) -> None:
     options = nats_options("nats_test")
     url = f"nats://127.0.0.1:{nats_server.port}"
     assert options == NatsOptions((url,))
-    asyncio.run(_put(url, "run_leases", ["r1", "r2"]))
+    asyncio.run(put_kv(url, "run_leases", ["r1", "r2"]))
     assert set(NatsLeases(options, NatsLeaseConfig()).read().known) == {"r1"}
 
 

@@ -1,4 +1,4 @@
-"""Seeding the Kubernetes emulator with sandbox runs shaped like the real driver's."""
+"""Seeding the Kubernetes emulator with sandbox runs shaped like the real driver's, and NATS KV with their leases."""
 
 from __future__ import annotations
 
@@ -31,4 +31,16 @@ async def put_leases(url: str, held: list[str], ttl: float = 0) -> None:
     kv = await client.jetstream().create_key_value(KeyValueConfig(bucket="run_leases", ttl=ttl or None))
     for key in held:
         await kv.put(key, b"runner")
+    await client.close()
+
+
+async def put_kv(url: str, bucket: str, keys: list[str]) -> None:
+    """Put these keys in the KV bucket ``bucket``, then delete the last one (a released lease)."""
+    client = await nats.connect(url)
+    js = client.jetstream()
+    kv = await js.create_key_value(bucket=bucket)
+    for key in keys:
+        await kv.put(key, b"runner-7")
+    if keys:
+        await kv.delete(keys[-1])  # a released lease
     await client.close()

@@ -1,0 +1,39 @@
+"""Helpers the tests share, as plain functions, classes and constants; the fixtures are in ``tests/conftest.py``.
+
+``tests.helpers.gce`` and ``tests.helpers.k8s`` seed the emulators; ``tests.builders`` builds
+normalized resources for the policy tests. Each name means one thing across the tests.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pymongo import monitoring
+
+from reaper.retry import Backoff
+
+ROOT = Path(__file__).resolve().parents[2]  # the repository
+# The local PostgreSQL's maintenance database: tests create (and drop) databases of their own there.
+POSTGRES_DSN = os.environ.get("REAPER_TEST_POSTGRES", "postgresql://postgres:postgres@127.0.0.1:5432/postgres")
+
+
+def fast_backoff(retries: int = 4) -> Backoff:
+    return Backoff(retries, base=0.01, cap=0.05)
+
+
+class FindCounter(monitoring.CommandListener):
+    """Counts the round trips a MongoDB read costs: every ``find`` and ``getMore`` sent."""
+
+    def __init__(self) -> None:
+        self.commands: list[str] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if event.command_name in ("find", "getMore", "aggregate"):
+            self.commands.append(event.command_name)
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
