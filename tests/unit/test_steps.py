@@ -1,0 +1,283 @@
+"""The sweep's task steps (``reaper.sweep.steps``) as plain functions: a fake ledger and target, a real sweep store.
+
+The DAG tests run these through Airflow; here each step's own contract is pinned down: what it
+refuses, what it hands on, which plans it runs, and what the summary says.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import msgspec
+import pytest
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from reaper.config import Settings
+from reaper.fence import NOT_ATTEMPTED, SendGuard
+from reaper.model import Evidence, GceInstance, Outcome, Phase, Resource, ScopeListing, WriterRecord
+from reaper.sweep import steps
+from reaper.sweep.deletes import STALE_PLAN, PlanRef, config_digest
+from reaper.sweep.targets import GceTarget
+from tests.builders import D, M, inst, settings
+
+LEASE = steps.Lease(holder="reaper_gce_enforcement/manual__1#0", token="tok", expires_at=time.time() + 3600)
+
+
+@dataclass
+class FakeLedger:
+    """What the steps ask of the ledger, answered from memory."""
+
+    lease: dict[str, object] | None = field(default_factory=lambda: msgspec.to_builtins(LEASE))
+    records: list[dict[str, object]] = field(default_factory=list)
+    summaries: list[dict[str, object]] = field(default_factory=list)
+    rerun: bool = False
+
+    def ensure_indexes(self) -> None: ...
+
+    def acquire(self, target: str, holder: str, ttl: timedelta) -> dict[str, object] | None:
+        return self.lease
+
+    def holder(self, target: str) -> str | None:
+        return "reaper_gce_report_only/other#0"
+
+    def earlier_execution(self, ids: dict[str, object]) -> bool:
+        return self.rerun
+
+    def write(self, records) -> int:  # type: ignore[no-untyped-def]
+        records = list(records)
+        self.records += records
+        return len(records)
+
+    def summary(self, doc: dict[str, object]) -> None:
+        self.summaries.append(doc)
+
+    def outcomes(self, ids, uids=None):  # type: ignore[no-untyped-def]
+        return {
+            (r["scope"], r["uid"]): r
+            for r in self.records
+            if r["action"] == "outcome" and r["lease"] == ids["lease"] and (uids is None or r["uid"] in uids)
+        }
+
+    def intents(self, ids, uids):  # type: ignore[no-untyped-def]
+        return set()
+
+    def lease_problem(self, target: str, holder: str, token: str) -> str | None:
+        return None if token == LEASE.token else "the sweep lease was released"
+
+
+class FakeGce(GceTarget):
+    """A GCE target whose fleet is a list and whose deletes only record the guard they were sent under."""
+
+    def __init__(self, config: Settings, fleet: list[GceInstance], incomplete: dict[str, list[str]] | None = None):
+        super().__init__(config)
+        self.fleet, self.incomplete, self.guards = fleet, incomplete or {}, []
+
+    def list(self, scopes: list[str]) -> list[ScopeListing]:
+        return [
+            ScopeListing("gce", s, [i for i in self.fleet if i.project == s], 1, self.incomplete.get(s, []))
+            for s in scopes
+        ]
+
+    def evidence(self, resources: list[Resource], incomplete: list[str]) -> Evidence:
+        writers = [WriterRecord(f"mgr-{p}", p, time.time() - 60, False) for p in ("p1", "p2")]
+        return Evidence(writer_health=writers, incomplete=frozenset(("gce", s) for s in incomplete))
+
+    def delete(self, resources: list[Resource], guard: SendGuard) -> list[Outcome]:
+        self.guards.append(guard)
+        outcomes = []
+        for r in resources:
+            why = guard.before_send(r)
+            outcomes.append(Outcome(r, NOT_ATTEMPTED, why) if why else Outcome(r, "deleted"))
+            guard.record(r, outcomes[-1].result, outcomes[-1].detail)
+        return outcomes
+
+
+class Sweep(steps.Sweep):
+    def ledger(self):  # type: ignore[no-untyped-def]
+        return self._ledger
+
+
+def sweep(tmp_path: Path, fleet: list[GceInstance], execution: int = 0, **config: object) -> Sweep:
+    cfg = settings(
+        gce={"projects": ["p1", "p2"]},
+        airflow={"sweep_store": f"file://{tmp_path}", "shards": 2, "lease_wait": "0s"},
+        **config,
+    )
+    made = Sweep(
+        cfg, FakeGce(cfg, fleet), Phase.ENFORCEMENT, steps.Ids("reaper_gce_enforcement", "manual__1", execution)
+    )
+    object.__setattr__(made, "_ledger", FakeLedger())
+    return made
+
+
+def plan_through(s: Sweep, params: dict[str, object] | None = None) -> steps.Planned:
+    """resolve_scopes -> list_inventory per shard -> gather_evidence -> evaluate_policy, as the DAG wires them."""
+    params = params or {}
+    setup = steps.resolve_scopes(s, params)
+    shards = [steps.list_inventory(s, shard, i, setup.lease) for i, shard in enumerate(setup.shards)]
+    return steps.evaluate_policy(s, steps.gather_evidence(s, shards, setup.lease), params, "sre", setup.lease)
+
+
+def stale_fleet() -> list[GceInstance]:
+    """Heartbeats against the wall clock: the steps measure ages at the time they list."""
+    stale, fresh = str(int(time.time() - D)), str(int(time.time() - M))
+    return [inst(hb=stale, project="p1"), inst(hb=fresh, project="p1"), inst(hb=stale, project="p2")]
+
+
+def test_unknown_scopes_and_an_override_without_reason_are_refused_naming_the_key(tmp_path: Path) -> None:
+    s = sweep(tmp_path, [])
+    with pytest.raises(AirflowFailException, match=r"\['p9'\] are not configured.*config key gce\.projects"):
+        steps.resolve_scopes(s, {"scopes": ["p1", "p9"]})
+    with pytest.raises(AirflowFailException, match="override_reason"):
+        steps.resolve_scopes(s, {"override_budget": True, "override_reason": "  "})
+
+
+def test_scopes_named_twice_are_one_shard_entry_and_the_lease_is_handed_on(tmp_path: Path) -> None:
+    setup = steps.resolve_scopes(sweep(tmp_path, []), {"scopes": ["p2", "p1", "p2"]})
+    assert setup.shards == [["p1"], ["p2"]] and setup.lease == LEASE
+
+
+def test_a_lease_held_elsewhere_skips_the_sweep_with_its_own_summary(tmp_path: Path) -> None:
+    s = sweep(tmp_path, [])
+    s.ledger().lease = None
+    with pytest.raises(AirflowSkipException, match="reaper_gce_report_only/other#0"):
+        steps.resolve_scopes(s, {})
+    (summary,) = s.ledger().summaries
+    assert summary["state"] == "skipped" and summary["lease"] == "" and summary["execution"] == 0
+
+
+def test_the_sweep_input_carries_every_listing_fact_and_decisions_go_to_the_ledger_under_the_lease(
+    tmp_path: Path,
+) -> None:
+    fleet = stale_fleet()
+    s = sweep(tmp_path, fleet)
+    s.target.incomplete = {"p2": ["page 2: 503"]}  # type: ignore[attr-defined]
+    planned = plan_through(s)
+    data = msgspec.json.decode(s.path("sweep-input.json").read_bytes(), type=steps.SweepData[GceInstance])
+    assert data.resources == fleet
+    assert data.evidence.swept == {("gce", "p1"), ("gce", "p2")}
+    assert data.evidence.incomplete == {("gce", "p2")} and data.evidence.observed_until is not None
+    assert planned.summary.incomplete == {"p2": ["page 2: 503"]}
+    # p1's stale VM is deleted; p2's is held by its incomplete listing, reported.
+    (batch,) = planned.batches
+    assert [r.name for r in batch.resources] == [fleet[0].name]
+    assert batch.plan == PlanRef(0, "tok", config_digest(s.config))
+    decisions = {r["name"]: (r["action"], r["lease"]) for r in s.ledger().records}
+    assert decisions == {fleet[0].name: ("delete", "tok"), fleet[2].name: ("report", "tok")}
+
+
+def test_inputs_read_under_another_lease_or_a_dry_run_give_no_batch(tmp_path: Path) -> None:
+    s = sweep(tmp_path, stale_fleet())
+    setup = steps.resolve_scopes(s, {})
+    shards = [steps.list_inventory(s, shard, i, setup.lease) for i, shard in enumerate(setup.shards)]
+    old = msgspec.structs.replace(shards[0], token="an earlier execution's")
+    read = steps.gather_evidence(s, [old, *shards[1:]], setup.lease)
+    planned = steps.evaluate_policy(s, read, {}, "sre", setup.lease)
+    assert planned.batches == [] and planned.summary.stale_inputs and planned.summary.deletes == 2
+    assert steps.budget_check(planned.summary).branch == steps.REPORT_ONLY
+    dry = plan_through(sweep(tmp_path / "dry", stale_fleet()), {"dry_run": True})
+    assert dry.batches == [] and dry.summary.dry_run and not dry.summary.stale_inputs
+
+
+@pytest.mark.parametrize(
+    ("changes", "branch", "why"),
+    [
+        ({"capped": {"gce": 501}}, "report_only", "max_deletions_per_sweep exceeded"),
+        ({"dry_run": True}, "report_only", "dry_run"),
+        ({"stale_inputs": True}, "report_only", "another execution"),
+        ({"deletes": 0}, "report_only", "nothing to delete"),
+        ({"deletes": 0, "stale_inputs": True}, "report_only", "nothing to delete"),
+        ({}, "delete", "3 deletes within the cap"),
+    ],
+)
+def test_budget_check_reports_for_each_sweep_wide_reason(changes: dict[str, object], branch: str, why: str) -> None:
+    summary = steps.Summary(
+        phase="enforcement",
+        decisions=[],
+        kept={},
+        scopes=[],
+        capped={},
+        census={},
+        override=None,
+        triggered_by="sre",
+        dry_run=False,
+        stale_inputs=False,
+        warnings=[],
+        hygiene={},
+        incomplete={},
+        deletes=3,
+    )
+    chosen = steps.budget_check(msgspec.structs.replace(summary, **changes))
+    assert chosen.branch == branch and why in chosen.why
+
+
+def test_an_override_applies_to_the_first_execution_only() -> None:
+    params = {"override_budget": True, "override_reason": "INC-42"}
+    first = steps.Ids("d", "r", 0, "t")
+    override, record = steps.budget_override(params, first, "sre", rerun=False)
+    assert (
+        override is not None
+        and override.user == "sre"
+        and record == {"reason": "INC-42", "user": "sre", "applied": True}
+    )
+    for ids, rerun in ((first, True), (steps.Ids("d", "r", 1, "t"), False)):
+        override, record = steps.budget_override(params, ids, "sre", rerun)
+        assert override is None and record is not None and record["applied"] is False
+    assert steps.budget_override({}, first, "sre", rerun=False) == (None, None)
+
+
+def test_a_batch_is_run_only_by_its_own_execution_lease_and_config(tmp_path: Path) -> None:
+    s = sweep(tmp_path, stale_fleet())
+    (batch,) = plan_through(s).batches
+    others = [
+        sweep(tmp_path, [], execution=1),  # a cleared run
+        sweep(tmp_path, [], **{"max_deletions_per_sweep": 7}),  # another config
+    ]
+    for other in others:
+        assert steps.delete(other, batch, LEASE, None) == {STALE_PLAN: 2}
+        assert other.target.guards == []  # type: ignore[attr-defined]
+    relet = msgspec.structs.replace(LEASE, token="another")
+    assert steps.delete(s, batch, relet, None) == {STALE_PLAN: 2}
+    assert steps.delete(s, batch, LEASE, None) == {"deleted": 2}
+
+
+def test_a_batch_stops_sending_at_the_lease_expiry_or_the_run_timeout_less_the_margin(tmp_path: Path) -> None:
+    s = sweep(tmp_path, stale_fleet())
+    (batch,) = plan_through(s).batches
+    margin = s.config.send_margin("gce").total_seconds()
+    started = datetime.now(UTC)
+    steps.delete(s, batch, LEASE, None)
+    s.ledger().records.clear()  # else the second call finds the first one's outcomes and sends nothing
+    steps.delete(s, batch, LEASE, started)
+    no_start, with_start = s.target.guards  # type: ignore[attr-defined]
+    assert no_start.deadline == LEASE.expires_at - margin
+    timeout = s.config.run_timeout("gce").total_seconds()
+    assert started.timestamp() + timeout < LEASE.expires_at  # the run's timeout comes first here
+    assert with_start.deadline == started.timestamp() + timeout - margin
+
+
+def test_record_writes_the_summary_and_fails_an_execution_whose_batches_did_not_all_end(tmp_path: Path) -> None:
+    s = sweep(tmp_path, stale_fleet())
+    planned = plan_through(s)
+    branch = steps.budget_check(planned.summary)
+    assert branch.branch == steps.DELETE
+    with pytest.raises(AirflowFailException, match="0 of 1 delete batches ended"):
+        steps.record(s, planned.summary, branch, len(planned.batches), [], LEASE)
+    results = [steps.delete(s, b, LEASE, None) for b in planned.batches]
+    done = steps.record(s, planned.summary, branch, len(planned.batches), results, LEASE)
+    assert done == {"branch": "delete", "outcomes": {"deleted": 2}, "stale_plan": 0}
+    failed, succeeded = s.ledger().summaries
+    assert failed["state"] == "failed" and succeeded["state"] == "success"
+    assert succeeded["why"] == branch.why and succeeded["lease"] == "tok" and succeeded["deletes"] == 2
+    assert succeeded["decisions"] == [msgspec.to_builtins(d) for d in planned.summary.decisions]
+
+
+def test_record_of_an_execution_that_never_planned_is_a_failed_summary(tmp_path: Path) -> None:
+    s = sweep(tmp_path, [])
+    with pytest.raises(AirflowFailException):
+        steps.record(s, None, None, 0, [], None)
+    (summary,) = s.ledger().summaries
+    assert summary["state"] == "failed" and summary["lease"] == "" and "branch" not in summary
