@@ -70,7 +70,7 @@ def test_an_execution_whose_delete_task_is_stopped_still_writes_its_summary(
 ) -> None:
     # Review finding: ``record`` ran only when no upstream failed, so a halted delete task left its
     # deletions in the ledger and no sweep summary (DESIGN.md 7: summaries are kept per execution).
-    import reaper.sweep.factory as factory
+    import reaper.sweep.steps as steps
     from reaper.sweep.deletes import SweepHalted
 
     _, client = one_dead_run(kube, nats_server, mongo_server, sweeper, "iterion_halted")
@@ -80,13 +80,13 @@ def test_an_execution_whose_delete_task_is_stopped_still_writes_its_summary(
             "k8s": {"clusters": ["kube_e2e"], "mongo_run_store": {"database": "iterion_halted"}},
         }
     )
-    real = factory.delete_batch
+    real = steps.delete_batch
 
     def halted(*args, **kwargs):  # type: ignore[no-untyped-def]
         counts = real(*args, **kwargs)
         raise SweepHalted(f"SIGTERM: the task is being stopped; recorded so far: {counts}")
 
-    monkeypatch.setattr(factory, "delete_batch", halted)
+    monkeypatch.setattr(steps, "delete_batch", halted)
     run = sweeper.run("reaper_k8s_enforcement")
     assert run.state == "failed"  # the failure still pages
     db = client["reaper"]

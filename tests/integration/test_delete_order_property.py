@@ -92,7 +92,7 @@ def test_pod_first_whatever_the_batches_and_their_order(
     # Every run's lease absent and its run over, when read again before its delete.
     target.__dict__["leases"] = lambda keys: Keyed(complete=True)
     target.__dict__["runs"] = lambda keys: Keyed(known=dict.fromkeys(keys, "failed"), complete=True)
-    objects = list_cluster(api, "c1", MANAGED, fast_backoff(0), 10).objects
+    objects = list_cluster(api, "c1", MANAGED, fast_backoff(0), 10).resources
     batches = cut_batches(objects, size, target.unit)
     ledger = MemoryLedger()
     for pick, expired in schedule:  # any batch, any number of times; some tries already out of time

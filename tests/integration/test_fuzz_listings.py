@@ -31,11 +31,9 @@ from include.emulators.k8s import K8sEmulator
 from include.emulators.shapes import gcloud_instance, kube_pod
 from reaper.config import parse_settings
 from reaper.gce.clients import compute_clients
-from reaper.gce.inventory import incomplete_scopes as gce_incomplete
 from reaper.gce.inventory import list_project
-from reaper.k8s.inventory import incomplete_scopes as k8s_incomplete
 from reaper.k8s.inventory import list_cluster
-from reaper.model import Evidence, Keyed, Phase, WriterRecord
+from reaper.model import Evidence, Keyed, Phase, WriterRecord, incomplete_scopes
 from reaper.policy import evaluate
 from tests.helpers import fast_backoff
 from tests.helpers.k8s import MANAGED
@@ -138,13 +136,13 @@ def test_gce_listing_is_complete_only_in_its_documented_form(gce_server, drawn) 
     listing = list_project(clients, "p", {"ci_ephemeral": "true"}, fast_backoff(0), 10)
     evidence = Evidence(
         writer_health=[WriterRecord("m", "p", NOW, False)],
-        incomplete=gce_incomplete([listing]),
+        incomplete=incomplete_scopes([listing]),
         swept=frozenset({("gce", "p")}),
     )
-    plan = evaluate(listing.instances, evidence, CONFIG, Phase.ENFORCEMENT, datetime.now(UTC))
+    plan = evaluate(listing.resources, evidence, CONFIG, Phase.ENFORCEMENT, datetime.now(UTC))
     if complete:
         assert listing.complete, listing.problems
-        assert len(listing.instances) == count
+        assert len(listing.resources) == count
     else:
         assert plan.scopes[0].holds == ("inventory_incomplete",), "a partial listing passed for complete"
         assert plan.deletes() == []
@@ -205,14 +203,17 @@ def test_k8s_listing_is_complete_only_in_its_documented_form(k8s_server, drawn) 
     served = iter(pages)
     emulator.cluster.rewrites["list"] = lambda body: next(served) if body["kind"] == "PodList" else body  # type: ignore[index]
     listing = list_cluster(api, "c1", MANAGED, fast_backoff(0), 10)
-    runs = Keyed(known={o.labels["iterion.io/run-id"]: "failed" for o in listing.objects}, complete=True)
+    runs = Keyed(known={o.labels["iterion.io/run-id"]: "failed" for o in listing.resources}, complete=True)
     evidence = Evidence(
-        leases=Keyed(complete=True), runs=runs, incomplete=k8s_incomplete([listing]), swept=frozenset({("k8s", "c1")})
+        leases=Keyed(complete=True),
+        runs=runs,
+        incomplete=incomplete_scopes([listing]),
+        swept=frozenset({("k8s", "c1")}),
     )
-    plan = evaluate(listing.objects, evidence, CONFIG, Phase.ENFORCEMENT, datetime.now(UTC))
+    plan = evaluate(listing.resources, evidence, CONFIG, Phase.ENFORCEMENT, datetime.now(UTC))
     if complete:
         assert listing.complete, listing.problems
-        assert len(listing.objects) == count
+        assert len(listing.resources) == count
     else:
         assert plan.scopes[0].holds == ("inventory_incomplete",), "a partial or odd listing passed for complete"
         assert plan.deletes() == []

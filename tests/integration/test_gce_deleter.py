@@ -17,7 +17,7 @@ SELECTOR = {"ci_ephemeral": "true"}
 
 def planned(clients, project: str = "p") -> dict[str, GceInstance]:
     """The instances as the plan saw them (listed through the same adapter)."""
-    return {i.name: i for i in list_project(clients, project, SELECTOR, fast_backoff(), 10).instances}
+    return {i.name: i for i in list_project(clients, project, SELECTOR, fast_backoff(), 10).resources}
 
 
 def deleter(clients, **gce) -> GceDeleter:
@@ -137,13 +137,6 @@ def test_rate_limit_per_project_and_bounded_concurrency(gce) -> None:
     assert elapsed >= 11 / 5  # 12 deletes in a project at 5/s need at least 2.2 s
     stats = fleet.stats()["max_inflight"]
     assert 2 <= max(stats.values()) <= 4
-
-
-def test_interleave_round_robins_projects_keeping_their_order() -> None:
-    from reaper.gce.deleter import interleave
-
-    items = ["a1", "a2", "a3", "b1", "c1", "c2"]
-    assert interleave(items, key=lambda s: s[0]) == ["a1", "b1", "c1", "a2", "c2", "a3"]
 
 
 def test_nothing_is_sent_when_the_re_read_outlasts_the_deadline_or_the_lease(gce) -> None:

@@ -10,8 +10,8 @@ import pytest
 from reaper.config import parse_settings
 from reaper.gce.clients import clients_from_connection
 from reaper.gce.deleter import GceDeleter
-from reaper.gce.inventory import incomplete_scopes, label_filter, list_project, list_projects
-from reaper.model import Evidence, Phase, WriterRecord
+from reaper.gce.inventory import label_filter, list_project, list_projects
+from reaper.model import Evidence, Phase, WriterRecord, incomplete_scopes
 from reaper.policy import evaluate
 from tests.helpers import fast_backoff
 from tests.helpers.gce import STARTED, add_instance
@@ -40,12 +40,12 @@ def test_pagination_lists_every_instance_exactly_once_with_filter_pushdown(gce) 
     listings = list_projects(clients, sorted(expected), SELECTOR, 3, fast_backoff(), 10)
     assert sum(len(x) for x in expected.values()) == 2500
     for listing in listings:
-        names = [i.name for i in listing.instances]
+        names = [i.name for i in listing.resources]
         assert Counter(names).most_common(1)[0][1] == 1, "an instance was listed twice"
-        assert set(names) == expected[listing.project]
+        assert set(names) == expected[listing.scope]
         assert listing.complete and listing.pages == -(-len(names) // 500)
-        assert {i.zone for i in listing.instances} == set(ZONES)
-        assert all(i.project == listing.project for i in listing.instances)
+        assert {i.zone for i in listing.resources} == set(ZONES)
+        assert all(i.project == listing.scope for i in listing.resources)
     requests = [path for method, path in fleet.requests if "aggregated" in path]
     assert len(requests) == 3 + 2 + 2
     assert all("filter=labels.ci_ephemeral+%3D+%22true%22" in path and "maxResults=500" in path for path in requests)
@@ -60,13 +60,13 @@ def test_multi_label_selector_is_pushed_down(gce) -> None:
     add_instance(fleet, "p", "us-east1-b", "both", labels={"fleet": "x"})
     add_instance(fleet, "p", "us-east1-b", "one")
     listing = list_project(clients, "p", {"ci_ephemeral": "true", "fleet": "x"}, fast_backoff(), 10)
-    assert [i.name for i in listing.instances] == ["both"]
+    assert [i.name for i in listing.resources] == ["both"]
 
 
 def test_normalized_instances_keep_what_the_rules_read(gce) -> None:
     fleet, clients = gce
     raw = add_instance(fleet, "p", "us-east1-c", "vm", status="TERMINATED", instance_id=7123456789012345678)
-    inst = list_project(clients, "p", SELECTOR, fast_backoff(), 10).instances[0]
+    inst = list_project(clients, "p", SELECTOR, fast_backoff(), 10).resources[0]
     assert (inst.project, inst.zone, inst.name, inst.id, inst.status) == (
         "p",
         "us-east1-c",
@@ -86,7 +86,7 @@ def test_unreachable_zone_marks_the_project_incomplete(gce) -> None:
     listing = list_project(clients, "p", SELECTOR, fast_backoff(), 10)
     assert not listing.complete
     assert listing.problems == ["zones/us-east1-c: UNREACHABLE: Zone us-east1-c is unreachable"]
-    assert [i.name for i in listing.instances] == ["a"]
+    assert [i.name for i in listing.resources] == ["a"]
 
 
 def test_a_page_that_keeps_failing_marks_the_project_incomplete(gce) -> None:
@@ -107,7 +107,7 @@ def test_transient_page_errors_are_retried(gce) -> None:
     fleet.faults.fail_next["aggregated_list"] = ["429", "503", "timeout", "429"]
     fleet.faults.timeout_delay = 0.5
     listing = list_project(clients, "p", SELECTOR, fast_backoff(4), 0.2)
-    assert listing.complete and len(listing.instances) == 1200
+    assert listing.complete and len(listing.resources) == 1200
     assert fleet.counters["aggregated_list"] == 3 + 4
 
 
@@ -126,7 +126,7 @@ def test_no_delete_is_sent_in_an_incompletely_listed_project(gce) -> None:
     evidence = Evidence(writer_health=writers, incomplete=incomplete_scopes(listings))
     from datetime import UTC, datetime
 
-    resources = [i for listing in listings for i in listing.instances]
+    resources = [i for listing in listings for i in listing.resources]
     plan = evaluate(resources, evidence, config, Phase.ENFORCEMENT, datetime.fromtimestamp(STARTED, UTC))
     outcomes = GceDeleter(clients, config, fast_backoff()).delete([d.resource for d in plan.deletes()])
     assert [(o.name, o.result) for o in outcomes] == [("stale-2", "deleted")]
@@ -141,7 +141,7 @@ def test_clients_come_from_the_airflow_connection(gce, monkeypatch: pytest.Monke
     extra = {"api_endpoint": endpoint, "anonymous": True}
     monkeypatch.setenv("AIRFLOW_CONN_GCE_EMULATOR", json.dumps({"conn_type": "google_cloud_platform", "extra": extra}))
     from_conn = clients_from_connection("gce_emulator")
-    assert [i.name for i in list_project(from_conn, "p", SELECTOR, fast_backoff(), 10).instances] == ["vm"]
+    assert [i.name for i in list_project(from_conn, "p", SELECTOR, fast_backoff(), 10).resources] == ["vm"]
 
 
 def test_an_answer_marked_partial_success_is_an_incomplete_listing(gce) -> None:
@@ -153,7 +153,7 @@ def test_an_answer_marked_partial_success_is_an_incomplete_listing(gce) -> None:
         add_instance(fleet, "p", "us-east1-c", f"c-{i}", heartbeat_age=86400)
     fleet.faults.partial_zones.add(("p", "us-east1-c"))
     listing = list_project(clients, "p", SELECTOR, fast_backoff(), 10)
-    assert {i.zone for i in listing.instances} == {"us-east1-b"}
+    assert {i.zone for i in listing.resources} == {"us-east1-b"}
     assert not listing.complete and "PARTIAL_SUCCESS" in listing.problems[0]
     assert incomplete_scopes([listing]) == {("gce", "p")}
 
@@ -165,7 +165,7 @@ def test_an_instance_created_between_page_reads_repeats_one_and_marks_the_listin
         add_instance(fleet, "p", "us-east1-c", f"vm-{i:04d}")
     fleet.on("after", "aggregated_list", lambda _: add_instance(fleet, "p", "us-east1-b", "new-vm"))
     listing = list_project(clients, "p", SELECTOR, fast_backoff(), 10)
-    names = Counter(i.name for i in listing.instances)
+    names = Counter(i.name for i in listing.resources)
     assert names.most_common(1)[0][1] == 2, "the emulator did not shift the page"
     assert not listing.complete and any("listed twice" in p for p in listing.problems)
 
@@ -175,4 +175,4 @@ def test_deletion_protection_is_listed(gce) -> None:
     add_instance(fleet, "p", "us-east1-b", "guarded")["deletionProtection"] = True
     add_instance(fleet, "p", "us-east1-b", "plain")
     listing = list_project(clients, "p", SELECTOR, fast_backoff(), 10)
-    assert {i.name: i.deletion_protection for i in listing.instances} == {"guarded": True, "plain": False}
+    assert {i.name: i.deletion_protection for i in listing.resources} == {"guarded": True, "plain": False}

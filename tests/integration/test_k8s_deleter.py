@@ -15,7 +15,7 @@ CONFIG = parse_settings({"k8s": {"delete_rate_per_cluster": 1000.0}}, "test")
 
 
 def planned(api, run: str | None = None):  # type: ignore[no-untyped-def]
-    objects = list_cluster(api, "c1", MANAGED, fast_backoff(), 10).objects
+    objects = list_cluster(api, "c1", MANAGED, fast_backoff(), 10).resources
     return [o for o in objects if run is None or o.labels.get("iterion.io/run-id") == run]
 
 

@@ -11,8 +11,8 @@ import pytest
 from include.emulators.k8s import RESOURCE_OF_KIND
 from include.emulators.shapes import kube_pod, kube_run
 from reaper.k8s.client import api_client_from_connection
-from reaper.k8s.inventory import incomplete_scopes, list_cluster
-from reaper.model import Evidence
+from reaper.k8s.inventory import list_cluster
+from reaper.model import Evidence, incomplete_scopes
 from tests.builders import NOW_DT, leases, plan, runs
 from tests.helpers import fast_backoff
 from tests.helpers.k8s import MANAGED, seed_pod, seed_run
@@ -31,9 +31,9 @@ def test_every_managed_object_listed_once_across_pages_with_selector_pushdown(ku
     seed_pod(cluster, "web", {"app": "web"})
     result = listing(api)
     assert result.complete
-    assert Counter(o.kind for o in result.objects) == {"Pod": 300, "Secret": 600, "NetworkPolicy": 300}
-    assert len({(o.kind, o.uid) for o in result.objects}) == 1200
-    assert "web" not in {o.name for o in result.objects}
+    assert Counter(o.kind for o in result.resources) == {"Pod": 300, "Secret": 600, "NetworkPolicy": 300}
+    assert len({(o.kind, o.uid) for o in result.resources}) == 1200
+    assert "web" not in {o.name for o in result.resources}
     lists = [path for method, path in cluster.requests if method == "GET"]
     assert len(lists) == 1 + 2 + 1  # pods, secrets (600 -> 2 pages), networkpolicies
     assert all("labelSelector=iterion.io%2Fmanaged%3Dtrue" in p and "limit=500" in p for p in lists)
@@ -44,7 +44,7 @@ def test_secrets_are_listed_metadata_only_and_their_data_never_logged(kube, capl
     seed_run(cluster, "run-1")
     caplog.set_level(logging.DEBUG)
     result = listing(api)
-    secrets = [o for o in result.objects if o.kind == "Secret"]
+    secrets = [o for o in result.resources if o.kind == "Secret"]
     assert len(secrets) == 2 and all(o.labels["iterion.io/run-id"] == "run-1" for o in secrets)
     assert cluster.secret_data_served is False
     assert SECRET_VALUE not in caplog.text
@@ -64,7 +64,7 @@ def test_expired_continue_token_restarts_the_list_once(kube) -> None:
         seed_run(cluster, f"run-{r:03d}")
     cluster.faults.expire_continue_tokens = 1
     result = listing(api)
-    assert result.complete and len(result.objects) == 1200
+    assert result.complete and len(result.resources) == 1200
 
 
 def test_a_second_expiry_marks_the_cluster_incomplete(kube) -> None:
@@ -90,7 +90,7 @@ def test_persistent_errors_mark_the_cluster_incomplete_and_transient_ones_are_re
 def test_hygiene_findings(kube) -> None:
     cluster, api, _ = kube
     seed_run(cluster, "run-1", deadline=None)
-    findings = Counter(f["finding"] for f in listing(api).hygiene())
+    findings = Counter(listing(api).hygiene)
     assert findings == {"pod_without_active_deadline": 1, "no_owner_reference": 4}
 
 
@@ -100,7 +100,7 @@ def test_api_client_from_the_airflow_connection(kube, monkeypatch: pytest.Monkey
     extra = {"kube_config": json.dumps(emulator.kubeconfig())}
     monkeypatch.setenv("AIRFLOW_CONN_KUBE_EMULATOR", json.dumps({"conn_type": "kubernetes", "extra": extra}))
     result = listing(api_client_from_connection("kube_emulator"))
-    assert result.complete and len(result.objects) == 4
+    assert result.complete and len(result.resources) == 4
 
 
 def test_a_repeated_continue_token_stops_the_list_and_marks_the_cluster_incomplete(kube) -> None:
@@ -148,7 +148,7 @@ def test_an_egress_sidecar_that_may_still_upload_keeps_its_run_as_listed(kube) -
         for obj in kube_run(run, "ci", created, MANAGED):
             obj = _sidecar_pod(run, created, *pod) if obj["kind"] == "Pod" else obj
             cluster.create(RESOURCE_OF_KIND[obj["kind"]], "ci", obj)
-    objects = listing(api).objects
+    objects = listing(api).resources
     decided = plan(objects, Evidence(leases=leases([]), runs=runs(dict.fromkeys(SIDECARS, "succeeded"))))
     reasons = {d.resource.labels["iterion.io/run-id"]: (d.action.value, d.reason) for d in decided.decisions}
     assert reasons == {

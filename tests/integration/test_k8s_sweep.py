@@ -12,8 +12,8 @@ from include.emulators.http import start_secantusdb
 from reaper.config import parse_settings
 from reaper.k8s.deleter import K8sDeleter
 from reaper.k8s.evidence import gather
-from reaper.k8s.inventory import incomplete_scopes, list_cluster
-from reaper.model import Phase
+from reaper.k8s.inventory import list_cluster
+from reaper.model import Phase, incomplete_scopes
 from reaper.policy import evaluate
 from reaper.stores.mongo import MongoRunStore
 from reaper.stores.nats import NatsLeases
@@ -35,9 +35,9 @@ def sweep(api, config, nats_url: str, mongo: MongoClient, postgres_dsn: str | No
         else None
     )
     evidence = gather(
-        listing.objects, config, leases.read, runs.read, steps.read if steps else None, incomplete_scopes([listing])
+        listing.resources, config, leases.read, runs.read, steps.read if steps else None, incomplete_scopes([listing])
     )
-    plan = evaluate(listing.objects, evidence, config, Phase.ENFORCEMENT, datetime.now(UTC))
+    plan = evaluate(listing.resources, evidence, config, Phase.ENFORCEMENT, datetime.now(UTC))
     outcomes = K8sDeleter(lambda _: api, config, fast_backoff()).delete([d.resource for d in plan.deletes()])
     return plan, outcomes
 

@@ -151,7 +151,7 @@ def plan_batches(clients, cfg: Settings, fleet: Fleet, mutate: Callable[[], None
     if point == "after_listing":
         mutate()
     writers = [WriterRecord("m", "p", STARTED, False)]
-    plan = evaluate(listing.instances, Evidence(writer_health=writers), cfg, Phase.ENFORCEMENT, datetime.now(UTC))
+    plan = evaluate(listing.resources, Evidence(writer_health=writers), cfg, Phase.ENFORCEMENT, datetime.now(UTC))
     if point == "after_evaluation":
         mutate()
     # One instance per batch, the victim last: "between batches" happens before its batch.

@@ -180,8 +180,8 @@ def plan_batches(world: World, target: K8sTarget, mutate: Callable[[], None], po
     listing = list_cluster(world.api, "c1", MANAGED, fast_backoff(), 10)
     if point == "after_listing":
         mutate()
-    evidence = target.evidence(listing.objects, [])
-    plan = evaluate(listing.objects, evidence, world.config, Phase.ENFORCEMENT, datetime.now(UTC))
+    evidence = target.evidence(listing.resources, [])
+    plan = evaluate(listing.resources, evidence, world.config, Phase.ENFORCEMENT, datetime.now(UTC))
     if point == "after_evaluation":
         mutate()
     deletes = sorted((d.resource for d in plan.deletes()), key=lambda o: o.labels["iterion.io/run-id"] == VICTIM)
@@ -381,7 +381,7 @@ def test_a_terminating_pod_keeps_its_run_until_a_later_sweep_finds_it_gone(world
     target = w.target()
 
     def next_sweep() -> set[tuple[str, str]]:
-        objects = list_cluster(w.api, "c1", MANAGED, fast_backoff(), 10).objects
+        objects = list_cluster(w.api, "c1", MANAGED, fast_backoff(), 10).resources
         plan = evaluate(objects, target.evidence(objects, []), w.config, Phase.ENFORCEMENT, datetime.now(UTC))
         return {(d.action.value, d.reason) for d in plan.decisions if VICTIM in d.resource.name}
 
