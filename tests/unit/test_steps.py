@@ -6,6 +6,7 @@ refuses, what it hands on, which plans it runs, and what the summary says.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -17,7 +18,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from reaper.config import Settings
 from reaper.fence import NOT_ATTEMPTED, SendGuard
-from reaper.model import Evidence, GceInstance, Outcome, Phase, Resource, ScopeListing, WriterRecord
+from reaper.model import Evidence, GceInstance, Keyed, Outcome, Phase, Resource, ScopeListing, WriterRecord
 from reaper.sweep import steps
 from reaper.sweep.deletes import STALE_PLAN, PlanRef, config_digest
 from reaper.sweep.targets import GceTarget
@@ -156,7 +157,7 @@ def test_the_sweep_input_carries_every_listing_fact_and_decisions_go_to_the_ledg
     s = sweep(tmp_path, fleet)
     s.target.incomplete = {"p2": ["page 2: 503"]}  # type: ignore[attr-defined]
     planned = plan_through(s)
-    data = msgspec.json.decode(s.path("sweep-input.json").read_bytes(), type=steps.SweepData[GceInstance])
+    data = msgspec.msgpack.decode(s.path("sweep-input.msgpack").read_bytes(), type=steps.SweepData[GceInstance])
     assert data.resources == fleet
     assert data.evidence.swept == {("gce", "p1"), ("gce", "p2")}
     assert data.evidence.incomplete == {("gce", "p2")} and data.evidence.observed_until is not None
@@ -281,3 +282,24 @@ def test_record_of_an_execution_that_never_planned_is_a_failed_summary(tmp_path:
         steps.record(s, None, None, 0, [], None)
     (summary,) = s.ledger().summaries
     assert summary["state"] == "failed" and summary["lease"] == "" and "branch" not in summary
+
+
+def test_unknown_evidence_stays_unknown_through_the_sweep_store(tmp_path: Path) -> None:
+    """A non-finite value means "unknown" (an ambiguous writer: ``writer_health.UNKNOWN``; an odd lease
+    expiry). Through a JSON file it became null: the sweep failed to decode, or a lease read as held."""
+    fleet = stale_fleet()
+    s = sweep(tmp_path, fleet)
+
+    class Ambiguous(FakeGce):
+        def evidence(self, resources: list[Resource], incomplete: list[str]) -> Evidence:
+            writers = [WriterRecord("m", "p1", math.nan, False), WriterRecord("m2", "p2", time.time() - 60, False)]
+            return Evidence(writer_health=writers, leases=Keyed(known={"r1": math.inf}, complete=True))
+
+    object.__setattr__(s, "target", Ambiguous(s.config, fleet))
+    planned = plan_through(s)
+    data = msgspec.msgpack.decode(s.path("sweep-input.msgpack").read_bytes(), type=steps.SweepData[GceInstance])
+    assert math.isnan(data.evidence.writer_health[0].last_pass)  # type: ignore[index]
+    assert data.evidence.leases is not None and data.evidence.leases.known == {"r1": math.inf}
+    p1 = next(v for v in planned.summary.scopes if v["scope"] == "p1")
+    assert p1["holds"] == ["writer_health_unknown"]  # that project held, the other swept
+    assert [r.project for b in planned.batches for r in b.resources] == ["p2"]

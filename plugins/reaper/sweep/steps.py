@@ -284,8 +284,11 @@ def gather_evidence(sweep: Sweep, shards: list[Shard], lease: Lease) -> SweepInp
     warnings = target.warnings(resources)
     for warning in warnings:
         log.warning("%s", warning)
-    path = sweep.path("sweep-input.json")
-    path.write_bytes(msgspec.json.encode(SweepData(resources, evidence)))
+    # MessagePack, not JSON: JSON has no NaN, and a non-finite value in the evidence means "unknown"
+    # (an ambiguous writer, an odd lease expiry). Written as JSON null, it would not decode, or would
+    # read as "no expiry": a lease held.
+    path = sweep.path("sweep-input.msgpack")
+    path.write_bytes(msgspec.msgpack.encode(SweepData(resources, evidence)))
     return SweepInput(
         path=str(path),
         as_of=min(s.listed_at for s in shards),
@@ -307,7 +310,8 @@ def evaluate_policy(
     from reaper.policy import evaluate
 
     config, target = sweep.config, sweep.target
-    data = msgspec.json.decode(ObjectStoragePath(sweep_input.path).read_bytes(), type=SweepData[target.resource_type])
+    raw = ObjectStoragePath(sweep_input.path).read_bytes()
+    data = msgspec.msgpack.decode(raw, type=SweepData[target.resource_type])
     ledger = sweep.ledger()
     ids = sweep.under(lease)
     override, override_record = budget_override(params, ids, triggered_by, ledger.earlier_execution(ids.fields()))
