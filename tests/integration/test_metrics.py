@@ -13,12 +13,14 @@ from tests.builders import D, M, inst, plan
 def _summary() -> dict[str, object]:
     import msgspec
 
+    from reaper.sweep.deletes import PlanRef
     from reaper.sweep.steps import SweepInput, summarize
 
     fleet = [inst(hb_age=M), inst(hb_age=D), inst(hb_age=D), inst(hb_age=D), inst(hb_age=M, project="p2")]
     fleet.append(inst(status="TERMINATED", stop_age=D, hb_age=M, project="p2"))
     read = SweepInput(path="", as_of=0.0, tokens=["t"], incomplete={}, hygiene={}, warnings=[])
-    return msgspec.to_builtins(summarize(plan(fleet, phase=Phase.ENFORCEMENT), read, None, "scheduler", False, False))
+    made = PlanRef(0, "t", "c")
+    return msgspec.to_builtins(summarize(plan(fleet, phase=Phase.ENFORCEMENT), made, read, None, "sre", False, False))
 
 
 def test_sweep_metrics_reach_the_pushgateway(pushgateway) -> None:

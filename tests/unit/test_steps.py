@@ -210,6 +210,7 @@ def test_budget_check_reports_for_each_sweep_wide_reason(changes: dict[str, obje
         hygiene={},
         incomplete={},
         deletes=3,
+        plan=PlanRef(0, "tok", "c"),
     )
     chosen = steps.budget_check(msgspec.structs.replace(summary, **changes))
     assert chosen.branch == branch and why in chosen.why
@@ -303,3 +304,23 @@ def test_unknown_evidence_stays_unknown_through_the_sweep_store(tmp_path: Path) 
     p1 = next(v for v in planned.summary.scopes if v["scope"] == "p1")
     assert p1["holds"] == ["writer_health_unknown"]  # that project held, the other swept
     assert [r.project for b in planned.batches for r in b.resources] == ["p2"]
+
+
+def test_record_never_files_an_earlier_executions_plan_as_its_own(tmp_path: Path) -> None:
+    """Clearing only ``record`` (or ``delete`` and what follows) takes the lease anew: the plan, branch
+    and results it finds are execution 0's. Found by review: its summary said success, with that plan."""
+    first = sweep(tmp_path, stale_fleet())
+    planned = plan_through(first)
+    branch = steps.budget_check(planned.summary)
+    results = [steps.delete(first, b, LEASE, None) for b in planned.batches]
+    again = sweep(tmp_path, stale_fleet(), execution=1)
+    relet = steps.Lease("reaper_gce_enforcement/manual__1#1", "tok2", LEASE.expires_at)
+    with pytest.raises(AirflowFailException, match="the plan is execution 0's"):
+        steps.record(again, planned.summary, branch, len(planned.batches), results, relet)
+    refused = [steps.delete(again, b, relet, None) for b in planned.batches]  # the cleared delete task's answer
+    with pytest.raises(AirflowFailException):
+        steps.record(again, planned.summary, branch, len(planned.batches), refused, relet)
+    for doc in again.ledger().summaries:
+        assert (doc["execution"], doc["lease"], doc["state"]) == (1, "tok2", "failed")
+        assert "deletes" not in doc and doc["branch"] == "" and "no plan of its own" in str(doc["why"])
+    assert [doc["stale_plan"] for doc in again.ledger().summaries] == [0, 2]

@@ -128,6 +128,7 @@ class Summary(msgspec.Struct, frozen=True):
 
     ``deletes``: how many deletes the policy planned, whether or not this execution may send them.
     ``stale_inputs``: its listing or evidence was read by another execution or under another lease.
+    ``plan``: the execution and lease it was made under (``record`` files it under those only).
     """
 
     phase: str
@@ -144,6 +145,7 @@ class Summary(msgspec.Struct, frozen=True):
     hygiene: dict[str, int]
     incomplete: dict[str, list[str]]
     deletes: int
+    plan: PlanRef
 
 
 class Batch(msgspec.Struct, Generic[R], frozen=True):
@@ -336,18 +338,19 @@ def evaluate_policy(
         if d.action is not Action.KEEP
     )
     foreign = ids.lease == "" or set(sweep_input.tokens) != {ids.lease}
+    plan_ref = PlanRef(ids.execution, ids.lease, config_digest(config))
     dry_run = bool(params.get("dry_run"))
     deletes = [] if dry_run or plan.capped or foreign else plan.deletes()
-    plan_ref = PlanRef(ids.execution, ids.lease, config_digest(config))
     units = cut_batches([d.resource for d in deletes], config.airflow.delete_batch_size, target.unit)
     return Planned(
         batches=[Batch(plan_ref, unit) for unit in units],
-        summary=summarize(plan, sweep_input, override_record, triggered_by, dry_run, foreign),
+        summary=summarize(plan, plan_ref, sweep_input, override_record, triggered_by, dry_run, foreign),
     )
 
 
 def summarize(
     plan: Plan,
+    plan_ref: PlanRef,
     sweep_input: SweepInput,
     override: dict[str, object] | None,
     triggered_by: str,
@@ -374,6 +377,7 @@ def summarize(
         hygiene=sweep_input.hygiene,
         incomplete=sweep_input.incomplete,
         deletes=len(plan.deletes()),
+        plan=plan_ref,
     )
 
 
@@ -456,15 +460,23 @@ def record(
     """Write this execution's summary, also of one that failed (then raise, after writing it).
 
     ``branch``: what ``budget_check`` chose (None: it did not run); ``batches``: how many delete
-    batches were planned; ``results``: what the delete tasks that ended returned.
+    batches were planned; ``results``: what the delete tasks that ended returned. A plan another
+    execution made (a run cleared from a later task on: every clear takes the lease anew) is not
+    this one's: its summary says so and fails, rather than file that plan as its own.
     """
     config = sweep.config
     ids = sweep.under(lease)
     ledger = sweep.ledger()
+    # A delete task that refused another execution's plan ran in this one: its refusal counts here.
+    stale_plans = sum(int(r.get(STALE_PLAN, 0)) for r in results)
+    foreign = summary is not None and (summary.plan.execution, summary.plan.token) != (ids.execution, ids.lease)
+    if summary is not None and foreign:
+        why = f"no plan of its own: the plan is execution {summary.plan.execution}'s, made under another sweep lease"
+        summary, branch, batches, results = None, Branch("", why), 0, []
     planned = batches if branch and branch.branch == DELETE else 0
     completed = summary is not None and branch is not None and len(results) >= planned
+    problem = branch.why if foreign and branch else f"{len(results)} of {planned} delete batches ended"
     outcomes = Counter(str(o["result"]) for o in ledger.outcomes(ids.fields()).values())
-    stale_plans = sum(int(r.get(STALE_PLAN, 0)) for r in results)
     facts = msgspec.to_builtins(summary) if summary is not None else {}
     doc = {
         **ids.fields(),
@@ -491,8 +503,7 @@ def record(
     ledger.summary(doc)
     if not completed:
         raise AirflowFailException(
-            f"the sweep did not complete ({len(results)} of {planned} delete batches ended); "
-            "its summary and outcomes so far are in the ledger"
+            f"the sweep did not complete ({problem}); its summary and outcomes so far are in the ledger"
         )
     return {"branch": branch.branch if branch else None, "outcomes": dict(outcomes), "stale_plan": stale_plans}
 
