@@ -244,6 +244,18 @@ class AlertsConfig(_Section):
     smtp_conn_id: str = "smtp_default"
 
 
+class RolloutConfig(_Section):
+    """The active rollout phase of each target (DESIGN.md section 8).
+
+    Only the active phase's DAG runs on the target's schedule, and only its sweeps push metrics, so
+    the alerts follow it; the other phases' DAGs stay for manual triggers (dry runs, what-ifs).
+    Moving through the rollout is a change of this value (the sweep summaries record it).
+    """
+
+    gce: Literal["telemetry", "terminated-cleanup", "report-only", "enforcement"] = "telemetry"
+    k8s: Literal["telemetry", "report-only", "enforcement"] = "telemetry"
+
+
 class MetricsConfig(_Section):
     """Where each sweep pushes its metrics; an empty URL means no push."""
 
@@ -277,6 +289,7 @@ class Settings(_Section):
     ledger: LedgerConfig = LedgerConfig()
     airflow: AirflowConfig = AirflowConfig()
     metrics: MetricsConfig = MetricsConfig()
+    rollout: RolloutConfig = RolloutConfig()
 
     @model_validator(mode="after")
     def _room_to_delete(self) -> Settings:

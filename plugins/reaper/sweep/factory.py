@@ -70,7 +70,8 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
 
     @dag(
         dag_id=dag_id,
-        schedule=target.schedule or None,
+        # Only the active phase runs on the schedule; the others are for manual triggers.
+        schedule=target.schedule if target.schedule and target.active_phase is phase else None,
         start_date=datetime(2026, 1, 1, tzinfo=UTC),
         catchup=False,
         max_active_runs=1,
@@ -155,6 +156,7 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
                 len(ti.xcom_pull(task_ids="evaluate_policy") or []),
                 _ended(ti.xcom_pull(task_ids="delete", default=None)),
                 _typed(lease, steps.Lease) if lease else None,
+                context["dag_run"].start_date,
             )
 
         @task

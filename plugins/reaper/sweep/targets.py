@@ -15,7 +15,7 @@ from typing import Protocol
 
 from reaper.config import Settings
 from reaper.fence import SendGuard
-from reaper.model import Evidence, GceInstance, K8sObject, Keyed, Outcome, Resource, ScopeListing
+from reaper.model import Evidence, GceInstance, K8sObject, Keyed, Outcome, Phase, Resource, ScopeListing
 from reaper.retry import Backoff
 
 
@@ -28,6 +28,9 @@ class Target(Protocol):
 
     @property
     def schedule(self) -> timedelta: ...
+
+    @property
+    def active_phase(self) -> Phase: ...
 
     def scopes(self) -> list[str]: ...
 
@@ -55,6 +58,11 @@ class GceTarget:
     @property
     def schedule(self) -> timedelta:
         return self.config.airflow.gce_schedule
+
+    @property
+    def active_phase(self) -> Phase:
+        """The rollout phase whose DAG runs on the schedule and pushes metrics (``rollout.gce``)."""
+        return Phase(self.config.rollout.gce)
 
     @cached_property
     def clients(self):  # type: ignore[no-untyped-def]
@@ -114,6 +122,11 @@ class K8sTarget:
     @property
     def schedule(self) -> timedelta:
         return self.config.airflow.k8s_schedule
+
+    @property
+    def active_phase(self) -> Phase:
+        """The rollout phase whose DAG runs on the schedule and pushes metrics (``rollout.k8s``)."""
+        return Phase(self.config.rollout.k8s)
 
     def api_for(self, cluster: str):  # type: ignore[no-untyped-def]
         """The cluster's ApiClient, made once per sweep task from its Airflow connection."""
