@@ -254,13 +254,15 @@ class Decision(msgspec.Struct, frozen=True, gc=False):
 
 
 class ScopeVerdict(msgspec.Struct, frozen=True):
-    """Per-scope outcome: ``holds`` lists every hold in force (empty means ok)."""
+    """Per-scope outcome: ``holds`` lists every hold in force (empty means ok), ``blocking`` those
+    of them that stop a delete in the sweep's phase (a hold on a rule that only reports does not)."""
 
     target: str
     scope: str
     holds: tuple[str, ...] = ()
     overridden: tuple[str, ...] = ()
     details: dict[str, object] = {}
+    blocking: tuple[str, ...] = ()
 
     @property
     def verdict(self) -> str:
@@ -273,6 +275,7 @@ class ScopeVerdict(msgspec.Struct, frozen=True):
             "scope": self.scope,
             "verdict": self.verdict,
             "holds": list(self.holds),
+            "blocking": list(self.blocking),
             "overridden": list(self.overridden),
             **self.details,
         }

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
+import msgspec
+
 from reaper.config import Settings
 from reaper.model import (
     Action,
@@ -23,7 +25,7 @@ from reaper.model import (
 )
 from reaper.policy.gce import evaluate_gce
 from reaper.policy.k8s import evaluate_k8s
-from reaper.policy.modes import effective_modes
+from reaper.policy.modes import blocking, effective_modes
 
 __all__ = ["evaluate"]
 
@@ -66,7 +68,10 @@ def evaluate(
             result.acted = [_capped(d, config.max_deletions_per_sweep) for d in result.acted]
         plan.acted += result.acted
         plan.kept += result.kept
-        plan.scopes += result.verdicts
+        plan.scopes += [
+            msgspec.structs.replace(v, blocking=blocking(target, v.holds, modes)) if v.holds else v
+            for v in result.verdicts
+        ]
         plan.census[target] = result.census
     return plan
 

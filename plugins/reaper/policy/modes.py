@@ -25,3 +25,25 @@ PRESETS: dict[Phase, dict[str, Mode]] = {
 def effective_modes(config: Settings, phase: Phase) -> dict[str, Mode]:
     """The lower of the phase preset and ``rules.<rule>``: config can only restrict."""
     return {rule: min(PRESETS[phase][rule], getattr(config.rules, rule)) for rule in RULES}
+
+
+# The rules whose deletes each scope hold stops (DESIGN.md sections 4 and 5): a GCE listing that is
+# not proven complete holds every rule, writer health and the budget only the heartbeat rule.
+HELD_RULES: dict[str, dict[str, tuple[str, ...]]] = {
+    "gce": {
+        "inventory_incomplete": ("terminated", "heartbeat_stale", "unlabeled_age"),
+        "writer_health_unknown": ("heartbeat_stale",),
+        "writer_unhealthy": ("heartbeat_stale",),
+        "budget_exceeded": ("heartbeat_stale",),
+    },
+    "k8s": {"inventory_incomplete": ("sandbox_orphan",), "budget_exceeded": ("sandbox_orphan",)},
+}
+
+
+def blocking(target: str, holds: tuple[str, ...], modes: dict[str, Mode]) -> tuple[str, ...]:
+    """The holds that stop a delete in this phase: those holding a rule whose mode is ``delete``.
+
+    A hold on a rule that only reports (or is off) changes nothing the phase would do: it is
+    information, never a page.
+    """
+    return tuple(h for h in holds if any(modes[r] is Mode.DELETE for r in HELD_RULES[target].get(h, ())))
