@@ -14,6 +14,7 @@ import sys
 from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import NoReturn, TextIO
 
 from reaper import exports
@@ -61,6 +62,14 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--leases", metavar="FILE", help="run keys whose lease is held; omitted: leases unknown")
     ev.add_argument("--writer-health", metavar="FILE", help="heartbeat-writer reports; omitted: unknown")
     ev.add_argument("--format", choices=["json", "table"], default="table")
+    rules = commands.add_parser("alert-rules", help="the Prometheus alert rules for a config, as YAML")
+    rules.add_argument("--config", help="config file (default: $REAPER_CONFIG, else include/reaper.yaml)")
+    retire = commands.add_parser(
+        "metrics-retire", help="delete a target's metric groups from the Pushgateway (a disabled target or scope)"
+    )
+    retire.add_argument("--config", help="config file (default: $REAPER_CONFIG, else include/reaper.yaml)")
+    retire.add_argument("--target", choices=["gce", "k8s"], required=True)
+    retire.add_argument("--scope", action="append", metavar="SCOPE", help="only these scopes (default: all)")
     return parser
 
 
@@ -68,6 +77,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     args = build_parser().parse_args(argv)
     out = out or sys.stdout
     try:
+        if args.command == "alert-rules":
+            return _alert_rules(args, out)
+        if args.command == "metrics-retire":
+            return _metrics_retire(args, out)
         plan = _evaluate(args)
     except ConfigError as exc:
         print(f"reaper: {exc}", file=sys.stderr)
@@ -77,6 +90,35 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         out.write("\n")
     else:
         write_table(plan, out)
+    return 0
+
+
+def _alert_rules(args: argparse.Namespace, out: TextIO) -> int:
+    from reaper.alert_rules import render
+
+    path = config_path(args.config)
+    here = Path.cwd()
+    out.write(render(load_config(path), str(path.relative_to(here) if path.is_relative_to(here) else path)))
+    return 0
+
+
+def _metrics_retire(args: argparse.Namespace, out: TextIO) -> int:
+    """Delete the target's metric groups (every one, or the named scopes'): nothing pushes them any more."""
+    from reaper.metrics import retire
+    from reaper.redact import error_for_log
+
+    config = load_config(config_path(args.config))
+    url = config.metrics.pushgateway_url
+    if not url:
+        print("reaper: metrics.pushgateway_url is empty in the config: no Pushgateway to retire from", file=sys.stderr)
+        return 2
+    try:
+        gone = retire(url, args.target, config.metrics.timeout.total_seconds(), scopes=args.scope)
+    except OSError as exc:
+        print(f"reaper: the Pushgateway did not answer: {error_for_log(exc)}", file=sys.stderr)
+        return 1
+    for labels in gone:
+        out.write(" ".join(f"{k}={v}" for k, v in sorted(labels.items())) + "\n")
     return 0
 
 

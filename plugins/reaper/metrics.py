@@ -1,23 +1,41 @@
-"""Sweep metrics for Prometheus, pushed to a Pushgateway at the end of every sweep.
+"""Sweep metrics for Prometheus, pushed to a Pushgateway at the end of the active phase's sweeps.
 
-One push per (DAG, scope) grouping; plus one per DAG with the last success time.
-Metrics are observability, not data: a failed push is logged and counted, and
-never fails the sweep (the ledger is the record).
+Grouped by target and scope, never by DAG, so that the alerts follow the active rollout phase:
+its pushes replace what an earlier phase left. Only the active phase's sweeps push (another
+phase's runs are what-ifs), a dry run pushes nothing, and a sweep of some scopes only (the
+``scopes`` param) pushes theirs and its attempt, never the target's last success. Groups
+(``job="reaper"``), each replaced whole by its next push:
+
+- ``{target, scope}``: one per swept scope: the census, findings, decisions, holds, held orphans;
+- ``{target, scope="_all"}``: a completed sweep of every scope: last success, deletions by outcome,
+  the global cap, failed pushes;
+- ``{target, scope="_attempt"}``: every sweep that pushes: when it ended and how long it took.
+
+Every value is the last sweep's (a gauge), not a running total. Groups of scopes no longer
+configured, and of the DAG-grouped layout before this one, are retired by the next full sweep
+(:func:`retire`; ``reaper metrics-retire`` does it by hand, e.g. for a disabled target).
+Metrics are observability, not data: a failed push is logged and counted, never fails a sweep.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Iterator
+import urllib.request
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.exposition import push_to_gateway
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import delete_from_gateway, push_to_gateway
 from prometheus_client.registry import Collector
 
 from reaper.redact import error_for_log, url_for_log
 
 log = logging.getLogger(__name__)
+JOB = "reaper"
+ALL, ATTEMPT = "_all", "_attempt"  # the target-wide groups' scope label
+CAPPED = "max_deletions_exceeded"  # the reason of a delete the global cap turned into a report
 PUSH_FAILURES = 0  # pushes that failed in this process; logged with each failure
 
 
@@ -36,110 +54,196 @@ def _gauge(name: str, doc: str, labels: list[str], rows: list[tuple[list[str], f
     return family
 
 
-def scope_metrics(summary: dict[str, object], target: str, scope: str) -> list[Metric]:
-    """The census, decisions and holds of one scope of a sweep summary."""
+@dataclass(frozen=True)
+class Sweep:
+    """What one sweep pushes: its summary (as the ledger holds it), outcomes and times.
+
+    ``deleting``: the rules whose mode is ``delete`` in the sweep's phase (an orphan of one of
+    them that was reported instead is held). ``full``: every configured scope was swept.
+    ``completed``: the sweep ended as planned (a failed one pushes its attempt only).
+    """
+
+    target: str
+    summary: dict[str, object]
+    outcomes: dict[str, int]
+    deleting: Collection[str]
+    full: bool
+    completed: bool
+    started_at: float
+    finished_at: float
+
+
+def scope_metrics(sweep: Sweep, scope: str) -> list[Metric]:
+    """The census, decisions, holds and held orphans of one scope of a sweep."""
+    target, summary = sweep.target, sweep.summary
     census = ((summary.get("census") or {}).get(target) or {}).get(scope) or {}  # type: ignore[union-attr]
-    metrics: list[Metric] = []
     by_status = census.get("by_status") or census.get("by_kind") or {}
-    metrics.append(
+    findings = census.get("by_finding") or census.get("by_reason") or {}
+    decisions = [d for d in summary.get("decisions", []) if d["scope"] == scope]  # type: ignore[union-attr]
+    verdict = next((v for v in summary.get("scopes", []) if v["scope"] == scope), {})  # type: ignore[union-attr]
+    blocking = set(verdict.get("blocking", []))
+    stopped = {*verdict.get("holds", []), CAPPED}  # reasons a finding the phase deletes was reported instead
+    held = sum(
+        d["count"]
+        for d in decisions
+        if d["action"] == "report" and d["rule"] in sweep.deleting and d["reason"] in stopped
+    )
+    metrics = [
         _gauge(
-            "reaper_resources",
-            "In-scope resources by status (GCE) or kind (Kubernetes).",
+            "reaper_last_sweep_resources",
+            "In-scope resources of the last sweep by status (GCE) or kind (Kubernetes).",
             ["target", "status"],
             [([target, k], v) for k, v in sorted(by_status.items())],
-        )
-    )
-    findings = census.get("by_finding") or census.get("by_reason") or {}
-    metrics.append(
+        ),
         _gauge(
-            "reaper_findings",
-            "Resources (GCE) or runs (Kubernetes) by finding or decision row.",
+            "reaper_last_sweep_findings",
+            "Resources (GCE) or runs (Kubernetes) of the last sweep by finding or decision row.",
             ["target", "finding"],
             [([target, k], v) for k, v in sorted(findings.items())],
-        )
-    )
-    hist = census.get("heartbeat_age_seconds")
-    if hist:
-        family = HistogramMetricFamily(
-            "reaper_heartbeat_age_seconds", "Age of valid heartbeat labels.", labels=["target"]
-        )
-        family.add_metric([target], [(le, n) for le, n in hist["buckets"].items()], sum_value=hist["sum"])
-        metrics.append(family)
-    decisions = [d for d in summary.get("decisions", []) if d["scope"] == scope]  # type: ignore[union-attr]
-    metrics.append(
+        ),
         _gauge(
-            "reaper_decisions",
+            "reaper_last_sweep_decisions",
             "Decisions of the last sweep by rule, reason and action.",
             ["target", "rule", "reason", "action"],
             [([target, d["rule"], d["reason"], d["action"]], d["count"]) for d in decisions],
-        )
-    )
-    verdict = next((v for v in summary.get("scopes", []) if v["scope"] == scope), {})  # type: ignore[union-attr]
-    holds = set(verdict.get("holds", []))
-    metrics.append(
+        ),
         _gauge(
-            "reaper_budget_hold",
-            "1 when the scope's budget held its deletes in the last sweep.",
-            ["target"],
-            [([target], float("budget_exceeded" in holds))],
-        )
-    )
-    writer = float(bool(holds & {"writer_unhealthy", "writer_health_unknown"}))
-    metrics.append(
+            "reaper_scope_hold",
+            "1 for each hold in force in the scope at the last sweep; blocks_deletes: it stopped a delete "
+            "the phase would make (a hold on a rule that only reports is information).",
+            ["target", "hold", "blocks_deletes"],
+            [([target, h, str(h in blocking).lower()], 1.0) for h in verdict.get("holds", [])],
+        ),
         _gauge(
-            "reaper_writer_health_hold",
-            "1 when heartbeat-writer health held heartbeat deletes.",
+            "reaper_last_sweep_held_orphans",
+            "Findings of rules the phase deletes that the last sweep held instead (a scope hold, the global cap).",
             ["target"],
-            [([target], writer)],
+            [([target], float(held))],
+        ),
+    ]
+    hist = census.get("heartbeat_age_seconds")
+    if hist:
+        # Gauges: one sweep's snapshot, not counters; histogram_quantile takes them as they are (no rate).
+        metrics.append(
+            _gauge(
+                "reaper_last_sweep_heartbeat_ages",
+                "Valid heartbeat labels of the last sweep at most le seconds old (cumulative).",
+                ["target", "le"],
+                [([target, le], n) for le, n in hist["buckets"].items()],
+            )
         )
-    )
     return metrics
 
 
-def push_sweep(
-    url: str,
-    dag_id: str,
-    target: str,
-    summary: dict[str, object],
-    outcomes: dict[str, int],
-    finished_at: float,
-    timeout: float,
-) -> int:
-    """Push the sweep's metrics; returns the number of failed pushes (0 when all went through)."""
-    global PUSH_FAILURES
-    failures = 0
-    groups: list[tuple[dict[str, str], list[Metric]]] = [
-        ({"dag_id": dag_id, "scope": v["scope"]}, scope_metrics(summary, target, v["scope"]))
-        for v in summary.get("scopes", [])  # type: ignore[union-attr]
+def target_metrics(sweep: Sweep, push_failures: int) -> list[Metric]:
+    """The target-wide results of a completed sweep of every scope."""
+    target = sweep.target
+    capped = (sweep.summary.get("capped") or {}).get(target)  # type: ignore[union-attr]
+    return [
+        _gauge(
+            "reaper_last_success_timestamp_seconds",
+            "End of the last completed sweep of every scope.",
+            ["target"],
+            [([target], sweep.finished_at)],
+        ),
+        _gauge(
+            "reaper_last_sweep_deletions",
+            "Deletions of the last sweep by outcome.",
+            ["target", "outcome"],
+            [([target, k], v) for k, v in sorted({"failed": 0, **sweep.outcomes}.items())],
+        ),
+        _gauge(
+            "reaper_last_sweep_capped",
+            "1 when the last sweep planned more deletes than max_deletions_per_sweep, and so deleted nothing.",
+            ["target"],
+            [([target], float(bool(capped)))],
+        ),
+        _gauge(
+            "reaper_last_sweep_push_failures",
+            "Pushes of the last sweep's scope groups that failed.",
+            ["target"],
+            [([target], float(push_failures))],
+        ),
     ]
-    groups.append(
-        (
-            {"dag_id": dag_id, "scope": "_all"},
-            [
-                _gauge(
-                    "reaper_last_success_timestamp_seconds",
-                    "End of the DAG's last successful sweep.",
-                    ["target"],
-                    [([target], finished_at)],
-                ),
-                _gauge(
-                    "reaper_deletions",
-                    "Deletions of the last sweep by outcome.",
-                    ["target", "outcome"],
-                    [([target, k], v) for k, v in sorted(outcomes.items())],
-                ),
-            ],
-        )
-    )
-    for grouping, metrics in groups:
-        registry = CollectorRegistry()
-        registry.register(_Static(metrics))
-        try:
-            push_to_gateway(url, job="reaper", grouping_key=grouping, registry=registry, timeout=timeout)
-        except Exception as exc:  # observability only: never fail the sweep
-            failures += 1
-            PUSH_FAILURES += 1
-            log.warning(
-                "metrics push to %s failed (%d so far): %s", url_for_log(url), PUSH_FAILURES, error_for_log(exc)
-            )
+
+
+def attempt_metrics(sweep: Sweep) -> list[Metric]:
+    return [
+        _gauge(
+            "reaper_last_attempt_timestamp_seconds",
+            "End of the last sweep that pushed metrics, completed or not.",
+            ["target"],
+            [([sweep.target], sweep.finished_at)],
+        ),
+        _gauge(
+            "reaper_last_sweep_duration_seconds",
+            "How long the last sweep that pushed metrics ran.",
+            ["target"],
+            [([sweep.target], sweep.finished_at - sweep.started_at)],
+        ),
+    ]
+
+
+def push_sweep(url: str, sweep: Sweep, timeout: float, configured: Collection[str]) -> int:
+    """Push one sweep's groups; returns how many pushes failed. A full sweep retires stale groups."""
+    scopes = [str(v["scope"]) for v in sweep.summary.get("scopes", [])] if sweep.completed else []  # type: ignore[union-attr]
+    failures = sum(not _push(url, sweep.target, s, scope_metrics(sweep, s), timeout) for s in scopes)
+    if sweep.completed and sweep.full:
+        failures += not _push(url, sweep.target, ALL, target_metrics(sweep, failures), timeout)
+        failures += not _attempt(lambda: retire(url, sweep.target, timeout, keep=configured), url)
+    failures += not _push(url, sweep.target, ATTEMPT, attempt_metrics(sweep), timeout)
     return failures
+
+
+def retire(
+    url: str,
+    target: str,
+    timeout: float,
+    keep: Collection[str] | None = None,
+    scopes: Collection[str] | None = None,
+) -> list[dict[str, str]]:
+    """Delete the target's groups that nothing pushes any more; returns their grouping keys.
+
+    ``keep``: the configured scopes (a full sweep retires every other scope's group); ``scopes``:
+    only these scopes' groups (by hand). Neither: every group of the target, as when it is
+    disabled. The groups of the DAG-grouped layout before this one (a ``dag_id`` label) go too,
+    unless only some scopes are named.
+    """
+    with urllib.request.urlopen(f"{url.rstrip('/')}/api/v1/metrics", timeout=timeout) as answer:
+        groups = json.load(answer).get("data") or []
+    gone = []
+    for group in groups:
+        labels = dict(group.get("labels") or {})
+        if labels.pop("job", None) != JOB:
+            continue
+        scope = labels.get("scope", "")
+        if "dag_id" in labels:
+            doomed = scopes is None and labels["dag_id"].startswith(f"reaper_{target}_")
+        else:
+            doomed = labels.get("target") == target and (scopes is None or scope in scopes)
+            doomed = doomed and (keep is None or scope not in {*keep, ALL, ATTEMPT})
+        if doomed:
+            delete_from_gateway(url, job=JOB, grouping_key=labels, timeout=timeout)
+            gone.append(labels)
+    return gone
+
+
+def _push(url: str, target: str, scope: str, metrics: list[Metric], timeout: float) -> bool:
+    registry = CollectorRegistry()
+    registry.register(_Static(metrics))
+    grouping = {"target": target, "scope": scope}
+    return _attempt(
+        lambda: push_to_gateway(url, job=JOB, grouping_key=grouping, registry=registry, timeout=timeout), url
+    )
+
+
+def _attempt(call, url: str) -> bool:  # type: ignore[no-untyped-def]
+    """Run one Pushgateway call; False, logged and counted, when it failed (observability only)."""
+    global PUSH_FAILURES
+    try:
+        call()
+    except Exception as exc:
+        PUSH_FAILURES += 1
+        log.warning("metrics push to %s failed (%d so far): %s", url_for_log(url), PUSH_FAILURES, error_for_log(exc))
+        return False
+    return True

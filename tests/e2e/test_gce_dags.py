@@ -174,8 +174,11 @@ def test_a_failed_sweep_releases_its_lease(fleet, sweeper, mongo_server) -> None
     assert sweeper.run("reaper_gce_enforcement").state == "success"
 
 
-def test_each_sweep_pushes_its_metrics(fleet, sweeper, prometheus, pushgateway) -> None:
+def test_the_active_phases_sweeps_push_metrics_and_what_ifs_do_not(fleet, sweeper, prometheus, pushgateway) -> None:
     import requests
+
+    def pushed() -> str:
+        return requests.get(f"{pushgateway.url}/metrics", timeout=5).text
 
     try:
         sweeper.configure(
@@ -183,15 +186,19 @@ def test_each_sweep_pushes_its_metrics(fleet, sweeper, prometheus, pushgateway) 
                 "gce": {"projects": PROJECTS, "writer_health": {"prometheus_url": prometheus}},
                 "k8s": {"enabled": False},
                 "metrics": {"pushgateway_url": pushgateway.url},
+                "rollout": {"gce": "enforcement"},
             }
         )
+        # A what-if of another phase, and a dry run of the active one, leave the alerts' series alone.
+        assert sweeper.run("reaper_gce_report_only").state == "success"
+        assert sweeper.run("reaper_gce_enforcement", dry_run=True).state == "success"
+        assert "reaper_" not in pushed()
         assert sweeper.run("reaper_gce_enforcement").state == "success"
-        text = requests.get(f"{pushgateway.url}/metrics", timeout=5).text
-        assert 'reaper_last_success_timestamp_seconds{dag_id="reaper_gce_enforcement"' in text
-        assert (
-            'reaper_budget_hold{dag_id="reaper_gce_enforcement",instance="",job="reaper",scope="p2",target="gce"} 1'
-            in text
-        )
+        text = pushed()
+        assert 'reaper_last_success_timestamp_seconds{instance="",job="reaper",scope="_all",target="gce"}' in text
+        p2 = 'blocks_deletes="true",hold="budget_exceeded",instance="",job="reaper",scope="p2",target="gce"'
+        assert f"reaper_scope_hold{{{p2}}} 1" in text
+        assert "dag_id=" not in text  # grouped by target: moving the rollout replaces these series
     finally:
         pushgateway.stop()
     # The gateway is gone: the sweep still succeeds (metrics are observability, not data).

@@ -48,6 +48,7 @@ def test_killed_manager_is_reaped_and_a_failing_writer_holds_everything(
                 },
                 "k8s": {"enabled": False},
                 "metrics": {"pushgateway_url": pushgateway.url},
+                "rollout": {"gce": "enforcement"},
             }
         )
 
@@ -70,15 +71,12 @@ def test_killed_manager_is_reaped_and_a_failing_writer_holds_everything(
         reasons = {r["reason"] for r in db.ledger.find({"run_id": run.run_id, "scope": "ci-b", "action": "report"})}
         assert reasons == {"writer_unhealthy"}
         text = requests.get(f"{pushgateway.url}/metrics", timeout=5).text
-        for metric in ("reaper_budget_hold", "reaper_writer_health_hold"):
-            assert (
-                f'{metric}{{dag_id="reaper_gce_enforcement",instance="",job="reaper",scope="ci-b",target="gce"}} 1'
-                in text
-            )
-            assert (
-                f'{metric}{{dag_id="reaper_gce_enforcement",instance="",job="reaper",scope="ci-a",target="gce"}} 0'
-                in text
-            )
+        for hold in ("budget_exceeded", "writer_unhealthy"):
+            ci_b = f'blocks_deletes="true",hold="{hold}",instance="",job="reaper",scope="ci-b",target="gce"'
+            assert f"reaper_scope_hold{{{ci_b}}} 1" in text
+        assert 'scope="ci-a"' in text and not any(
+            line.startswith("reaper_scope_hold") and 'scope="ci-a"' in line for line in text.splitlines()
+        )  # no hold there
     finally:
         for m in managers.values():
             m.kill()

@@ -4,8 +4,8 @@ import pytest
 
 from reaper.config import Mode
 from reaper.model import Phase
-from reaper.policy.modes import effective_modes
-from tests.builders import settings
+from reaper.policy.modes import blocking, effective_modes
+from tests.builders import D, inst, plan, settings
 
 OFF, REPORT, DELETE = Mode.OFF, Mode.REPORT, Mode.DELETE
 TABLE = {
@@ -15,6 +15,7 @@ TABLE = {
     Phase.ENFORCEMENT: (DELETE, DELETE, DELETE, DELETE),
 }
 RULES = ("terminated", "heartbeat_stale", "unlabeled_age", "sandbox_orphan")
+GCE_HOLDS = ("inventory_incomplete", "writer_health_unknown", "writer_unhealthy", "budget_exceeded")
 
 
 @pytest.mark.parametrize("phase", list(Phase))
@@ -29,3 +30,33 @@ def test_effective_mode_is_the_lower_of_phase_and_config(phase: Phase, configure
     modes = effective_modes(settings(rules=dict.fromkeys(RULES, configured)), phase)
     for rule, preset in zip(RULES, TABLE[phase], strict=True):
         assert modes[rule] == min(preset, Mode[configured.upper()])
+
+
+@pytest.mark.parametrize(
+    ("phase", "gce", "k8s"),
+    [
+        (Phase.TELEMETRY, (), ()),
+        (Phase.TERMINATED_CLEANUP, ("inventory_incomplete",), ()),
+        (Phase.REPORT_ONLY, ("inventory_incomplete",), ()),
+        (Phase.ENFORCEMENT, GCE_HOLDS, ("inventory_incomplete", "budget_exceeded")),
+    ],
+)
+def test_a_hold_blocks_only_where_the_phase_deletes_a_rule_it_holds(
+    phase: Phase, gce: tuple[str, ...], k8s: tuple[str, ...]
+) -> None:
+    modes = effective_modes(settings(), phase)
+    assert blocking("gce", GCE_HOLDS, modes) == gce
+    assert blocking("k8s", ("inventory_incomplete", "budget_exceeded", "protected_scope"), modes) == k8s
+
+
+def test_a_rule_turned_off_in_the_config_unblocks_its_holds() -> None:
+    modes = effective_modes(settings(rules={"heartbeat_stale": "report"}), Phase.ENFORCEMENT)
+    assert blocking("gce", GCE_HOLDS, modes) == ("inventory_incomplete",)
+
+
+def test_the_policy_marks_the_blocking_holds_of_each_scope() -> None:
+    stale = [inst(hb_age=D) for _ in range(4)]
+    for phase, blocked in ((Phase.ENFORCEMENT, ["budget_exceeded"]), (Phase.REPORT_ONLY, [])):
+        (verdict,) = plan(stale, phase=phase).scopes
+        assert verdict.holds == ("budget_exceeded",) and list(verdict.blocking) == blocked
+        assert verdict.as_dict()["blocking"] == blocked

@@ -324,3 +324,24 @@ def test_record_never_files_an_earlier_executions_plan_as_its_own(tmp_path: Path
         assert (doc["execution"], doc["lease"], doc["state"]) == (1, "tok2", "failed")
         assert "deletes" not in doc and doc["branch"] == "" and "no plan of its own" in str(doc["why"])
     assert [doc["stale_plan"] for doc in again.ledger().summaries] == [0, 2]
+
+
+def test_only_the_active_phases_sweeps_that_are_no_dry_run_push_metrics(tmp_path: Path) -> None:
+    """The alerts read these series: a what-if run of another phase, or a dry run, must not feed them."""
+    url = {"pushgateway_url": "http://127.0.0.1:1"}
+    active = sweep(tmp_path, stale_fleet(), metrics=url, rollout={"gce": "enforcement"})
+    summary = plan_through(active).summary
+    assert steps.pushes_metrics(active, summary)
+    assert steps.pushes_metrics(active, None)  # a failed sweep still pushes its attempt
+    assert not steps.pushes_metrics(active, msgspec.structs.replace(summary, dry_run=True))
+    what_if = sweep(tmp_path / "w", [], metrics=url, rollout={"gce": "report-only"})
+    assert not steps.pushes_metrics(what_if, summary)
+    assert not steps.pushes_metrics(sweep(tmp_path / "n", [], rollout={"gce": "enforcement"}), summary)
+
+
+def test_every_summary_records_the_active_phase(tmp_path: Path) -> None:
+    s = sweep(tmp_path, stale_fleet(), rollout={"gce": "report-only"})
+    planned = plan_through(s)
+    steps.record(s, planned.summary, steps.budget_check(planned.summary), 1, [{}], LEASE)
+    (doc,) = s.ledger().summaries
+    assert (doc["phase"], doc["active_phase"]) == ("enforcement", "report-only")

@@ -21,7 +21,7 @@ import msgspec
 from airflow.sdk import ObjectStoragePath
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from reaper.config import Settings
+from reaper.config import Mode, Settings
 from reaper.model import Action, Evidence, Override, Phase, Plan
 from reaper.sweep.deletes import STALE_PLAN, Fence, PlanRef, config_digest, cut_batches, delete_batch, stale
 from reaper.sweep.targets import Target
@@ -456,15 +456,16 @@ def record(
     batches: int,
     results: list[dict[str, int]],
     lease: Lease | None,
+    started: datetime | None = None,
 ) -> dict[str, object]:
     """Write this execution's summary, also of one that failed (then raise, after writing it).
 
     ``branch``: what ``budget_check`` chose (None: it did not run); ``batches``: how many delete
-    batches were planned; ``results``: what the delete tasks that ended returned. A plan another
+    batches were planned; ``results``: what the delete tasks that ended returned; ``started``: when the
+    run started (the metrics' sweep duration). A plan another
     execution made (a run cleared from a later task on: every clear takes the lease anew) is not
     this one's: its summary says so and fails, rather than file that plan as its own.
     """
-    config = sweep.config
     ids = sweep.under(lease)
     ledger = sweep.ledger()
     # A delete task that refused another execution's plan ran in this one: its refusal counts here.
@@ -482,30 +483,55 @@ def record(
         **ids.fields(),
         "target": sweep.target.name,
         "phase": sweep.phase.value,
+        "active_phase": sweep.target.active_phase.value,
         **(msgspec.structs.asdict(branch) if branch else {}),
         "outcomes": dict(outcomes),
         **facts,
         "stale_plan": stale_plans,
         "state": "success" if completed else "failed",
     }
-    if completed and config.metrics.pushgateway_url:
-        from reaper.metrics import push_sweep
-
-        doc["metrics_push_failures"] = push_sweep(
-            config.metrics.pushgateway_url,
-            ids.dag_id,
-            sweep.target.name,
-            facts,
-            dict(outcomes),
-            datetime.now(UTC).timestamp(),
-            config.metrics.timeout.total_seconds(),
-        )
+    if pushes_metrics(sweep, summary):
+        doc["metrics_push_failures"] = push_metrics(sweep, facts, dict(outcomes), completed, started)
     ledger.summary(doc)
     if not completed:
         raise AirflowFailException(
             f"the sweep did not complete ({problem}); its summary and outcomes so far are in the ledger"
         )
     return {"branch": branch.branch if branch else None, "outcomes": dict(outcomes), "stale_plan": stale_plans}
+
+
+def pushes_metrics(sweep: Sweep, summary: Summary | None) -> bool:
+    """Whether this sweep's metrics reach the Pushgateway: the active phase's, not a dry run.
+
+    The alerts read these series: a what-if run of another phase, or a dry run, must not feed them.
+    """
+    dry_run = summary is not None and summary.dry_run
+    return bool(sweep.config.metrics.pushgateway_url) and sweep.phase is sweep.target.active_phase and not dry_run
+
+
+def push_metrics(
+    sweep: Sweep, facts: dict[str, object], outcomes: dict[str, int], completed: bool, started: datetime | None
+) -> int:
+    """Push this sweep's metrics (:mod:`reaper.metrics`); how many pushes failed."""
+    from reaper.metrics import Sweep as Pushed
+    from reaper.metrics import push_sweep
+    from reaper.policy.modes import effective_modes
+
+    config, target = sweep.config, sweep.target
+    configured = target.scopes()
+    swept = {str(v["scope"]) for v in facts.get("scopes", [])}  # type: ignore[union-attr]
+    now = datetime.now(UTC).timestamp()
+    pushed = Pushed(
+        target=target.name,
+        summary=facts,
+        outcomes=outcomes,
+        deleting={rule for rule, mode in effective_modes(config, sweep.phase).items() if mode is Mode.DELETE},
+        full=swept >= set(configured),
+        completed=completed,
+        started_at=started.timestamp() if started else now,
+        finished_at=now,
+    )
+    return push_sweep(config.metrics.pushgateway_url, pushed, config.metrics.timeout.total_seconds(), configured)
 
 
 def release_lease(sweep: Sweep) -> None:
