@@ -30,6 +30,7 @@ def test_a_pass_refreshes_every_tracked_instance_and_only_those(gce) -> None:
     with fleet.lock:
         assert fleet.instance("p", "us-east1-b", "a")["labels"]["keep"] == "me"  # other labels survive
     assert manager.last_pass._value.get() == pytest.approx(time.time(), abs=5)
+    assert manager.passes._value.get() == 1 and manager.failed_passes._value.get() == 0
     assert fleet.counters["set_labels"] == 2
 
 
@@ -52,6 +53,7 @@ def test_failing_writes_leave_the_label_alone_and_count_a_failed_pass(gce) -> No
     assert manager.run_pass() is False
     assert _beat(fleet, "a") == before
     assert manager.failed_passes._value.get() == 1 and manager.last_pass._value.get() == 0
+    assert manager.passes._value.get() == 1  # the alerts' denominator counts failed passes too
 
 
 def test_killed_manager_stops_refreshing(gce) -> None:

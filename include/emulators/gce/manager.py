@@ -4,7 +4,7 @@ Each pass refreshes ``runner_manager_heartbeat`` on every tracked instance
 through ``setLabels`` (read the instance, write with its ``labelFingerprint``),
 spread over the interval with bounded concurrency; the label only advances on a
 successful write. It exports, per (manager, project), the end of its last fully
-successful pass and a counter of failed passes, as Prometheus metrics.
+successful pass, and counters of passes and of failed passes, as Prometheus metrics.
 
 Two failure modes of the seed design: ``kill()`` (the manager dies: no more
 writes and no more metrics), and writes that fail while the manager keeps
@@ -30,6 +30,7 @@ from reaper.gce.clients import ComputeClients, compute_clients
 log = logging.getLogger(__name__)
 LAST_PASS = "runner_manager_heartbeat_last_pass_timestamp_seconds"
 FAILED_PASSES = "runner_manager_heartbeat_failed_passes"  # prometheus_client adds _total
+PASSES = "runner_manager_heartbeat_passes"  # every pass, failed or not: the alerts' denominator
 
 
 class ManagerSimulator:
@@ -61,6 +62,9 @@ class ManagerSimulator:
             FAILED_PASSES, "Passes in which a heartbeat write failed", labels, registry=self.registry
         ).labels(name, project)
         self.failed_passes.inc(0)
+        self.passes = Counter(PASSES, "Heartbeat passes, failed or not", labels, registry=self.registry).labels(
+            name, project
+        )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._metrics_server = None
@@ -93,6 +97,7 @@ class ManagerSimulator:
                     return False
                 futures.append(pool.submit(self.write, zone, instance))
             ok = all(f.result() for f in futures)
+        self.passes.inc()
         if ok:
             self.last_pass.set(self.clock())
         else:
