@@ -3,7 +3,9 @@
 Manual trigger only. It reads the config file (no connections, no network) and
 never lists or deletes anything; the sweeping DAGs come from the DAG factory.
 It also says loudly what the config leaves unguarded (no step store: step results
-are not checked for durability before a sandbox is reaped).
+are not checked for durability before a sandbox is reaped) or unwatched (no
+Pushgateway: no sweep pushes the metrics the alerts read), and which phase of each
+target is active.
 """
 
 from __future__ import annotations
@@ -33,11 +35,21 @@ def reaper_config_check() -> None:
         from reaper.policy.modes import effective_modes
 
         config = load_config()
+        log = logging.getLogger("reaper.config_check")
         if config.k8s.enabled and config.k8s.step_store == "none" and config.rules.sandbox_orphan != Mode.OFF:
-            logging.getLogger("reaper.config_check").warning(
+            log.warning(
                 "k8s.step_store is none: step pods' results are NOT checked for durability before their sandbox "
                 "is reaped (DESIGN.md 5, row 7); set k8s.step_store: postgres if your runs have step pods"
             )
+        if not config.metrics.pushgateway_url:
+            log.warning(
+                "metrics.pushgateway_url is empty: no sweep pushes metrics, so no reaper alert can fire but "
+                "ReaperNotReporting; set it to your Pushgateway (the rules: `reaper alert-rules`)"
+            )
+        for target in ("gce", "k8s"):
+            if getattr(config, target).enabled:
+                phase = getattr(config.rollout, target)
+                log.info("%s: active phase %s (rollout.%s): only its DAG runs on the schedule", target, phase, target)
         return {phase.value: {r: str(m) for r, m in effective_modes(config, phase).items()} for phase in Phase}
 
     check_config()

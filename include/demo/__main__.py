@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 STATE = Path(os.environ.get("REAPER_DEMO_STATE") or ROOT / ".demo").resolve()
 PIDS = STATE / "pids.json"
 HERE = Path(__file__).parent
+RULES = STATE / "reaper-rules.yml"  # generated from the demo's config (reaper alert-rules)
 USER, PASSWORD = "admin", "reaper-demo"
 POSTGRES = "postgresql://postgres:postgres@127.0.0.1:5432"
 # Where it all lives; tests set these so they never touch a demo a user is running.
@@ -165,7 +166,7 @@ def prometheus_config(managers: list[str], pushgateway: str | None) -> Path:
         jobs.append({"job_name": "pushgateway", "honor_labels": True, "static_configs": [{"targets": [pushgateway]}]})
     config = {
         "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
-        "rule_files": [str(ROOT / "include" / "prometheus" / "reaper-rules.yml")],
+        "rule_files": [str(RULES)],  # a glob: none until configure() generates them from the demo's config
         "scrape_configs": jobs,
     }
     path = STATE / "prometheus.yml"
@@ -275,7 +276,7 @@ def alerts(prometheus_url: str) -> list[dict[str, str]]:
 
     time.sleep(3 * 2)  # scrape and rule evaluation run every 2 s (prometheus_config)
     found = requests.get(f"{prometheus_url}/api/v1/alerts", timeout=10).json()["data"]["alerts"]
-    keep = ("dag_id", "scope", "manager", "project")
+    keep = ("target", "scope", "manager", "project")
     return sorted(
         (
             {
@@ -296,7 +297,7 @@ def table(summary: dict[str, object]) -> str:
         lines.append(f"{p['dag_id']:<32} {p['state']:<8} {p['reported']:>8} {p['deleted']:>8} {p['kept']:>5}  {holds}")
     lines += ["", "Ledger: records by target, action and reason"]
     lines += [f"  {t:<4} {a:<14} {why:<28} {n:>4}" for t, a, why, n in summary["ledger"]]  # type: ignore[attr-defined]
-    lines += ["", "Alerts (include/prometheus/reaper-rules.yml; docs/runbook.md says what each asks of you)"]
+    lines += ["", f"Alerts ({RULES}, from the demo's config; docs/runbook.md says what each asks of you)"]
     for a in summary["alerts"] or [{"alert": "none", "state": ""}]:  # type: ignore[attr-defined]
         labels = ", ".join(f"{k}={v}" for k, v in a.items() if k not in ("alert", "state"))
         lines.append(f"  {a['state']:<8} {a['alert']:<26} {labels}")
@@ -365,7 +366,7 @@ def services() -> Services:
     config = prometheus_config(list(world["manager_metrics"].values()), pushgateway_url.removeprefix("http://"))
     prometheus_url = f"http://127.0.0.1:{prom_port}"
     argv = [prometheus, f"--config.file={config}", f"--storage.tsdb.path={STATE / 'prometheus'}"]
-    argv += [f"--web.listen-address=127.0.0.1:{prom_port}"]
+    argv += [f"--web.listen-address=127.0.0.1:{prom_port}", "--web.enable-lifecycle"]  # /-/reload
     start("prometheus", argv, "Prometheus", lambda: _get(f"{prometheus_url}/-/ready"))
     return Services(mongo_port, nats_port, bool(nats), world, prometheus_url, pushgateway_url)
 
@@ -384,7 +385,19 @@ def configure(running: Services) -> tuple[Path, Path]:
         "STEPS_DB": DATABASES[1],
     }
     reaper_config = render(HERE / "reaper.yaml", STATE / "reaper.yaml", values)
+    alert_rules(reaper_config, running.prometheus_url)
     return reaper_config, render(HERE / "connections.json", STATE / "connections.json", values)
+
+
+def alert_rules(reaper_config: Path, prometheus_url: str) -> None:
+    """The alert rules of the demo's config (its short clocks, its manual schedules), loaded into Prometheus."""
+    import requests
+
+    from reaper.alert_rules import render as render_rules
+    from reaper.config import load_config
+
+    RULES.write_text(render_rules(load_config(reaper_config), str(reaper_config)))
+    requests.post(f"{prometheus_url}/-/reload", timeout=10).raise_for_status()
 
 
 def airflow(reaper_config: Path, connections: Path) -> tuple[str, Api]:

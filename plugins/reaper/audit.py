@@ -91,7 +91,8 @@ def page(
         s["href"] = "?" + urlencode({"dag_id": s["dag_id"], "run_id": s["run_id"]})
         s["deleted"] = (s.get("outcomes") or {}).get("deleted", 0)  # type: ignore[union-attr]
         s["reported"] = sum(d["count"] for d in s.get("decisions", []) if d["action"] == "report")  # type: ignore[union-attr,index]
-    columns = ["at", "dag_id", "run_id", "execution", "phase", "branch", "why", "deleted", "reported"]
+    _mark_rollout_changes(sweeps)
+    columns = ["at", "dag_id", "run_id", "execution", "phase", "active phase", "branch", "why", "deleted", "reported"]
     parts = ["<h1>Reaper sweeps</h1>", _table(sweeps, columns, link="run_id")]
     if dag_id and run_id:
         filters = {"scope": scope, "rule": rule, "action": action, "name": name}
@@ -119,6 +120,17 @@ def page(
         ]
     style = "<style>body{font-family:sans-serif}td,th{border:1px solid #ccc;padding:2px 6px}</style>"
     return f"<!doctype html><html><head><title>Reaper audit</title>{style}</head><body>{''.join(parts)}</body></html>"
+
+
+def _mark_rollout_changes(sweeps: list[dict[str, object]]) -> None:
+    """Each summary's active phase, and where it differs from its target's previous sweep: the rollout moved."""
+    previous: dict[object, object] = {}
+    for s in reversed(sweeps):  # oldest first
+        active, target = s.get("active_phase"), s.get("target")
+        moved = active and target in previous and previous[target] != active
+        s["active phase"] = f"{active} (was {previous[target]})" if moved else active or ""
+        if active:
+            previous[target] = active
 
 
 # No generated docs: FastAPI would serve /docs, /redoc and /openapi.json outside the router,

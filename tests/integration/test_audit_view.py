@@ -126,6 +126,13 @@ def test_page_shows_the_sweep_and_its_deletions_escaped(authorized) -> None:
     assert "<script>alert(1)</script>" not in page and "&lt;script&gt;" in page
 
 
+def test_the_sweeps_page_shows_when_the_rollout_moved(authorized, led) -> None:
+    for run, active in (("r1", "telemetry"), ("r2", "telemetry"), ("r3", "report-only")):
+        led.summary({**GCE, "run_id": run, "target": "gce", "phase": "report-only", "active_phase": active})
+    page = authorized.get("/").text
+    assert page.count("report-only (was telemetry)") == 1 and "telemetry (was" not in page
+
+
 def test_plugin_registers_the_app_and_links() -> None:
     from reaper_audit import ReaperAuditPlugin
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,19 @@ def test_a_disabled_target_has_no_dags(tmp_path, monkeypatch) -> None:
     assert bag.dags["reaper_gce_enforcement"].schedule is None  # 0: manual triggers only
 
 
+def test_only_the_active_phase_runs_on_the_schedule(tmp_path, monkeypatch) -> None:
+    bag = bag_with_config("rollout: {gce: report-only}\n", tmp_path, monkeypatch)
+    scheduled = {d: dag.schedule for d, dag in bag.dags.items() if d.startswith("reaper_") and dag.schedule}
+    assert set(scheduled) == {"reaper_gce_report_only", "reaper_k8s_telemetry"}  # k8s: the default, telemetry
+    assert str(scheduled["reaper_gce_report_only"]) == str(timedelta(minutes=10))
+    assert bag.dags["reaper_gce_enforcement"].schedule is None  # there for manual triggers
+
+
+def test_a_phase_a_target_does_not_have_is_refused_naming_the_key(tmp_path, monkeypatch) -> None:
+    bag = bag_with_config("rollout: {k8s: terminated-cleanup}\n", tmp_path, monkeypatch)
+    assert bag.import_errors and all("rollout.k8s" in err for err in bag.import_errors.values())
+
+
 def test_invalid_config_is_an_import_error_naming_the_key(tmp_path, monkeypatch) -> None:
     bag = bag_with_config("budget: {max_stale_fraction: 3}\n", tmp_path, monkeypatch)
     assert not any(d.startswith("reaper_gce_") for d in bag.dags)
@@ -161,3 +175,19 @@ def test_config_check_says_loudly_when_step_results_are_not_guarded(
     modes = dagbag.dags["reaper_config_check"].get_task("check_config").python_callable()
     assert modes["enforcement"]["sandbox_orphan"] == "delete"
     assert ("NOT checked for durability" in caplog.text) is warned
+
+
+@pytest.mark.parametrize(("url", "warned"), [("", True), ("http://127.0.0.1:9091", False)])
+def test_config_check_says_loudly_when_no_metrics_reach_the_alerts(
+    dagbag, caplog, monkeypatch, tmp_path, url: str, warned: bool
+) -> None:
+    import logging
+
+    config = tmp_path / "reaper.yaml"
+    config.write_text(f"metrics: {{pushgateway_url: '{url}'}}\nrollout: {{gce: report-only}}\n")
+    monkeypatch.setenv("REAPER_CONFIG", str(config))
+    caplog.set_level(logging.INFO)
+    dagbag.dags["reaper_config_check"].get_task("check_config").python_callable()
+    assert ("metrics.pushgateway_url is empty" in caplog.text) is warned
+    assert "gce: active phase report-only (rollout.gce)" in caplog.text
+    assert "k8s: active phase telemetry (rollout.k8s)" in caplog.text
