@@ -1,8 +1,9 @@
 """The Prometheus alert rules, generated from the config (DESIGN.md section 10; one action each in docs/runbook.md).
 
-Thresholds follow the config, so they cannot drift from it: "not sweeping" is three of the
-target's schedule intervals, a writer is stale after ``gce.writer_stale_after``, and a target
-that is disabled, or triggered by hand only (schedule 0), has no sweep-time alert. ``reaper
+Thresholds and names follow the config, so they cannot drift from it: "not sweeping" is three
+missed sweeps of the target's schedule, the writers' alerts read the metrics, labels, projects
+and windows of ``gce.writer_health``, and a target that is disabled has no alert (one triggered
+by hand only, schedule 0, has no sweep-time alert). ``reaper
 alert-rules`` prints them for a config; ``include/prometheus/reaper-rules.yml`` is this output
 for ``include/reaper.yaml`` (a test keeps the two equal).
 
@@ -19,12 +20,12 @@ import yaml
 
 from reaper.config import Settings
 
-SWEEPS = 3  # missed or held sweeps before a sweep-time alert
+SWEEPS = 3  # missed sweeps before a sweep-time alert
+SLACK = timedelta(minutes=5)  # a push, a scrape and an evaluation late
+FLOOR = timedelta(minutes=15)  # never less: a restart of Airflow or a config deploy is no outage
 LAST_SUCCESS = "reaper_last_success_timestamp_seconds"
-LAST_PASS = "runner_manager_heartbeat_last_pass_timestamp_seconds"
-PASSES = "runner_manager_heartbeat_passes_total"
-FAILED_PASSES = "runner_manager_heartbeat_failed_passes_total"
 PAGE, TICKET = "page", "ticket"
+REGEX_META = set("\\.+*?()|[]{}^$")
 
 
 def prom_duration(span: timedelta) -> str:
@@ -48,23 +49,32 @@ def _rule(
     return rule
 
 
-def _per_target(target: str, schedule: timedelta) -> list[dict[str, object]]:
-    """The alerts on one target's sweeps; those that count missed sweeps only where it is scheduled."""
-    held = SWEEPS * schedule if schedule else timedelta(minutes=30)
+def _per_target(config: Settings, target: str) -> list[dict[str, object]]:
+    """The alerts on one target's sweeps, its series only: a disabled target's last values never page.
+
+    Counted from the end of the last complete sweep, "three missed sweeps" is four intervals, plus
+    the time a push, a scrape and an evaluation may take. A target triggered by hand only (schedule
+    0) has no sweep-time alert, and its other alerts are tickets: its last values stand until the
+    next manual run.
+    """
+    schedule: timedelta = getattr(config.airflow, f"{target}_schedule")
+    late = max(FLOOR, (SWEEPS + 1) * schedule + SLACK) if schedule else None
+    held = late or timedelta(minutes=30)
+    urgent = PAGE if schedule else TICKET
+    of = f'target="{target}"'
     rules = []
-    if schedule:
-        late = SWEEPS * schedule
+    if late:
         rules += [
             _rule(
                 "ReaperNotSweeping",
-                f'time() - max by (target) ({LAST_SUCCESS}{{target="{target}"}}) > {int(late.total_seconds())}',
+                f"time() - max by (target) ({LAST_SUCCESS}{{{of}}}) > {int(late.total_seconds())}",
                 PAGE,
                 f"The {target} reaper's active phase has not completed a sweep for {prom_duration(late)}",
                 target=target,
             ),
             _rule(
                 "ReaperNotReporting",
-                f'absent({LAST_SUCCESS}{{target="{target}"}})',
+                f"absent({LAST_SUCCESS}{{{of}}})",
                 PAGE,
                 f"No sweep of the {target} reaper reaches Prometheus: the Pushgateway is unset, restarted or "
                 "not scraped, or no sweep of the active phase has succeeded",
@@ -72,58 +82,117 @@ def _per_target(target: str, schedule: timedelta) -> list[dict[str, object]]:
                 target,
             ),
         ]
-    rules.append(
+    rules += [
+        _rule(
+            "ReaperBudgetHold",
+            f'max by (target, scope) (reaper_scope_hold{{{of},hold="budget_exceeded",blocks_deletes="true"}}) == 1',
+            # Kubernetes sandboxes are cheap to keep and a few cancelled runs trip a small cluster's budget.
+            urgent if target == "gce" else TICKET,
+            "Reaper budget hold in {{ $labels.scope }}: most of it went stale at once, nothing stale is deleted there",
+            target=target,
+        ),
+        _rule(
+            "ReaperCapped",
+            f"max by (target) (reaper_last_sweep_capped{{{of}}}) == 1",
+            urgent,
+            f"The {target} reaper planned more deletes than max_deletions_per_sweep: it deleted nothing",
+            target=target,
+        ),
         _rule(
             "ReaperInventoryIncomplete",
-            f'max by (target, scope) (reaper_scope_hold{{target="{target}",hold="inventory_incomplete"}}) == 1',
+            f'max by (target, scope) (reaper_scope_hold{{{of},hold="inventory_incomplete"}}) == 1',
             TICKET,
             "The reaper cannot list {{ $labels.scope }} completely: nothing is deleted there",
             held,
             target,
-        )
-    )
-    if target == "gce":
+        ),
+        _rule(
+            "ReaperNotDeleting",
+            f'(sum by (target) (reaper_last_sweep_decisions{{{of},action="delete"}}) > 0) unless on (target) '
+            f'(max by (target) (reaper_last_sweep_deletions{{{of},outcome="deleted"}}) > 0)',
+            TICKET,
+            f"The {target} reaper plans deletes but none has gone through for 30m",
+            timedelta(minutes=30),
+            target,
+        ),
+        _rule(
+            "ReaperDeletionsFailing",
+            f'max by (target) (reaper_last_sweep_deletions{{{of},outcome="failed"}}) > 0',
+            TICKET,
+            f"The {target} reaper's deletions have been failing for 30m",
+            timedelta(minutes=30),
+            target,
+        ),
+        _rule(
+            "ReaperOrphansHeld",
+            f"max by (target, scope) (reaper_last_sweep_held_orphans{{{of}}}) > 0",
+            TICKET,
+            "Orphans the active phase would delete have been held in {{ $labels.scope }} for 2h",
+            timedelta(hours=2),
+            target,
+        ),
+        _rule(
+            "ReaperMetricsPushFailing",
+            f"max by (target) (reaper_last_sweep_push_failures{{{of}}}) > 0",
+            TICKET,
+            f"Some of the {target} reaper's metric pushes have been failing for 30m",
+            timedelta(minutes=30),
+            target,
+        ),
+    ]
+    if target == "gce" and config.gce.writer_health.source == "prometheus":
         rules.append(
             _rule(
-                "ReaperWriterHealthUnknown",
-                'max by (target, scope) (reaper_scope_hold{target="gce",hold="writer_health_unknown",'
-                'blocks_deletes="true"}) == 1',
+                "ReaperWriterHold",
+                'max by (target, scope, hold) (reaper_scope_hold{target="gce",'
+                'hold=~"writer_unhealthy|writer_health_unknown",blocks_deletes="true"}) == 1',
                 TICKET,
-                "The reaper cannot read the heartbeat writers' health of {{ $labels.scope }}: "
-                "its heartbeat deletes are held",
+                "Heartbeat deletes in {{ $labels.scope }} are held by writer health ({{ $labels.hold }})",
                 held,
+                target,
             )
         )
     return rules
 
 
+def _literal(text: str) -> str:
+    """``text`` matched literally by a PromQL regex: metacharacters escaped, the backslash doubled
+    for PromQL's string syntax (project ids rarely have any: ``ci-runners-a`` stays as it is)."""
+    return "".join(f"\\\\{c}" if c in REGEX_META else c for c in text)
+
+
 def _writers(config: Settings) -> list[dict[str, object]]:
-    """The heartbeat writers' cause alerts: over windows, so a start or a single failed pass does not page."""
-    window = config.gce.writer_stale_after
-    w = prom_duration(window)
-    by = "by (manager, project)"
-    failing = f"sum {by} (increase({FAILED_PASSES}[{w}])) / sum {by} (increase({PASSES}[{w}])) > 0.5"
-    # A manager reports 0 until its first pass: stale once it has passed (> 0) and not since, or once it
-    # has reported for the whole window without a single pass (a crash loop that never gets through one).
-    stale = (
-        f"time() - max {by} ({LAST_PASS} > 0) > {int(window.total_seconds())} "
-        f"or (max {by} (max_over_time({LAST_PASS}[{w}])) == 0 and on (manager, project) "
-        f"max {by} ({LAST_PASS} offset {w}) >= 0)"
+    """The heartbeat writers' cause alerts, on the metrics and labels the reaper reads (``gce.writer_health``),
+    for the swept projects only; over windows, so a start or a single failed pass does not page."""
+    health = config.gce.writer_health
+    if health.source != "prometheus" or not config.gce.projects:
+        return []
+    manager, project = health.manager_label, health.project_label
+    of = f'{project}=~"{"|".join(_literal(p) for p in config.gce.projects)}"'
+    last, stale_after = f"{health.last_pass_metric}{{{of}}}", config.gce.writer_stale_after
+    by, w = f"by ({manager}, {project})", prom_duration(stale_after)
+    window = prom_duration(health.failing_window)
+    failing = (
+        f"sum {by} (increase({health.failed_passes_metric}{{{of}}}[{window}])) "
+        f"/ sum {by} (increase({health.passes_metric}{{{of}}}[{window}])) > 0.5"
     )
+    # A manager reports 0 until its first pass: stale once it has passed (> 0) and not since, or once it
+    # has been seen for the whole window without a single pass (a crash loop, scraped only now and then).
+    stale = (
+        f"time() - max {by} ({last} > 0) > {int(stale_after.total_seconds())} "
+        f"or (max {by} (max_over_time({last}[{w}])) == 0 and on ({manager}, {project}) "
+        f"max {by} (present_over_time({last}[10m] offset {w})))"
+    )
+    who = f"Runner manager {{{{ $labels.{manager} }}}} in {{{{ $labels.{project} }}}}"
     return [
         _rule(
-            "HeartbeatWriterFailing",
-            failing,
-            PAGE,
-            "Runner manager {{ $labels.manager }} in {{ $labels.project }} fails most of its heartbeat passes",
-            timedelta(minutes=10),
+            "HeartbeatWriterFailing", failing, PAGE, f"{who} fails most of its heartbeat passes", timedelta(minutes=10)
         ),
         _rule(
             "HeartbeatWriterStale",
             stale,
             PAGE,
-            "Runner manager {{ $labels.manager }} in {{ $labels.project }} has not completed a heartbeat pass "
-            f"for {w}",
+            f"{who} has not completed a heartbeat pass for {w}",
             timedelta(minutes=5),
         ),
     ]
@@ -134,44 +203,9 @@ def rules(config: Settings) -> dict[str, object]:
     found: list[dict[str, object]] = []
     for target in ("gce", "k8s"):
         if getattr(config, target).enabled:
-            found += _per_target(target, getattr(config.airflow, f"{target}_schedule"))
+            found += _per_target(config, target)
     if config.gce.enabled:
         found += _writers(config)
-    found += [
-        _rule(
-            "ReaperBudgetHold",
-            'max by (target, scope) (reaper_scope_hold{hold="budget_exceeded",blocks_deletes="true"}) == 1',
-            PAGE,
-            "Reaper budget hold in {{ $labels.scope }}: most of it went stale at once, nothing stale is deleted there",
-        ),
-        _rule(
-            "ReaperCapped",
-            "max by (target) (reaper_last_sweep_capped) == 1",
-            PAGE,
-            "The {{ $labels.target }} reaper planned more deletes than max_deletions_per_sweep: it deleted nothing",
-        ),
-        _rule(
-            "ReaperDeletionsFailing",
-            'max by (target) (reaper_last_sweep_deletions{outcome="failed"}) > 0',
-            TICKET,
-            "The {{ $labels.target }} reaper's deletions have been failing for 30m",
-            timedelta(minutes=30),
-        ),
-        _rule(
-            "ReaperOrphansHeld",
-            "max by (target, scope) (reaper_last_sweep_held_orphans) > 0",
-            TICKET,
-            "Orphans the active phase would delete have been held in {{ $labels.scope }} for 2h",
-            timedelta(hours=2),
-        ),
-        _rule(
-            "ReaperMetricsPushFailing",
-            "max by (target) (reaper_last_sweep_push_failures) > 0",
-            TICKET,
-            "The {{ $labels.target }} reaper's metric pushes have been failing for 30m",
-            timedelta(minutes=30),
-        ),
-    ]
     return {"groups": [{"name": "reaper", "rules": found}]}
 
 

@@ -82,6 +82,7 @@ class WriterHealthConfig(_Section):
     prometheus_url: str = "http://127.0.0.1:9090"
     last_pass_metric: str = "runner_manager_heartbeat_last_pass_timestamp_seconds"
     failed_passes_metric: str = "runner_manager_heartbeat_failed_passes_total"
+    passes_metric: str = "runner_manager_heartbeat_passes_total"  # every pass: the alerts' denominator
     manager_label: str = "manager"
     project_label: str = "project"
     failing_window: Duration = timedelta(minutes=15)
@@ -275,7 +276,8 @@ class AirflowConfig(_Section):
     delete_batch_size: int = Field(200, ge=1, le=5000)
     # A sweep run's timeout; 0 (the default): 90% of the target's schedule, an hour for manual triggers only.
     run_timeout: Schedule = timedelta(0)
-    # How long a run waits for another sweep of its target to end before it ends as skipped.
+    # How long a run waits for another sweep of its target to end before it ends as skipped
+    # (at most a third of its run timeout: Settings.lease_wait).
     lease_wait: Duration = timedelta(minutes=1)
     alerts: AlertsConfig = AlertsConfig()
 
@@ -324,6 +326,12 @@ class Settings(_Section):
             return self.airflow.run_timeout
         schedule: timedelta = getattr(self.airflow, f"{target}_schedule")
         return schedule * RUN_TIMEOUT_FRACTION if schedule else timedelta(hours=1)
+
+    def lease_wait(self, target: str) -> timedelta:
+        """How long a run waits for another sweep's lease: ``airflow.lease_wait``, at most a third of its
+        run timeout, so that it ends as skipped rather than timed out (a failure that pages) and keeps
+        the rest for its own sweep (the Kubernetes default: 18 s of a 54 s run)."""
+        return min(self.airflow.lease_wait, self.run_timeout(target) / 3)
 
     @model_validator(mode="after")
     def _liveness_authority(self) -> Settings:

@@ -192,6 +192,10 @@ def push_sweep(url: str, sweep: Sweep, timeout: float, configured: Collection[st
         failures += not _push(url, sweep.target, ALL, target_metrics(sweep, failures), timeout)
         failures += not _attempt(lambda: retire(url, sweep.target, timeout, keep=configured), url)
     failures += not _push(url, sweep.target, ATTEMPT, attempt_metrics(sweep), timeout)
+    pushes = len(scopes) + (2 if sweep.completed and sweep.full else 0) + 1
+    if failures == pushes:
+        # Nothing of this sweep arrived, not even the count of failed pushes: ReaperNotSweeping will fire.
+        log.error("every metrics push of this %s sweep to %s failed", sweep.target, url_for_log(url))
     return failures
 
 

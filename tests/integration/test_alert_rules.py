@@ -30,7 +30,7 @@ def promtool() -> str:
 def test_rules_are_valid() -> None:
     result = subprocess.run([promtool(), "check", "rules", str(RULES)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 14 rules found" in result.stdout
+    assert "SUCCESS: 21 rules found" in result.stdout
 
 
 def test_the_committed_rules_are_those_of_the_default_config() -> None:
@@ -49,22 +49,43 @@ def _by_alert(config) -> dict[str, list[dict[str, object]]]:  # type: ignore[no-
 
 def test_thresholds_follow_the_configured_schedules_and_writer_window() -> None:
     config = settings(
-        airflow={"gce_schedule": "5m", "k8s_schedule": "2m"}, gce={"writer_stale_after": "45m", "projects": ["p"]}
+        airflow={"gce_schedule": "10m", "k8s_schedule": "2m"},
+        gce={"writer_stale_after": "45m", "projects": ["p"], "writer_health": {"failing_window": "20m"}},
     )
     found = _by_alert(config)
     late = {r["labels"]["target"]: r["expr"] for r in found["ReaperNotSweeping"]}
-    assert late["gce"].endswith("> 900") and late["k8s"].endswith("> 360")
-    assert {r["labels"]["target"]: r["for"] for r in found["ReaperNotReporting"]} == {"gce": "15m", "k8s": "6m"}
+    # Three missed sweeps: four intervals from the last success's end, plus 5m; never under 15m.
+    assert late["gce"].endswith("> 2700") and late["k8s"].endswith("> 900")
+    assert {r["labels"]["target"]: r["for"] for r in found["ReaperNotReporting"]} == {"gce": "45m", "k8s": "15m"}
     assert (
-        "> 2700" in found["HeartbeatWriterStale"][0]["expr"] and "[45m]" in found["HeartbeatWriterFailing"][0]["expr"]
+        "> 2700" in found["HeartbeatWriterStale"][0]["expr"] and "[20m]" in found["HeartbeatWriterFailing"][0]["expr"]
     )
 
 
-def test_a_disabled_or_manual_target_has_no_sweep_time_alert() -> None:
+def test_the_writer_alerts_read_what_the_reaper_reads_for_the_swept_projects_only() -> None:
+    health = {
+        "last_pass_metric": "fleet_last_pass",
+        "failed_passes_metric": "fleet_failed_total",
+        "passes_metric": "fleet_passes_total",
+        "manager_label": "runner",
+        "project_label": "gcp_project",
+    }
+    found = _by_alert(settings(gce={"projects": ["ci-a", "odd.name"], "writer_health": health}))
+    stale, failing = found["HeartbeatWriterStale"][0], found["HeartbeatWriterFailing"][0]
+    assert 'fleet_last_pass{gcp_project=~"ci-a|odd\\\\.name"}' in str(stale["expr"])
+    assert "by (runner, gcp_project)" in str(stale["expr"]) and "{{ $labels.runner }}" in str(stale["annotations"])
+    assert "fleet_failed_total{" in str(failing["expr"]) and "fleet_passes_total{" in str(failing["expr"])
+    none = _by_alert(settings(gce={"projects": ["p"], "writer_health": {"source": "none"}}))
+    assert "HeartbeatWriterStale" not in none and "ReaperWriterHold" not in none
+
+
+def test_a_disabled_or_manual_target_has_no_sweep_time_alert_and_never_pages() -> None:
     found = _by_alert(settings(k8s={"enabled": False}, airflow={"gce_schedule": 0}, gce={"projects": ["p"]}))
     assert "ReaperNotSweeping" not in found and "ReaperNotReporting" not in found
     assert all(r["labels"].get("target") != "k8s" for rules_ in found.values() for r in rules_)
     assert [r["for"] for r in found["ReaperInventoryIncomplete"]] == ["30m"]  # no schedule: a fixed wait
+    reaper = [r for name, rules_ in found.items() if name.startswith("Reaper") for r in rules_]
+    assert {r["labels"]["severity"] for r in reaper} == {"ticket"}  # the last values stand until the next run
     text = yaml.safe_dump(rules(settings(gce={"enabled": False})))
     assert "HeartbeatWriter" not in text and 'target="gce"' not in text
 

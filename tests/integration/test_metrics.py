@@ -154,7 +154,9 @@ def test_metrics_retire_without_a_pushgateway_is_a_clear_error(tmp_path, capsys)
 
 
 @pytest.mark.parametrize("completed", [True, False])
-def test_a_failed_push_is_counted_not_raised(completed: bool) -> None:
+def test_a_failed_push_is_counted_not_raised(completed: bool, caplog) -> None:
     url = f"http://127.0.0.1:{free_port()}"
     # 2 scopes + _all + the retirement + _attempt; a failed sweep pushes its attempt only.
     assert push_sweep(url, _sweep(completed=completed), 1, ["p1", "p2"]) == (5 if completed else 1)
+    # Not even the count of failed pushes arrived: the log says so, at ERROR.
+    assert [r.levelname for r in caplog.records if "every metrics push" in r.getMessage()] == ["ERROR"]

@@ -183,3 +183,12 @@ def test_a_check_across_keys_blames_the_key_to_change(tmp_path: Path, text: str,
     # Raised inside pydantic's model validation, where pydantic itself would blame the whole model
     # ("(top level)"): the whole message is the file, the key path to change and what was expected.
     assert _error(tmp_path, text) == f"invalid config {tmp_path / 'reaper.yaml'}: {message}"
+
+
+def test_a_run_waits_for_the_lease_at_most_a_third_of_its_timeout() -> None:
+    """A wait longer than the run's timeout (the defaults: 1m against Kubernetes' 54 s) timed the run out,
+    a failure that pages, where it should have ended as skipped."""
+    config = parse_settings({}, "test")
+    assert config.lease_wait("k8s") == timedelta(seconds=18) and config.run_timeout("k8s") == timedelta(seconds=54)
+    assert config.lease_wait("gce") == timedelta(minutes=1)
+    assert parse_settings({"airflow": {"lease_wait": "10s"}}, "test").lease_wait("k8s") == timedelta(seconds=10)

@@ -225,7 +225,7 @@ def resolve_scopes(sweep: Sweep, params: dict[str, object]) -> Setup:
     ledger = sweep.ledger()
     ledger.ensure_indexes()
     lease = wait_for_lease(
-        ledger, target.name, sweep.ids.holder, config.run_timeout(target.name), config.airflow.lease_wait
+        ledger, target.name, sweep.ids.holder, config.run_timeout(target.name), config.lease_wait(target.name)
     )
     if isinstance(lease, str):
         # Skipping the setup skips the whole sweep: its summary is written here.
