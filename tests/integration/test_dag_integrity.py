@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 from datetime import timedelta
@@ -161,18 +162,21 @@ def test_pools_file_defines_each_targets_pool(dagbag) -> None:
     assert used == set(pools) == {"reaper_gce", "reaper_k8s"}
 
 
+def config_check(dagbag, monkeypatch, tmp_path, text: str):  # type: ignore[no-untyped-def]
+    """What ``reaper_config_check`` returns for this config (its log lines go to caplog)."""
+    config = tmp_path / "reaper.yaml"
+    config.write_text(text)
+    monkeypatch.setenv("REAPER_CONFIG", str(config))
+    return dagbag.dags["reaper_config_check"].get_task("check_config").python_callable()
+
+
 @pytest.mark.parametrize(("step_store", "warned"), [("none", True), ("postgres", False)])
 def test_config_check_says_loudly_when_step_results_are_not_guarded(
     dagbag, caplog, monkeypatch, tmp_path, step_store: str, warned: bool
 ) -> None:
     # Issue 17: with k8s.step_store none, step pods are reaped without any durability check.
-    import logging
-
-    config = tmp_path / "reaper.yaml"
-    config.write_text(f"k8s:\n  step_store: {step_store}\n")
-    monkeypatch.setenv("REAPER_CONFIG", str(config))
     caplog.set_level(logging.WARNING)
-    modes = dagbag.dags["reaper_config_check"].get_task("check_config").python_callable()
+    modes = config_check(dagbag, monkeypatch, tmp_path, f"k8s:\n  step_store: {step_store}\n")
     assert modes["enforcement"]["sandbox_orphan"] == "delete"
     assert ("NOT checked for durability" in caplog.text) is warned
 
@@ -181,13 +185,10 @@ def test_config_check_says_loudly_when_step_results_are_not_guarded(
 def test_config_check_says_loudly_when_no_metrics_reach_the_alerts(
     dagbag, caplog, monkeypatch, tmp_path, url: str, warned: bool
 ) -> None:
-    import logging
-
-    config = tmp_path / "reaper.yaml"
-    config.write_text(f"metrics: {{pushgateway_url: '{url}'}}\nrollout: {{gce: report-only}}\n")
-    monkeypatch.setenv("REAPER_CONFIG", str(config))
     caplog.set_level(logging.INFO)
-    dagbag.dags["reaper_config_check"].get_task("check_config").python_callable()
+    config_check(
+        dagbag, monkeypatch, tmp_path, f"metrics: {{pushgateway_url: '{url}'}}\nrollout: {{gce: report-only}}\n"
+    )
     assert ("metrics.pushgateway_url is empty" in caplog.text) is warned
     assert "gce: active phase report-only (rollout.gce)" in caplog.text
     assert "k8s: active phase telemetry (rollout.k8s)" in caplog.text

@@ -345,3 +345,17 @@ def test_every_summary_records_the_active_phase(tmp_path: Path) -> None:
     steps.record(s, planned.summary, steps.budget_check(planned.summary), 1, [{}], LEASE)
     (doc,) = s.ledger().summaries
     assert (doc["phase"], doc["active_phase"]) == ("enforcement", "report-only")
+
+
+def test_a_cleared_gather_evidence_reads_an_earlier_executions_shards_and_says_so(tmp_path: Path) -> None:
+    """Clearing gather_evidence alone runs it in a new execution (its own folder, not made by listing)
+    with the shards of the old one: it writes its input all the same, and the plan only reports."""
+    first = sweep(tmp_path, stale_fleet())
+    setup = steps.resolve_scopes(first, {})
+    shards = [steps.list_inventory(first, shard, i, setup.lease) for i, shard in enumerate(setup.shards)]
+    again = sweep(tmp_path, stale_fleet(), execution=1)
+    relet = msgspec.structs.replace(LEASE, token="tok2")
+    read = steps.gather_evidence(again, shards, relet)
+    assert read.path.startswith(str(again.path(""))) and read.tokens == ["tok", "tok2"]
+    planned = steps.evaluate_policy(again, read, {}, "sre", relet)
+    assert planned.batches == [] and planned.summary.stale_inputs

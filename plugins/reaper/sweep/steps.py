@@ -290,6 +290,7 @@ def gather_evidence(sweep: Sweep, shards: list[Shard], lease: Lease) -> SweepInp
     # (an ambiguous writer, an odd lease expiry). Written as JSON null, it would not decode, or would
     # read as "no expiry": a lease held.
     path = sweep.path("sweep-input.msgpack")
+    path.parent.mkdir(parents=True, exist_ok=True)  # a cleared gather_evidence runs in a new execution's folder
     path.write_bytes(msgspec.msgpack.encode(SweepData(resources, evidence)))
     return SweepInput(
         path=str(path),
