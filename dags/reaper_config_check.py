@@ -33,6 +33,7 @@ def reaper_config_check() -> None:
         from reaper.config import Mode, load_config
         from reaper.model import Phase
         from reaper.policy.modes import effective_modes
+        from reaper.sweep.factory import executors, refuse_unshared_store
 
         config = load_config()
         log = logging.getLogger("reaper.config_check")
@@ -46,6 +47,9 @@ def reaper_config_check() -> None:
                 "metrics.pushgateway_url is empty: no sweep pushes metrics, so no reaper alert can fire but "
                 "ReaperNotReporting; set it to your Pushgateway (the rules: `reaper alert-rules`)"
             )
+        names = executors()
+        refuse_unshared_store(config, names)
+        log.info("executors %s, sweep store %s: accepted", ", ".join(names), config.airflow.sweep_store)
         for target in ("gce", "k8s"):
             if getattr(config, target).enabled:
                 phase = getattr(config.rollout, target)

@@ -192,3 +192,23 @@ def test_config_check_says_loudly_when_no_metrics_reach_the_alerts(
     assert ("metrics.pushgateway_url is empty" in caplog.text) is warned
     assert "gce: active phase report-only (rollout.gce)" in caplog.text
     assert "k8s: active phase telemetry (rollout.k8s)" in caplog.text
+
+
+@pytest.mark.parametrize("executor", ["CeleryExecutor", "LocalExecutor,KubernetesExecutor"])
+def test_a_local_sweep_store_with_a_distributed_executor_is_refused(executor: str, tmp_path, monkeypatch) -> None:
+    """Workers on other machines would not find each other's inventory files: refused at parse time."""
+    monkeypatch.setenv("AIRFLOW__CORE__EXECUTOR", executor)
+    bag = bag_with_config("airflow: {sweep_store: 'file:///tmp/reaper-sweeps'}\n", tmp_path, monkeypatch)
+    assert not any(d.startswith(("reaper_gce_", "reaper_k8s_")) for d in bag.dags)
+    errors = list(bag.import_errors.values())
+    assert len(errors) == 2 and all("airflow.sweep_store: file:///tmp/reaper-sweeps" in e for e in errors)
+    assert all("expected an object store every worker reaches" in e for e in errors)
+    shared = bag_with_config("airflow: {sweep_store: 'gs://reaper-sweeps/x'}\n", tmp_path, monkeypatch)
+    assert shared.import_errors == {} and "reaper_gce_enforcement" in shared.dags
+
+
+def test_config_check_logs_the_executors_and_the_store_it_accepted(dagbag, caplog, monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("AIRFLOW__CORE__EXECUTOR", "LocalExecutor")
+    caplog.set_level(logging.INFO)
+    config_check(dagbag, monkeypatch, tmp_path, "airflow: {sweep_store: 'file:///srv/sweeps'}\n")
+    assert "executors LocalExecutor, sweep store file:///srv/sweeps: accepted" in caplog.text

@@ -19,11 +19,12 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import msgspec
 from airflow.sdk import DAG, Context, Param, dag, get_current_context, task
 
-from reaper.config import Settings
+from reaper.config import ConfigError, Settings, config_path
 from reaper.model import Phase
 from reaper.sweep import steps
 from reaper.sweep.alerts import notifiers
@@ -31,6 +32,7 @@ from reaper.sweep.targets import TARGETS, Target
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+LOCAL_EXECUTORS = frozenset({"LocalExecutor", "SequentialExecutor", "DebugExecutor"})  # tasks on this machine
 PHASES = {
     "gce": [Phase.TELEMETRY, Phase.TERMINATED_CLEANUP, Phase.REPORT_ONLY, Phase.ENFORCEMENT],
     "k8s": [Phase.TELEMETRY, Phase.REPORT_ONLY, Phase.ENFORCEMENT],
@@ -42,10 +44,33 @@ def dag_id_of(target: str, phase: Phase) -> str:
 
 
 def build_dags(config: Settings, target: str) -> dict[str, DAG]:
-    """Every DAG of ``target``; none when the target is disabled in the config."""
+    """Every DAG of ``target``; none when the target is disabled in the config. A sweep store the
+    configured executors cannot share is an import error naming the key (:func:`refuse_unshared_store`)."""
     if not getattr(config, target).enabled:
         return {}
+    refuse_unshared_store(config, executors())
     return {dag_id_of(target, phase): _build(config, target, phase) for phase in PHASES[target]}
+
+
+def executors() -> list[str]:
+    """The class names of the executors Airflow is configured with (``core.executor``, a list in Airflow 3)."""
+    from airflow.configuration import conf
+
+    names = [entry.split(":")[-1].strip() for entry in str(conf.get("core", "executor")).split(",")]
+    return [name.rsplit(".", 1)[-1] for name in names if name]
+
+
+def refuse_unshared_store(config: Settings, names: list[str]) -> None:
+    """Tasks hand their inventories and evidence over through ``airflow.sweep_store``: a store on this
+    machine's disk only works when every task runs on this machine (DESIGN.md section 8)."""
+    store = config.airflow.sweep_store
+    remote = [name for name in names if name not in LOCAL_EXECUTORS]
+    if remote and urlsplit(store).scheme in ("", "file"):
+        raise ConfigError(
+            f"invalid config {config_path()}: airflow.sweep_store: {store} is on one machine's disk, and "
+            f"{', '.join(remote)} runs tasks on separate workers, which would not find each other's files; "
+            "expected an object store every worker reaches (gs://bucket/path, s3://bucket/path)"
+        )
 
 
 def _build(config: Settings, name: str, phase: Phase) -> DAG:
