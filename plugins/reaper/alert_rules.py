@@ -19,6 +19,7 @@ from datetime import timedelta
 import yaml
 
 from reaper.config import Settings
+from reaper.sweep.targets import TARGETS
 
 SWEEPS = 3  # missed sweeps before a sweep-time alert
 SLACK = timedelta(minutes=5)  # a push, a scrape and an evaluation late
@@ -57,7 +58,7 @@ def _per_target(config: Settings, target: str) -> list[dict[str, object]]:
     0) has no sweep-time alert, and its other alerts are tickets: its last values stand until the
     next manual run.
     """
-    schedule: timedelta = getattr(config.airflow, f"{target}_schedule")
+    schedule = TARGETS[target](config).schedule
     late = max(FLOOR, (SWEEPS + 1) * schedule + SLACK) if schedule else None
     held = late or timedelta(minutes=30)
     urgent = PAGE if schedule else TICKET
