@@ -462,10 +462,11 @@ def record(
     """Write this execution's summary, also of one that failed (then raise, after writing it).
 
     ``branch``: what ``budget_check`` chose (None: it did not run); ``batches``: how many delete
-    batches were planned; ``results``: what the delete tasks that ended returned; ``started``: when the
-    run started (the metrics' sweep duration). A plan another
-    execution made (a run cleared from a later task on: every clear takes the lease anew) is not
-    this one's: its summary says so and fails, rather than file that plan as its own.
+    batches were planned; ``results``: what the delete tasks that ended returned; ``started``: when
+    the run started (the metrics' sweep duration).
+
+    A plan another execution made (a run cleared from a later task on: every clear takes the lease
+    anew) is not this one's: its summary says so and fails, rather than file that plan as its own.
     """
     ids = sweep.under(lease)
     ledger = sweep.ledger()
