@@ -243,7 +243,10 @@ def test_a_stopped_delete_task_stops_sending_at_once_and_records_what_it_saw(air
     # released by the run's teardown as soon as the task counts as failed. The task records which.
     stop = {"run_id": run_id, "action": "outcome", "detail": {"$regex": "SIGTERM|lease was released"}}
     halted = [r["at"].replace(tzinfo=UTC).timestamp() for r in airflow.ledger.ledger.find(stop)]
-    assert halted, "the task did not record why it stopped"
+    seen = Counter(
+        str(r.get("detail", ""))[:60] for r in airflow.ledger.ledger.find({"run_id": run_id, "action": "outcome"})
+    )
+    assert halted, f"the task did not record why it stopped: {dict(seen)}"
     late = [t for t in arrivals if t > min(halted)]
     assert late == [], f"{len(late)} deletes sent after the task was told to stop"
     results = one_outcome_per_intent(airflow.ledger, run_id)

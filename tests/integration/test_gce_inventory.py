@@ -105,8 +105,9 @@ def test_transient_page_errors_are_retried(gce) -> None:
     for i in range(1200):
         add_instance(fleet, "p", "us-east1-b", f"vm-{i:04d}")
     fleet.faults.fail_next["aggregated_list"] = ["429", "503", "timeout", "429"]
-    fleet.faults.timeout_delay = 0.5
-    listing = list_project(clients, "p", SELECTOR, fast_backoff(4), 0.2)
+    # The read timeout must outlast a real 500-instance page on a busy machine (0.2 s did not, 1 run in 20).
+    fleet.faults.timeout_delay = 2.5
+    listing = list_project(clients, "p", SELECTOR, fast_backoff(4), 1.5)
     assert listing.complete and len(listing.resources) == 1200
     assert fleet.counters["aggregated_list"] == 3 + 4
 
