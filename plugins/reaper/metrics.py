@@ -187,16 +187,15 @@ def attempt_metrics(sweep: Sweep) -> list[Metric]:
 def push_sweep(url: str, sweep: Sweep, timeout: float, configured: Collection[str]) -> int:
     """Push one sweep's groups; returns how many pushes failed. A full sweep retires stale groups."""
     scopes = [str(v["scope"]) for v in sweep.summary.get("scopes", [])] if sweep.completed else []  # type: ignore[union-attr]
-    failures = sum(not _push(url, sweep.target, s, scope_metrics(sweep, s), timeout) for s in scopes)
+    went = [_push(url, sweep.target, s, scope_metrics(sweep, s), timeout) for s in scopes]  # one per call
     if sweep.completed and sweep.full:
-        failures += not _push(url, sweep.target, ALL, target_metrics(sweep, failures), timeout)
-        failures += not _attempt(lambda: retire(url, sweep.target, timeout, keep=configured), url)
-    failures += not _push(url, sweep.target, ATTEMPT, attempt_metrics(sweep), timeout)
-    pushes = len(scopes) + (2 if sweep.completed and sweep.full else 0) + 1
-    if failures == pushes:
+        went.append(_push(url, sweep.target, ALL, target_metrics(sweep, went.count(False)), timeout))
+        went.append(_attempt(lambda: retire(url, sweep.target, timeout, keep=configured), url))
+    went.append(_push(url, sweep.target, ATTEMPT, attempt_metrics(sweep), timeout))
+    if not any(went):
         # Nothing of this sweep arrived, not even the count of failed pushes: ReaperNotSweeping will fire.
         log.error("every metrics push of this %s sweep to %s failed", sweep.target, url_for_log(url))
-    return failures
+    return went.count(False)
 
 
 def retire(

@@ -473,7 +473,7 @@ def record(
     # A delete task that refused another execution's plan ran in this one: its refusal counts here.
     stale_plans = sum(int(r.get(STALE_PLAN, 0)) for r in results)
     foreign = summary is not None and (summary.plan.execution, summary.plan.token) != (ids.execution, ids.lease)
-    if summary is not None and foreign:
+    if foreign and summary is not None:  # (the second test only narrows the type)
         why = f"no plan of its own: the plan is execution {summary.plan.execution}'s, made under another sweep lease"
         summary, branch, batches, results = None, Branch("", why), 0, []
     planned = batches if branch and branch.branch == DELETE else 0
