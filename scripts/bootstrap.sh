@@ -22,6 +22,8 @@ command -v prometheus-pushgateway >/dev/null 2>&1 || missing+=("prometheus-pushg
 # NATS with JetStream (lease source) and PostgreSQL (step-run store) are real servers in the tests.
 command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || missing+=("nats-server")
 command -v pg_ctlcluster >/dev/null 2>&1 || missing+=("postgresql")
+# Redis: the CeleryExecutor's broker (the Celery tests and `make demo EXECUTOR=celery` start their own).
+command -v redis-server >/dev/null 2>&1 || missing+=("redis-server")
 # The audit view is tested once in a real browser.
 command -v chromium >/dev/null 2>&1 || missing+=("chromium")
 command -v chromedriver >/dev/null 2>&1 || missing+=("chromium-driver")
