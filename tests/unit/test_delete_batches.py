@@ -1,4 +1,5 @@
-"""How the sweep cuts deletes into batches (``cut_batches``): scopes in turns, a run never split; and
+"""How the sweep cuts deletes into batches (``cut_batches``): scopes in turns, a run never split; what fits
+before the run's deadline (``fit_before_deadline``); and
 which plans a delete task may run (``stale``): only its own execution's, under its lease and config."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from hypothesis import strategies as st
 
 from reaper.config import parse_settings
 from reaper.model import GceInstance, K8sObject
-from reaper.sweep.deletes import PlanRef, config_digest, cut_batches, stale
+from reaper.sweep.deletes import PlanRef, config_digest, cut_batches, fit_before_deadline, stale
 from tests.builders import D, inst, obj
 
 
@@ -67,6 +68,28 @@ def test_a_run_is_never_split_across_batches(objects: list[K8sObject], size: int
         for o in batch:
             assert home.setdefault(_run(o), i) == i, f"run {_run(o)} split across batches"
     assert sorted(o.uid for b in batches for o in b) == sorted(o.uid for o in objects)
+
+
+@given(runs(), st.floats(0.1, 20), st.floats(-5, 5))
+def test_what_fits_before_the_deadline_is_within_every_scopes_rate_in_whole_runs_and_in_plan_order(
+    objects: list[K8sObject], rate: float, seconds: float
+) -> None:
+    fits, left = fit_before_deadline(objects, _run, rate, seconds)
+    for cluster in {o.cluster for o in objects}:
+        assert sum(o.cluster == cluster for o in fits) <= (1 + rate * seconds if seconds > 0 else 0)  # 1 banked
+    assert {_run(o) for o in fits}.isdisjoint(_run(o) for o in left), "a run split by the deadline"
+    assert sorted(o.uid for o in fits + left) == sorted(o.uid for o in objects)
+    for cluster in {o.cluster for o in objects}:  # a scope's later runs never jump the queue
+        order = list(dict.fromkeys(_run(o) for o in objects if o.cluster == cluster))
+        kept = [r in {_run(o) for o in fits} for r in order]
+        assert kept == sorted(kept, reverse=True)
+
+
+def test_with_time_enough_everything_fits_and_past_the_deadline_nothing() -> None:
+    planned = _instances(["a"] * 5 + ["b"] * 2)
+    assert fit_before_deadline(planned, _gce_unit, 2.0, 10) == (planned, [])
+    assert fit_before_deadline(planned, _gce_unit, 2.0, 1) == ([*planned[:3], *planned[5:]], planned[3:5])
+    assert fit_before_deadline(planned, _gce_unit, 2.0, 0) == ([], planned)
 
 
 _LOCKED_DOWN = [

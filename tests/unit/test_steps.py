@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -103,9 +104,11 @@ class Sweep(steps.Sweep):
 
 def sweep(tmp_path: Path, fleet: list[GceInstance], execution: int = 0, **config: object) -> Sweep:
     cfg = settings(
-        gce={"projects": ["p1", "p2"]},
-        airflow={"sweep_store": f"file://{tmp_path}", "shards": 2, "lease_wait": "0s"},
-        **config,
+        **{
+            "gce": {"projects": ["p1", "p2"]},
+            "airflow": {"sweep_store": f"file://{tmp_path}", "shards": 2, "lease_wait": "0s"},
+            **config,
+        }
     )
     made = Sweep(
         cfg, FakeGce(cfg, fleet), Phase.ENFORCEMENT, steps.Ids("reaper_gce_enforcement", "manual__1", execution)
@@ -191,7 +194,9 @@ def test_inputs_read_under_another_lease_or_a_dry_run_give_no_batch(tmp_path: Pa
         ({"stale_inputs": True}, "report_only", "another execution"),
         ({"deletes": 0}, "report_only", "nothing to delete"),
         ({"deletes": 0, "stale_inputs": True}, "report_only", "nothing to delete"),
-        ({}, "delete", "3 deletes within the cap"),
+        ({}, "delete", "3 deletes within the cap (500)"),
+        ({"left": 1}, "delete", "2 deletes within the cap (500); 1 left for the next sweep (the run's deadline)"),
+        ({"left": 3}, "report_only", "no delete fits before the run's deadline; 3 left"),
     ],
 )
 def test_budget_check_reports_for_each_sweep_wide_reason(changes: dict[str, object], branch: str, why: str) -> None:
@@ -210,25 +215,89 @@ def test_budget_check_reports_for_each_sweep_wide_reason(changes: dict[str, obje
         hygiene={},
         incomplete={},
         deletes=3,
+        max_deletions=500,
+        left=0,
         plan=PlanRef(0, "tok", "c"),
     )
     chosen = steps.budget_check(msgspec.structs.replace(summary, **changes))
     assert chosen.branch == branch and why in chosen.why
 
 
-def test_an_override_applies_to_the_first_execution_only() -> None:
-    params = {"override_budget": True, "override_reason": "INC-42"}
-    first = steps.Ids("d", "r", 0, "t")
-    override, record = steps.budget_override(params, first, "sre", rerun=False)
-    assert (
-        override is not None
-        and override.user == "sre"
-        and record == {"reason": "INC-42", "user": "sre", "applied": True}
+FIRST = steps.Ids("d", "r", 0, "t")
+
+
+@pytest.mark.parametrize(
+    ("params", "budget", "limit", "record"),
+    [
+        ({}, False, 500, None),
+        ({"max_deletions": 20}, False, 20, None),  # a lower cap is a limit, no override
+        ({"max_deletions": 500}, False, 500, None),
+        (
+            {"override_budget": True, "override_reason": "INC-42"},
+            True,
+            500,
+            {"reason": "INC-42", "user": "sre", "budget": True, "applied": True},
+        ),
+        (
+            {"max_deletions": 9000, "override_reason": "INC-13578"},
+            False,
+            9000,
+            {"reason": "INC-13578", "user": "sre", "budget": False, "max_deletions": 9000, "applied": True},
+        ),
+    ],
+)
+def test_what_a_first_execution_lifts_and_records(
+    params: dict[str, object], budget: bool, limit: int, record: dict[str, object] | None
+) -> None:
+    got = steps.run_overrides(params, FIRST, "sre", rerun=False, configured=500)
+    assert (got.budget is not None, got.max_deletions, got.record) == (budget, limit, record)
+    assert got.budget is None or (got.budget.user, got.budget.reason) == ("sre", params["override_reason"])
+
+
+@pytest.mark.parametrize(("ids", "rerun"), [(FIRST, True), (steps.Ids("d", "r", 1, "t"), False)])
+def test_an_override_applies_to_the_first_execution_only_and_a_lower_cap_to_every_one(
+    ids: steps.Ids, rerun: bool
+) -> None:
+    params = {"override_budget": True, "max_deletions": 9000, "override_reason": "INC-42"}
+    got = steps.run_overrides(params, ids, "sre", rerun, configured=500)
+    assert got.budget is None and got.max_deletions == 500
+    assert got.record is not None and got.record["applied"] is False and "first execution" in str(got.record["why"])
+    assert steps.run_overrides({"max_deletions": 3}, ids, "sre", rerun, configured=500).max_deletions == 3
+
+
+@pytest.mark.parametrize(
+    ("params", "match"),
+    [
+        (
+            {"max_deletions": 501},
+            r"max_deletions: 501 is above max_deletions_per_sweep \(500 in .*override_reason",
+        ),
+        ({"max_deletions": 501, "override_reason": " "}, "override_reason"),
+        ({"max_deletions": -1}, "whole number >= 0"),
+        ({"max_deletions": "9000"}, "whole number >= 0"),
+        ({"max_deletions": True}, "whole number >= 0"),
+    ],
+)
+def test_a_cap_above_the_configured_one_needs_a_reason(tmp_path: Path, params: dict[str, object], match: str) -> None:
+    s = sweep(tmp_path, [])
+    with pytest.raises(AirflowFailException, match=match):
+        steps.resolve_scopes(s, params)
+    assert s.ledger().records == [] and s.ledger().summaries == []
+
+
+def test_a_raised_cap_plans_past_the_configured_one_and_stamps_every_decision(tmp_path: Path) -> None:
+    fleet = [inst(hb=str(int(time.time() - D)), project="p1") for _ in range(3)]
+    fleet += [inst(hb=str(int(time.time() - M)), project="p1") for _ in range(20)]
+    capped = plan_through(sweep(tmp_path / "a", fleet, max_deletions_per_sweep=2))
+    assert capped.batches == [] and steps.budget_check(capped.summary).why.startswith(
+        "max_deletions_per_sweep exceeded ({'gce': 3} > 2)"
     )
-    for ids, rerun in ((first, True), (steps.Ids("d", "r", 1, "t"), False)):
-        override, record = steps.budget_override(params, ids, "sre", rerun)
-        assert override is None and record is not None and record["applied"] is False
-    assert steps.budget_override({}, first, "sre", rerun=False) == (None, None)
+    s = sweep(tmp_path / "b", fleet, max_deletions_per_sweep=2)
+    raised = plan_through(s, {"max_deletions": 3, "override_reason": "INC-13578 recovery"})
+    assert sum(len(b.resources) for b in raised.batches) == 3 and raised.summary.max_deletions == 3
+    stamps = {str(r["override"]["reason"]) for r in s.ledger().records if r["kind"] == "decision"}  # type: ignore[index]
+    assert stamps == {"INC-13578 recovery"}
+    assert steps.budget_check(raised.summary) == steps.Branch("delete", "3 deletes within the cap (3)")
 
 
 def test_a_batch_is_run_only_by_its_own_execution_lease_and_config(tmp_path: Path) -> None:
@@ -259,6 +328,41 @@ def test_a_batch_stops_sending_at_the_lease_expiry_or_the_run_timeout_less_the_m
     timeout = s.config.run_timeout("gce").total_seconds()
     assert started.timestamp() + timeout < LEASE.expires_at  # the run's timeout comes first here
     assert with_start.deadline == started.timestamp() + timeout - margin
+
+
+def test_deletes_that_cannot_be_sent_before_the_deadline_are_left_recorded_and_get_no_batch(tmp_path: Path) -> None:
+    stale, fresh = str(int(time.time() - D)), str(int(time.time() - M))
+    fleet = [inst(hb=stale, project=p) for p in ("p1", "p2") for _ in range(6)]
+    fleet += [inst(hb=fresh, project=p) for p in ("p1", "p2") for _ in range(60)]
+    s = sweep(tmp_path, fleet, gce={"projects": ["p1", "p2"], "delete_rate_per_project": 1})
+    run_timeout, margin = s.config.run_timeout("gce"), s.config.send_margin("gce")
+    started = datetime.now(UTC) - run_timeout + margin + timedelta(seconds=2.5)  # 2.5 s of sending left
+    setup = steps.resolve_scopes(s, {})
+    shards = [steps.list_inventory(s, shard, i, setup.lease) for i, shard in enumerate(setup.shards)]
+    planned = steps.evaluate_policy(s, steps.gather_evidence(s, shards, setup.lease), {}, "sre", LEASE, started)
+    # At 1 delete/s per project, at most 1 + 2.5 of each project go out before the deadline: 3 each.
+    sent = Counter(r.project for b in planned.batches for r in b.resources)
+    assert sent == {"p1": 3, "p2": 3} and planned.summary.left == 6 and planned.summary.deletes == 12
+    left = [r for r in s.ledger().records if r["action"] == "outcome"]
+    assert len(left) == 6 and {r["result"] for r in left} == {NOT_ATTEMPTED}
+    assert "left for the next sweep" in str(left[0]["detail"]) and not {r["uid"] for r in left} & {
+        r.uid for b in planned.batches for r in b.resources
+    }
+    assert steps.budget_check(planned.summary).why.endswith("6 left for the next sweep (the run's deadline)")
+
+
+def test_a_batch_that_begins_after_the_deadline_sends_nothing_and_records_it_in_one_write(tmp_path: Path) -> None:
+    s = sweep(tmp_path, stale_fleet())
+    (batch,) = plan_through(s).batches
+    writes: list[int] = []
+    write = s.ledger().write
+    s.ledger().write = lambda records: writes.append(write(records)) or writes[-1]  # type: ignore[method-assign]
+    late = datetime.now(UTC) - s.config.run_timeout("gce")
+    assert steps.delete(s, batch, LEASE, late) == {NOT_ATTEMPTED: len(batch.resources)}
+    assert s.target.guards == [] and writes == [len(batch.resources)]  # type: ignore[attr-defined]
+    assert {r["detail"] for r in s.ledger().records if r["action"] == "outcome"} == {
+        "deadline reached: left for the next sweep"
+    }
 
 
 def test_record_writes_the_summary_and_fails_an_execution_whose_batches_did_not_all_end(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
+from functools import partial
 
 import msgspec
 
@@ -16,6 +17,7 @@ from reaper.model import (
     Action,
     Decision,
     Evidence,
+    GceGroup,
     GceInstance,
     K8sObject,
     Override,
@@ -37,25 +39,31 @@ def evaluate(
     phase: Phase,
     now: datetime,
     override: Override | None = None,
+    max_deletions: int | None = None,
 ) -> Plan:
     """Decide every in-scope resource.
 
     ``now`` must be timezone-aware. ``override`` lifts per-scope budget holds
     only (a manual trigger with a reason); it never lifts health or listing
-    holds, opt-outs, protected scopes or the global cap.
+    holds, opt-outs, protected scopes or the global cap. ``max_deletions``: the
+    global cap of this sweep, if not ``max_deletions_per_sweep`` (a manual
+    trigger's ``max_deletions``, checked and recorded by the sweep).
     """
+    cap = config.max_deletions_per_sweep if max_deletions is None else max_deletions
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware")
     at = now.timestamp()
     modes = effective_modes(config, phase)
     resources = resources if isinstance(resources, list) else list(resources)
     instances = [r for r in resources if type(r) is GceInstance]
-    # A single-target inventory (the usual sweep) needs no second pass.
-    objects = [r for r in resources if type(r) is K8sObject] if len(instances) < len(resources) else []
+    # A single-target inventory without fleeting groups (the usual sweep) needs no second pass.
+    others = [r for r in resources if type(r) is not GceInstance] if len(instances) < len(resources) else []
+    objects = [r for r in others if type(r) is K8sObject]
+    groups = [r for r in others if type(r) is GceGroup]
 
     plan = Plan(phase, at, acted=[], kept=[], scopes=[], census={})
     targets = (
-        ("gce", config.gce.enabled, evaluate_gce, instances),
+        ("gce", config.gce.enabled, partial(evaluate_gce, groups=groups), instances),
         ("k8s", config.k8s.enabled, evaluate_k8s, objects),
     )
     for target, enabled, evaluate_target, items in targets:
@@ -63,9 +71,9 @@ def evaluate(
             continue
         result = evaluate_target(items, evidence, config, modes, at, override)
         deletes = sum(1 for d in result.acted if d.action is Action.DELETE)
-        if deletes > config.max_deletions_per_sweep:
+        if deletes > cap:
             plan.capped[target] = deletes
-            result.acted = [_capped(d, config.max_deletions_per_sweep) for d in result.acted]
+            result.acted = [_capped(d, cap) for d in result.acted]
         plan.acted += result.acted
         plan.kept += result.kept
         plan.scopes += [

@@ -74,6 +74,43 @@ def cut_batches(resources: Iterable[Resource], size: int, unit: Callable[[Resour
     return batches
 
 
+def fit_before_deadline(
+    resources: Iterable[Resource], unit: Callable[[Resource], Hashable], rate: float, seconds: float
+) -> tuple[list[Resource], list[Resource]]:
+    """The deletes that can be sent in ``seconds`` at ``rate`` per scope, whole units in plan order; the rest.
+
+    A bound, not an estimate: every send takes a token of its scope's bucket (one banked, then
+    ``rate`` a second), so no more than ``1 + rate * seconds`` of a scope go out however fast the
+    rest is. Planning more would only queue batches past the run's deadline, each a task that
+    starts, finds the deadline passed and records its resources as left: at incident scale, enough
+    of them to outlast the margin and have the run killed by its own timeout mid-batch.
+    """
+    most = 1 + rate * seconds if seconds > 0 else 0  # past the deadline the guard sends nothing
+    taken: Counter[str] = Counter()
+    full: set[str] = set()  # units stay in plan order: none of a full scope's later ones jumps the queue
+    fits: list[Resource] = []
+    left: list[Resource] = []
+    grouped: dict[Hashable, list[Resource]] = {}
+    for resource in resources:
+        grouped.setdefault(unit(resource), []).append(resource)
+    for members in grouped.values():
+        scope = members[0].scope
+        if scope not in full and taken[scope] + len(members) <= most:
+            taken[scope] += len(members)
+            fits += members
+        else:
+            full.add(scope)
+            left += members
+    return fits, left
+
+
+def outcome_records(
+    ids: dict[str, object], target: Target, result: str, details: Iterable[tuple[Resource, str]]
+) -> list[dict[str, object]]:
+    """The outcome records of resources with one result, each with its detail: one ledger write for them all."""
+    return [_record(ids, target, r, "outcome", {"result": result, "detail": detail}) for r, detail in details]
+
+
 class LedgerLike(Protocol):
     def write(self, records: Iterable[dict[str, object]]) -> int: ...
 
@@ -119,7 +156,7 @@ def delete_batch(ledger: LedgerLike, target: Target, fence: Fence, resources: li
         return resource.scope, resource.uid
 
     def outcome(resource: Resource, result: str, detail: str) -> None:
-        ledger.write([_record(fence, target, resource, "outcome", {"result": result, "detail": detail})])
+        ledger.write(outcome_records(fence.ids, target, result, [(resource, detail)]))
 
     todo: list[Resource] = []
     stopped: list[tuple[Resource, str]] = []
@@ -136,13 +173,19 @@ def delete_batch(ledger: LedgerLike, target: Target, fence: Fence, resources: li
         deadline=fence.deadline,
         lease=lambda: ledger.lease_problem(target.name, fence.holder, fence.token),
         # An intent never lowers ``sent``: a retry rewriting its intent keeps an earlier try's call on record.
-        intent=lambda r: ledger.write([_record(fence, target, r, "delete_intent", {})]),
-        sent=lambda r: ledger.write([_record(fence, target, r, "delete_intent", {"sent": True})]),
+        intent=lambda r: ledger.write([_record(fence.ids, target, r, "delete_intent", {})]),
+        sent=lambda r: ledger.write([_record(fence.ids, target, r, "delete_intent", {"sent": True})]),
         outcome=outcome,
         sent_before={uid for _, uid in sent},
     )
-    for resource, why in stopped:
-        guard.record(resource, NOT_ATTEMPTED, why)
+    late = guard.check(lease=False)
+    if late:  # the deadline passed before this batch began: nothing is started, one write records it all
+        stopped += [(r, late) for r in todo]
+        todo = []
+    try:
+        ledger.write(outcome_records(fence.ids, target, NOT_ATTEMPTED, stopped))
+    except Exception as exc:
+        guard.halt(f"ledger: outcome not recorded ({type(exc).__name__})")
     with halt_on_sigterm(guard):
         results = target.delete(todo, guard) if todo and not guard.halted else []
     counts = Counter(o.result for o in results)
@@ -153,11 +196,11 @@ def delete_batch(ledger: LedgerLike, target: Target, fence: Fence, resources: li
 
 
 def _record(
-    fence: Fence, target: Target, resource: Resource, action: str, extra: dict[str, object]
+    ids: dict[str, object], target: Target, resource: Resource, action: str, extra: dict[str, object]
 ) -> dict[str, object]:
     kind = "intent" if action == "delete_intent" else action
     return {
-        **fence.ids,
+        **ids,
         "target": target.name,
         "scope": resource.scope,
         "uid": resource.uid,

@@ -90,6 +90,15 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
             False, type="boolean", description="Lift per-scope budget holds (needs override_reason)."
         )
         params["override_reason"] = Param("", type="string", description="Why; recorded in the ledger.")
+        params["max_deletions"] = Param(
+            None,
+            type=["null", "integer"],
+            minimum=0,
+            description=(
+                f"This run's global cap (default: max_deletions_per_sweep, {config.max_deletions_per_sweep}). "
+                "Above it only with override_reason, for incident recovery; recorded with the user."
+            ),
+        )
     dag_id = dag_id_of(name, phase)
     alerts = notifiers(config.airflow.alerts)
 
@@ -136,9 +145,12 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
         @task
         def evaluate_policy(sweep_input: dict[str, Any], lease: dict[str, Any]) -> list[dict[str, Any]]:
             sweep, context = _current(config, target, phase)
-            user = str(getattr(context["dag_run"], "triggering_user_name", None) or "scheduler")
+            run = context["dag_run"]
+            user = str(getattr(run, "triggering_user_name", None) or "scheduler")
             input_ = _typed(sweep_input, steps.SweepInput)
-            planned = steps.evaluate_policy(sweep, input_, context["params"], user, _typed(lease, steps.Lease))
+            planned = steps.evaluate_policy(
+                sweep, input_, context["params"], user, _typed(lease, steps.Lease), run.start_date
+            )
             context["ti"].xcom_push(key="summary", value=_xcom(planned.summary))
             return [_xcom(batch) for batch in planned.batches]
 

@@ -21,9 +21,20 @@ import msgspec
 from airflow.sdk import ObjectStoragePath
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from reaper.config import Mode, Settings
+from reaper.config import Mode, Settings, config_path
+from reaper.fence import NOT_ATTEMPTED
 from reaper.model import Action, Evidence, Override, Phase, Plan
-from reaper.sweep.deletes import STALE_PLAN, Fence, PlanRef, config_digest, cut_batches, delete_batch, stale
+from reaper.sweep.deletes import (
+    STALE_PLAN,
+    Fence,
+    PlanRef,
+    config_digest,
+    cut_batches,
+    delete_batch,
+    fit_before_deadline,
+    outcome_records,
+    stale,
+)
 from reaper.sweep.targets import Target
 
 if TYPE_CHECKING:
@@ -128,6 +139,8 @@ class Summary(msgspec.Struct, frozen=True):
 
     ``deletes``: how many deletes the policy planned, whether or not this execution may send them.
     ``stale_inputs``: its listing or evidence was read by another execution or under another lease.
+    ``max_deletions``: the global cap it was made under. ``left``: planned deletes that could not be
+    sent before the run's deadline at the scopes' delete rates, recorded as left for the next sweep.
     ``plan``: the execution and lease it was made under (``record`` files it under those only).
     """
 
@@ -145,6 +158,8 @@ class Summary(msgspec.Struct, frozen=True):
     hygiene: dict[str, int]
     incomplete: dict[str, list[str]]
     deletes: int
+    max_deletions: int
+    left: int
     plan: PlanRef
 
 
@@ -160,6 +175,15 @@ class Planned(msgspec.Struct, frozen=True):
 
     batches: list[Batch]
     summary: Summary
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """What a manual trigger lifts in this execution, and the ledger's record of it (None: nothing asked)."""
+
+    budget: Override | None
+    max_deletions: int
+    record: dict[str, object] | None
 
 
 class Branch(msgspec.Struct, frozen=True):
@@ -220,8 +244,17 @@ def resolve_scopes(sweep: Sweep, params: dict[str, object]) -> Setup:
             f"params.scopes: {unknown} are not configured; expected a subset of "
             f"{configured} (config key {target.name}.{target.scope_key})"
         )
-    if params.get("override_budget") and not str(params.get("override_reason") or "").strip():
+    reason = str(params.get("override_reason") or "").strip()
+    if params.get("override_budget") and not reason:
         raise AirflowFailException("params.override_reason: expected a non-empty reason with override_budget")
+    cap = params.get("max_deletions")
+    if cap is not None and (type(cap) is not int or cap < 0):
+        raise AirflowFailException(f"params.max_deletions: expected a whole number >= 0 or null, got {cap!r}")
+    if cap is not None and cap > config.max_deletions_per_sweep and not reason:
+        raise AirflowFailException(
+            f"params.max_deletions: {cap} is above max_deletions_per_sweep ({config.max_deletions_per_sweep} "
+            f"in {config_path()}); expected a non-empty override_reason with it"
+        )
     ledger = sweep.ledger()
     ledger.ensure_indexes()
     lease = wait_for_lease(
@@ -303,12 +336,19 @@ def gather_evidence(sweep: Sweep, shards: list[Shard], lease: Lease) -> SweepInp
 
 
 def evaluate_policy(
-    sweep: Sweep, sweep_input: SweepInput, params: dict[str, object], triggered_by: str, lease: Lease
+    sweep: Sweep,
+    sweep_input: SweepInput,
+    params: dict[str, object],
+    triggered_by: str,
+    lease: Lease,
+    started: datetime | None = None,
 ) -> Planned:
     """Evaluate the policy, record every decision worth a record, and cut the deletes into batches.
 
     No batch is made for a dry run, a capped sweep, or inputs another execution read: their
-    decisions are recorded and reported only.
+    decisions are recorded and reported only. Deletes that cannot be sent before the run's deadline
+    (:func:`send_deadline`, ``started``: when the run started) at the scopes' delete rates get no
+    batch either: their outcome, left for the next sweep, is recorded now (:func:`fit_before_deadline`).
     """
     from reaper.policy import evaluate
 
@@ -317,10 +357,13 @@ def evaluate_policy(
     data = msgspec.msgpack.decode(raw, type=SweepData[target.resource_type])
     ledger = sweep.ledger()
     ids = sweep.under(lease)
-    override, override_record = budget_override(params, ids, triggered_by, ledger.earlier_execution(ids.fields()))
+    rerun = ledger.earlier_execution(ids.fields())
+    overrides = run_overrides(params, ids, triggered_by, rerun, config.max_deletions_per_sweep)
+    as_of = datetime.fromtimestamp(sweep_input.as_of, UTC)
     plan = evaluate(
-        data.resources, data.evidence, config, sweep.phase, datetime.fromtimestamp(sweep_input.as_of, UTC), override
+        data.resources, data.evidence, config, sweep.phase, as_of, overrides.budget, overrides.max_deletions
     )
+    applied = overrides.record if overrides.record and overrides.record["applied"] else None
     ledger.write(
         {
             **ids.fields(),
@@ -333,7 +376,9 @@ def evaluate_policy(
             "reason": d.reason,
             "name": d.resource.name,
             "location": d.resource.location,
+            "resource_kind": d.resource.kind,  # the audit view's kind column and filter
             "evidence": d.evidence,
+            **({"override": applied} if applied else {}),  # every decision made under an override says so
         }
         for d in plan.acted
         if d.action is not Action.KEEP
@@ -342,10 +387,19 @@ def evaluate_policy(
     plan_ref = PlanRef(ids.execution, ids.lease, config_digest(config))
     dry_run = bool(params.get("dry_run"))
     deletes = [] if dry_run or plan.capped or foreign else plan.deletes()
-    units = cut_batches([d.resource for d in deletes], config.airflow.delete_batch_size, target.unit)
+    seconds = send_deadline(sweep, lease, started) - time.time()
+    fits, left = fit_before_deadline([d.resource for d in deletes], target.unit, target.delete_rate, seconds)
+    if left:
+        why = (
+            f"left for the next sweep: at {target.delete_rate:g} deletes/s per scope, no more of its "
+            "scope could be sent before this run's deadline"
+        )
+        log.warning("%d planned deletes %s", len(left), why)
+        ledger.write(outcome_records(ids.fields(), target, NOT_ATTEMPTED, ((r, why) for r in left)))
+    units = cut_batches(fits, config.airflow.delete_batch_size, target.unit)
     return Planned(
         batches=[Batch(plan_ref, unit) for unit in units],
-        summary=summarize(plan, plan_ref, sweep_input, override_record, triggered_by, dry_run, foreign),
+        summary=summarize(plan, plan_ref, sweep_input, overrides, len(left), triggered_by, dry_run, foreign),
     )
 
 
@@ -353,7 +407,8 @@ def summarize(
     plan: Plan,
     plan_ref: PlanRef,
     sweep_input: SweepInput,
-    override: dict[str, object] | None,
+    overrides: Overrides,
+    left: int,
     triggered_by: str,
     dry_run: bool,
     stale_inputs: bool,
@@ -370,7 +425,7 @@ def summarize(
         scopes=[v.as_dict() for v in plan.scopes],
         capped=plan.capped,
         census=plan.census,
-        override=override,
+        override=overrides.record,
         triggered_by=triggered_by,
         dry_run=dry_run,
         stale_inputs=stale_inputs,
@@ -378,31 +433,37 @@ def summarize(
         hygiene=sweep_input.hygiene,
         incomplete=sweep_input.incomplete,
         deletes=len(plan.deletes()),
+        max_deletions=overrides.max_deletions,
+        left=left,
         plan=plan_ref,
     )
 
 
-def budget_override(
-    params: dict[str, object], ids: Ids, triggered_by: str, rerun: bool
-) -> tuple[Override | None, dict[str, object] | None]:
-    """The budget override of this execution, and what the ledger records about it.
+def run_overrides(params: dict[str, object], ids: Ids, triggered_by: str, rerun: bool, configured: int) -> Overrides:
+    """What this execution's params lift, and what the ledger records about it (DESIGN.md section 6).
 
-    An override is given for the evidence its trigger saw: it applies to the first execution of
-    the run only. A cleared or re-run run (``rerun``: the ledger holds an earlier execution of it)
-    sees new evidence and runs without it, and records that it did; Airflow does not tell a task who
-    cleared its run (its audit log does).
+    ``override_budget`` lifts per-scope budget holds; ``max_deletions`` above the configured cap
+    (``configured``) raises the global cap, for incident recovery. Both need ``override_reason``
+    (:func:`resolve_scopes` refused them without) and are given for the evidence their trigger saw:
+    they apply to the run's first execution only. A cleared or re-run run (``rerun``: the ledger
+    holds an earlier execution of it) sees new evidence and runs without them, and records that it
+    did; Airflow does not tell a task who cleared its run (its audit log does). A ``max_deletions``
+    at or below the cap only lowers it: a limit, no override, kept in every execution.
     """
-    if not params.get("override_budget"):
-        return None, None
-    record: dict[str, object] = {"reason": str(params["override_reason"]), "user": triggered_by}
+    wanted = params.get("max_deletions")
+    limit = configured if wanted is None else int(wanted)  # type: ignore[call-overload]
+    raised = limit > configured
+    budget = bool(params.get("override_budget"))
+    if not (budget or raised):
+        return Overrides(None, limit, None)
+    reason = str(params["override_reason"])
+    record: dict[str, object] = {"reason": reason, "user": triggered_by, "budget": budget}
+    if raised:
+        record["max_deletions"] = limit
     if rerun or ids.execution > 0:
-        record.update(
-            applied=False,
-            why="the run was cleared or re-run: an override applies to its first execution only",
-        )
-        return None, record
-    record["applied"] = True
-    return Override(str(params["override_reason"]), triggered_by), record
+        why = "the run was cleared or re-run: an override applies to its first execution only"
+        return Overrides(None, configured, {**record, "applied": False, "why": why})
+    return Overrides(Override(reason, triggered_by) if budget else None, limit, {**record, "applied": True})
 
 
 def budget_check(summary: Summary) -> Branch:
@@ -413,7 +474,8 @@ def budget_check(summary: Summary) -> Branch:
     nothing to delete.
     """
     if summary.capped:
-        return Branch(REPORT_ONLY, f"max_deletions_per_sweep exceeded ({summary.capped}): everything is reported")
+        why = f"max_deletions_per_sweep exceeded ({summary.capped} > {summary.max_deletions}): everything is reported"
+        return Branch(REPORT_ONLY, why)
     if summary.dry_run:
         return Branch(REPORT_ONLY, "dry_run: nothing is deleted")
     if summary.stale_inputs and summary.deletes:
@@ -421,26 +483,35 @@ def budget_check(summary: Summary) -> Branch:
         return Branch(REPORT_ONLY, why)
     if summary.deletes == 0:
         return Branch(REPORT_ONLY, "nothing to delete")
-    return Branch(DELETE, f"{summary.deletes} deletes within the cap")
+    left = f"; {summary.left} left for the next sweep (the run's deadline)" if summary.left else ""
+    if summary.deletes == summary.left:
+        return Branch(REPORT_ONLY, f"no delete fits before the run's deadline{left}")
+    return Branch(DELETE, f"{summary.deletes - summary.left} deletes within the cap ({summary.max_deletions}){left}")
 
 
 def delete(sweep: Sweep, batch: Batch, lease: Lease, started: datetime | None) -> dict[str, int]:
     """Run one batch of this execution's plan under the fence; another execution's plan is never run.
 
-    Nothing is sent after the deadline: the run's timeout or the lease's expiry, whichever comes
-    first, less ``send_margin``. The next sweep plans again from what it lists.
+    Nothing is sent after :func:`send_deadline`; a batch that begins after it records its whole batch
+    as left in one write and ends. The next sweep plans again from what it lists.
     """
-    config, name = sweep.config, sweep.target.name
+    config = sweep.config
     why = stale(batch.plan, PlanRef(sweep.ids.execution, lease.token, config_digest(config)))
     if why:
         log.warning("not deleting %d planned resources: %s", len(batch.resources), why)
         return {STALE_PLAN: len(batch.resources)}
+    fence = Fence(sweep.under(lease).fields(), sweep.ids.holder, lease.token, send_deadline(sweep, lease, started))
+    return delete_batch(sweep.ledger(), sweep.target, fence, batch.resources)
+
+
+def send_deadline(sweep: Sweep, lease: Lease, started: datetime | None) -> float:
+    """Unix seconds after which this execution sends no delete: the run's timeout (from ``started``) or the
+    lease's expiry, whichever comes first, less ``send_margin`` (the last request and its outcome's write)."""
+    config, name = sweep.config, sweep.target.name
     ends = [lease.expires_at]
     if started is not None:
         ends.append((started + config.run_timeout(name)).timestamp())
-    deadline = min(ends) - config.send_margin(name).total_seconds()
-    fence = Fence(sweep.under(lease).fields(), sweep.ids.holder, lease.token, deadline)
-    return delete_batch(sweep.ledger(), sweep.target, fence, batch.resources)
+    return min(ends) - config.send_margin(name).total_seconds()
 
 
 def report_only(summary: Summary) -> int:

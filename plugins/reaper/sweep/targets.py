@@ -15,7 +15,7 @@ from typing import Protocol
 
 from reaper.config import Settings
 from reaper.fence import SendGuard
-from reaper.model import Evidence, GceInstance, K8sObject, Keyed, Outcome, Phase, Resource, ScopeListing
+from reaper.model import Evidence, GceGroup, GceInstance, K8sObject, Keyed, Outcome, Phase, Resource, ScopeListing
 from reaper.retry import Backoff
 
 
@@ -31,6 +31,11 @@ class Target(Protocol):
 
     @property
     def active_phase(self) -> Phase: ...
+
+    @property
+    def delete_rate(self) -> float:
+        """Deletes per second per scope: each send takes a token of its scope's bucket."""
+        ...
 
     def scopes(self) -> list[str]: ...
 
@@ -49,7 +54,7 @@ class Target(Protocol):
 
 class GceTarget:
     name = "gce"
-    resource_type = GceInstance
+    resource_type = GceInstance | GceGroup  # fleeting groups are listed for the residual-group report
     scope_key = "projects"
 
     def __init__(self, config: Settings) -> None:
@@ -63,6 +68,10 @@ class GceTarget:
     def active_phase(self) -> Phase:
         """The rollout phase whose DAG runs on the schedule and pushes metrics (``rollout.gce``)."""
         return Phase(self.config.rollout.gce)
+
+    @property
+    def delete_rate(self) -> float:
+        return self.config.gce.delete_rate_per_project
 
     @cached_property
     def clients(self):  # type: ignore[no-untyped-def]
@@ -81,11 +90,12 @@ class GceTarget:
         return resource.name
 
     def list(self, scopes: list[str]) -> list[ScopeListing]:
-        """In-scope instances of these projects, ``list_concurrency`` projects at a time."""
+        """In-scope instances (and fleeting groups) of these projects, ``list_concurrency`` projects at a time."""
+        from reaper.gce.groups import add_groups
         from reaper.gce.inventory import list_projects
 
         gce = self.config.gce
-        return list_projects(
+        listings = list_projects(
             self.clients,
             scopes,
             gce.selector,
@@ -93,13 +103,19 @@ class GceTarget:
             Backoff(gce.max_retries),
             gce.request_timeout.total_seconds(),
         )
+        add_groups(listings, self.clients, gce, Backoff(gce.max_retries), gce.request_timeout.total_seconds())
+        return listings
 
     def evidence(self, resources: list[Resource], incomplete: list[str]) -> Evidence:
         from reaper.gce.writer_health import PrometheusWriterHealth
 
-        health = self.config.gce.writer_health
-        records = PrometheusWriterHealth(health).read() if health.source == "prometheus" else None
-        return Evidence(writer_health=records, incomplete=frozenset(("gce", s) for s in incomplete))
+        gce = self.config.gce
+        source = PrometheusWriterHealth(gce.writer_health) if gce.writer_health.source == "prometheus" else None
+        records = source.read() if source else None
+        reporting = source.reporting(gce.quarantine) if source and gce.group_selector else None
+        return Evidence(
+            writer_health=records, incomplete=frozenset(("gce", s) for s in incomplete), reporting=reporting
+        )
 
     def warnings(self, resources: list[Resource]) -> list[str]:
         return []
@@ -127,6 +143,10 @@ class K8sTarget:
     def active_phase(self) -> Phase:
         """The rollout phase whose DAG runs on the schedule and pushes metrics (``rollout.k8s``)."""
         return Phase(self.config.rollout.k8s)
+
+    @property
+    def delete_rate(self) -> float:
+        return self.config.k8s.delete_rate_per_cluster
 
     def api_for(self, cluster: str):  # type: ignore[no-untyped-def]
         """The cluster's ApiClient, made once per sweep task from its Airflow connection."""
