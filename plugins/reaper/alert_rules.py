@@ -199,6 +199,66 @@ def _writers(config: Settings) -> list[dict[str, object]]:
     ]
 
 
+# The series the cause alerts read, as their exporters name them:
+# kube-state-metrics internal/store/pod.go (createPodContainerStatusRestartsTotalFamilyGenerator), a counter
+# per (namespace, pod, container); gitlab-runner executors/docker/machine/provider.go (newMachineProvider's
+# totalActions, incremented in createWithGrowthCapacity), const label executor="docker+machine".
+RESTARTS = "kube_pod_container_status_restarts_total"
+ACTIONS = "gitlab_runner_autoscaling_actions_total"
+CREATION = 'executor="docker+machine",action=~"created|creation-failed"'
+CREATION_FAILED = 'executor="docker+machine",action="creation-failed"'
+
+
+def _matchers(selector: dict[str, str]) -> str:
+    """Label regexes as PromQL matchers, each a double-quoted PromQL string (backslash and quote escaped)."""
+    quoted = {name: pattern.replace("\\", "\\\\").replace('"', '\\"') for name, pattern in selector.items()}
+    return ",".join(f'{name}=~"{pattern}"' for name, pattern in quoted.items())
+
+
+def _causes(config: Settings) -> list[dict[str, object]]:
+    """The runner managers' cause alerts (seed 004): the events that produce orphans, hours before the quota
+    alerts. A crash loop counts restarts of any reason; ``increase()`` only extrapolates upwards, so
+    N restarts seen in the window always reach N. The machine_creation SLI pages on a multi-window
+    burn rate (the SRE workbook's): the error ratio over the window and over a twelfth of it."""
+    causes = config.cause_alerts
+    if not causes.enabled:
+        return []
+    managers = _matchers(causes.runner_managers)
+    window = prom_duration(causes.crash_loop_window)
+    crash_loop = _rule(
+        "RunnerManagerCrashLooping",
+        f"increase({RESTARTS}{{{managers}}}[{window}]) >= {causes.crash_loop_restarts}",
+        PAGE,
+        "Runner manager {{ $labels.namespace }}/{{ $labels.pod }} ({{ $labels.container }}) restarted "
+        f"{causes.crash_loop_restarts} times or more in {window}: each restart can abandon the machines it tracked",
+    )
+    sli = causes.machine_creation
+    by = ", ".join(sli.group_by)
+    budget = 1 - sli.objective
+
+    def ratio(span: timedelta) -> str:
+        w = prom_duration(span)
+        return (
+            f"sum by ({by}) (rate({ACTIONS}{{{managers},{CREATION_FAILED}}}[{w}])) "
+            f"/ sum by ({by}) (rate({ACTIONS}{{{managers},{CREATION}}}[{w}]))"
+        )
+
+    burns = []
+    for arm, burn, severity in (("fast", sli.fast, PAGE), ("slow", sli.slow, TICKET)):
+        threshold = f"{burn.burn_rate * budget:.6g}"
+        where = " ".join(f"{label} {{{{ $labels.{label} }}}}" for label in sli.group_by)
+        rule = _rule(
+            "MachineCreationBudgetBurn",
+            f"({ratio(burn.window)} > {threshold}) and ({ratio(burn.window / 12)} > {threshold})",
+            severity,
+            f"Machine creation in {where} fails {burn.burn_rate:g}x its error budget ({budget:.6g} of creations) "
+            f"over {prom_duration(burn.window)} and {prom_duration(burn.window / 12)}",
+        )
+        rule["labels"]["window"] = arm  # type: ignore[index]
+        burns.append(rule)
+    return [crash_loop, *burns]
+
+
 def rules(config: Settings) -> dict[str, object]:
     """The rule file for ``config`` as data."""
     found: list[dict[str, object]] = []
@@ -207,6 +267,7 @@ def rules(config: Settings) -> dict[str, object]:
             found += _per_target(config, target)
     if config.gce.enabled:
         found += _writers(config)
+    found += _causes(config)
     return {"groups": [{"name": "reaper", "rules": found}]}
 
 

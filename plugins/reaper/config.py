@@ -9,6 +9,7 @@ nothing (an invalid config never reaches the policy, so nothing is deleted).
 from __future__ import annotations
 
 import os
+import re
 from datetime import timedelta
 from enum import IntEnum
 from pathlib import Path
@@ -282,6 +283,59 @@ class AirflowConfig(_Section):
     alerts: AlertsConfig = AlertsConfig()
 
 
+LABEL_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"  # a Prometheus label name
+LabelName = Annotated[str, Field(pattern=LABEL_NAME)]
+
+
+def _matchers(value: object) -> dict[str, str]:
+    """Label name -> PromQL regex; names as Prometheus allows them, regexes that compile."""
+    if isinstance(value, dict):
+        for name, pattern in value.items():
+            if not (isinstance(name, str) and re.fullmatch(LABEL_NAME, name)):
+                raise ValueError(f"expected Prometheus label names as keys, got {name!r}")
+            if not isinstance(pattern, str):
+                raise ValueError(f"expected a regex string for label {name}, got {pattern!r}")
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"expected a valid regex for label {name}, got {pattern!r} ({exc})") from None
+    return value  # type: ignore[return-value]
+
+
+Matchers = Annotated[dict[str, str], BeforeValidator(_matchers), Field(min_length=1)]
+
+
+class BurnWindow(_Section):
+    """One arm of a multi-window burn-rate alert: the error ratio over ``window`` and over a twelfth of it
+    (so the alert stops soon after the errors do) both above ``burn_rate`` times the error budget."""
+
+    window: Duration
+    burn_rate: float = Field(gt=0)
+
+
+class MachineCreationConfig(_Section):
+    """The ``machine_creation`` SLI: the share of docker+machine creations that fail, against ``objective``."""
+
+    objective: float = Field(0.99, gt=0.0, lt=1.0)
+    group_by: list[LabelName] = ["shard"]
+    fast: BurnWindow = BurnWindow(window=timedelta(hours=1), burn_rate=14.4)
+    slow: BurnWindow = BurnWindow(window=timedelta(hours=6), burn_rate=6.0)
+
+
+class CauseAlertsConfig(_Section):
+    """The runner managers' cause alerts (seed 004): crash loops and the machine_creation SLI.
+
+    ``runner_managers`` is the one selector of the managers' series, label name -> regex, applied to
+    kube-state-metrics' restart counter and to the runners' own metrics alike.
+    """
+
+    enabled: bool = True
+    runner_managers: Matchers = {"cluster": "runner-managers-.*"}
+    crash_loop_restarts: int = Field(3, ge=1)
+    crash_loop_window: Duration = timedelta(minutes=30)
+    machine_creation: MachineCreationConfig = MachineCreationConfig()
+
+
 class Settings(_Section):
     gce: GceConfig = GceConfig()
     k8s: K8sConfig = K8sConfig()
@@ -292,6 +346,7 @@ class Settings(_Section):
     airflow: AirflowConfig = AirflowConfig()
     metrics: MetricsConfig = MetricsConfig()
     rollout: RolloutConfig = RolloutConfig()
+    cause_alerts: CauseAlertsConfig = CauseAlertsConfig()
 
     @model_validator(mode="after")
     def _room_to_delete(self) -> Settings:

@@ -13,7 +13,7 @@ import yaml
 
 from reaper.alert_rules import rules
 from reaper.cli import main
-from reaper.config import DEFAULT_CONFIG
+from reaper.config import DEFAULT_CONFIG, load_config
 from tests.builders import settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +30,8 @@ def promtool() -> str:
 def test_rules_are_valid() -> None:
     result = subprocess.run([promtool(), "check", "rules", str(RULES)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 21 rules found" in result.stdout
+    count = len(rules(load_config(DEFAULT_CONFIG))["groups"][0]["rules"])  # type: ignore[index]
+    assert count > 20 and f"SUCCESS: {count} rules found" in result.stdout
 
 
 def test_the_committed_rules_are_those_of_the_default_config() -> None:
@@ -94,6 +95,42 @@ def test_rule_unit_tests_pass() -> None:
     tests = RULES.with_name("reaper-rules.test.yml")
     result = subprocess.run([promtool(), "test", "rules", str(tests)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_incident_replay_raises_the_cause_alerts_hours_before_quota_saturation() -> None:
+    """Seed 004's incident (include/prometheus/incident-replay.test.yml): crash loop at t0+3m, machine_creation
+    within its fast window, the budget hold after the quarantine, nothing for the healthy project."""
+    replay = RULES.with_name("incident-replay.test.yml")
+    result = subprocess.run([promtool(), "test", "rules", str(replay)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_cause_alerts_follow_the_one_selector_and_the_configured_thresholds() -> None:
+    causes = {
+        "runner_managers": {"cluster": "rm-.*", "env": 'g"prd\\d'},
+        "crash_loop_restarts": 5,
+        "crash_loop_window": "1h",
+        "machine_creation": {
+            "objective": 0.999,
+            "group_by": ["shard", "zone"],
+            "fast": {"window": "2h", "burn_rate": 10},
+        },
+    }
+    found = _by_alert(settings(cause_alerts=causes))
+    selector = 'cluster=~"rm-.*",env=~"g\\"prd\\\\d"'  # the regex g"prd\d as a PromQL string
+    [crash] = found["RunnerManagerCrashLooping"]
+    assert crash["expr"] == f"increase(kube_pod_container_status_restarts_total{{{selector}}}[1h]) >= 5"
+    fast, slow = found["MachineCreationBudgetBurn"]
+    assert (fast["labels"], slow["labels"]) == (
+        {"severity": "page", "window": "fast"},
+        {"severity": "ticket", "window": "slow"},
+    )
+    failed = f'gitlab_runner_autoscaling_actions_total{{{selector},executor="docker+machine",action="creation-failed"}}'
+    assert f"sum by (shard, zone) (rate({failed}[2h]))" in str(fast["expr"])
+    assert f"sum by (shard, zone) (rate({failed}[10m]))" in str(fast["expr"])  # the short window: a twelfth
+    assert str(fast["expr"]).count("> 0.01)") == 2  # 10 x the 0.1% budget, on both windows
+    assert "[6h]" in str(slow["expr"]) and "[30m]" in str(slow["expr"]) and "> 0.006)" in str(slow["expr"])
+    assert "RunnerManagerCrashLooping" not in _by_alert(settings(cause_alerts={"enabled": False}))
 
 
 def test_every_alert_has_a_runbook_paragraph() -> None:
