@@ -377,7 +377,6 @@ def evaluate_policy(
             "name": d.resource.name,
             "location": d.resource.location,
             "resource_kind": d.resource.kind,  # the audit view's kind column and filter
-            "resource_kind": d.resource.kind,  # the audit view's kind column and filter
             "evidence": d.evidence,
             **({"override": applied} if applied else {}),  # every decision made under an override says so
         }
