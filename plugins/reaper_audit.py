@@ -1,7 +1,8 @@
 """Airflow plugin: the reaper's audit view (the ledger's sweeps, decisions and outcomes) in the Airflow UI.
 
-Served by Airflow's API server under /reaper, behind Airflow's authentication;
-linked from the navigation and from every DAG run of the reaper DAGs.
+Served by Airflow's API server under /reaper, behind Airflow's authentication; linked from the
+navigation and from every DAG run (Airflow fills in the run; a run of another DAG finds no sweep).
+Server-rendered pages with inline styles and SVG: nothing to build, no static files to serve.
 """
 
 from typing import ClassVar
@@ -18,5 +19,5 @@ class ReaperAuditPlugin(AirflowPlugin):
     ]
     external_views: ClassVar[list[dict[str, object]]] = [
         {"name": "Reaper sweeps", "href": "/reaper/", "destination": "nav", "category": "browse"},
-        {"name": "Reaper decisions", "href": "/reaper/?dag_id={DAG_ID}&run_id={RUN_ID}", "destination": "dag_run"},
+        {"name": "Reaper decisions", "href": "/reaper/sweeps/{DAG_ID}/{RUN_ID}", "destination": "dag_run"},
     ]

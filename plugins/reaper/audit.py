@@ -1,28 +1,37 @@
-"""The audit view: each sweep's decisions and outcomes from the ledger, as an HTML page and a JSON API.
+"""The audit view: the ledger's sweeps over time, each sweep's resources, a resource's history; HTML, JSON, CSV.
 
-Mounted into Airflow's API server by the ``reaper_audit`` plugin under
-``/reaper``. Every route requires Airflow's own authentication and the right to
-read DAG runs (plugin routes are unauthenticated unless they ask for it).
+Mounted into Airflow's API server by the ``reaper_audit`` plugin under ``/reaper``. Every route
+requires Airflow's own authentication and the right to read DAG runs (plugin routes are
+unauthenticated unless they ask for it), and shows only the DAGs the auth manager lets the user
+read. The pages are built by :mod:`reaper.report.views`; here the requests are read and the
+ledger is asked, a page at a time.
 """
 
 from __future__ import annotations
 
-from html import escape
+import csv
+import io
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Annotated
-from urllib.parse import urlencode
 
+from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
-from airflow.api_fastapi.core_api.security import requires_access_dag
-from fastapi import APIRouter, Depends, FastAPI, Query
-from fastapi.responses import HTMLResponse
+from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, StreamingResponse
 
-from reaper.config import load_config
+from reaper.config import ConfigError, load_config
+from reaper.report import views
+from reaper.report.reasons import Limits
+from reaper.report.rows import COLUMNS, Row, ledger_rows
+from reaper.report.timeline import panels
 
 if TYPE_CHECKING:
-    from reaper.ledger import Ledger
+    from reaper.ledger import Ledger, RowFilter
 
 READ_RUNS = requires_access_dag(method="GET", access_entity=DagAccessEntity.RUN)
-FILTERS = ("scope", "rule", "action", "name")
+PAGE_SIZES = (25, 50, 100, 200, 500)
 
 
 def ledger() -> Ledger:
@@ -33,104 +42,185 @@ def ledger() -> Ledger:
     return Ledger.connect(load_config().ledger)
 
 
+def limits() -> Limits | None:
+    """The configured thresholds the reasons quote; None (sentences without them) when the config is unreadable."""
+    try:
+        return Limits.of(load_config())
+    except ConfigError:
+        return None
+
+
+def readable_dags(user: GetUserDep) -> frozenset[str]:
+    """The DAGs this user may read, as Airflow's auth manager says: the view shows no other DAG's sweeps."""
+    return frozenset(get_auth_manager().get_authorized_dag_ids(user=user, method="GET"))
+
+
 LedgerDep = Annotated[object, Depends(ledger)]  # object: the plugin loads without pymongo
+LimitsDep = Annotated[Limits | None, Depends(limits)]
+DagsDep = Annotated[frozenset[str], Depends(readable_dags)]
 router = APIRouter(dependencies=[Depends(READ_RUNS)])
 
 
-@router.get("/api/sweeps")
-def api_sweeps(led: LedgerDep, dag_id: str | None = None, limit: int = Query(50, ge=1, le=500)) -> list[dict]:
-    return led.summaries(dag_id, limit=limit)
+def _urls(request: Request) -> views.Urls:
+    return views.Urls(str(request.scope.get("root_path", "")).rstrip("/"))
 
 
-@router.get("/api/sweeps/{dag_id}/{run_id}/records")
-def api_records(
+def _readable(dag_id: str, dags: frozenset[str]) -> None:
+    if dag_id not in dags:
+        raise HTTPException(403, f"you may not read DAG {dag_id}")
+
+
+def _filters(request: Request) -> RowFilter:
+    from reaper.ledger import RowFilter
+
+    return RowFilter(**{f: request.query_params.get(f, "").strip() for f in views.FILTERS})
+
+
+def _order(order: str) -> str:
+    from reaper.ledger import ORDERS
+
+    if order.lstrip("-") not in ORDERS:
+        raise HTTPException(422, f"order must be one of {sorted(ORDERS)}, optionally with a leading -")
+    return order
+
+
+def _window(led: Ledger, dags: frozenset[str], days: int) -> list[dict[str, object]]:
+    return led.timeline(dags, datetime.now(UTC) - timedelta(days=days)) if dags else []
+
+
+# --- the overview -------------------------------------------------------------------------------
+
+
+@router.get("/", response_class=HTMLResponse, response_model=None)
+def overview(
+    request: Request,
     led: LedgerDep,
-    dag_id: str,
-    run_id: str,
-    scope: str | None = None,
-    rule: str | None = None,
-    action: str | None = None,
-    name: str | None = None,
-) -> list[dict]:
-    return led.run_records(dag_id, run_id, scope=scope, rule=rule, action=action, name=name)
-
-
-def _cell(value: object) -> str:
-    return escape("" if value is None else str(value))
-
-
-def _table(rows: list[dict[str, object]], columns: list[str], link: str | None = None) -> str:
-    """An HTML table; every value escaped. ``link`` names a column whose cell links to the row's ``href``."""
-    head = "".join(f"<th>{escape(c)}</th>" for c in columns)
-    body = "".join(
-        "<tr>"
-        + "".join(
-            f'<td><a href="{escape(str(r["href"]))}">{_cell(r.get(c))}</a></td>'
-            if c == link
-            else f"<td>{_cell(r.get(c))}</td>"
-            for c in columns
-        )
-        + "</tr>"
-        for r in rows
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-@router.get("/", response_class=HTMLResponse)
-def page(
-    led: LedgerDep,
+    dags: DagsDep,
+    days: int = Query(14, ge=1, le=400),
     dag_id: str | None = None,
     run_id: str | None = None,
-    scope: str | None = None,
-    rule: str | None = None,
-    action: str | None = None,
-    name: str | None = None,
+) -> str | RedirectResponse:
+    urls = _urls(request)
+    if dag_id and run_id:  # the links of earlier versions
+        return RedirectResponse(urls.sweep(dag_id, run_id))
+    if dag_id:
+        _readable(dag_id, dags)
+    summaries = _window(led, frozenset({dag_id}) if dag_id else dags, days)
+    hrefs = {(str(s["dag_id"]), str(s["run_id"]), int(s.get("execution") or 0)): "" for s in summaries}
+    for dag, run, execution in hrefs:
+        hrefs[dag, run, execution] = urls.sweep(dag, run)
+    latest = sorted(summaries, key=lambda s: s["at"], reverse=True)[:50]  # type: ignore[arg-type,return-value]
+    return views.overview_page(panels(summaries, hrefs), latest, urls, days, {str(s["dag_id"]) for s in summaries})
+
+
+@router.get("/api/sweeps")
+def api_sweeps(led: LedgerDep, dags: DagsDep, days: int = Query(14, ge=1, le=400)) -> list[dict]:
+    """The summaries of the last ``days`` of the DAGs the user may read, oldest first (what the overview charts)."""
+    return _window(led, dags, days)
+
+
+# --- one sweep ----------------------------------------------------------------------------------
+
+
+def _page_rows(
+    led: Ledger, dag_id: str, run_id: str, filters: RowFilter, order: str, number: int, size: int, lim: Limits | None
+) -> tuple[list[Row], int]:
+    decisions, total = led.decision_page(dag_id, run_id, filters, order, (number - 1) * size, size)
+    companions = led.companions(dag_id, run_id, {str(d["uid"]) for d in decisions}) if decisions else []
+    return ledger_rows(decisions, companions, lim), total
+
+
+@router.get("/sweeps/{dag_id}/{run_id}", response_class=HTMLResponse)
+def sweep(
+    request: Request,
+    led: LedgerDep,
+    lim: LimitsDep,
+    dags: DagsDep,
+    dag_id: str,
+    run_id: str,
+    order: str = "scope",
+    page: int = Query(1, ge=1),
+    size: int = Query(50, ge=1, le=max(PAGE_SIZES)),
 ) -> str:
-    sweeps = led.summaries(dag_id)
-    for s in sweeps:
-        s["href"] = "?" + urlencode({"dag_id": s["dag_id"], "run_id": s["run_id"]})
-        s["deleted"] = (s.get("outcomes") or {}).get("deleted", 0)  # type: ignore[union-attr]
-        s["reported"] = sum(d["count"] for d in s.get("decisions", []) if d["action"] == "report")  # type: ignore[union-attr,index]
-    _mark_rollout_changes(sweeps)
-    columns = ["at", "dag_id", "run_id", "execution", "phase", "active phase", "branch", "why", "deleted", "reported"]
-    parts = ["<h1>Reaper sweeps</h1>", _table(sweeps, columns, link="run_id")]
-    if dag_id and run_id:
-        filters = {"scope": scope, "rule": rule, "action": action, "name": name}
-        form = "".join(f'<label>{k} <input name="{k}" value="{escape(v or "")}"></label> ' for k, v in filters.items())
-        parts += [
-            f"<h2>Decisions and outcomes of {escape(dag_id)} / {escape(run_id)}</h2>",
-            f'<form method="get"><input type="hidden" name="dag_id" value="{escape(dag_id)}">'
-            f'<input type="hidden" name="run_id" value="{escape(run_id)}">{form}<button>Filter</button></form>',
-            _table(
-                led.run_records(dag_id, run_id, **filters),
-                [
-                    "execution",
-                    "scope",
-                    "kind",
-                    "action",
-                    "rule",
-                    "reason",
-                    "name",
-                    "location",
-                    "result",
-                    "detail",
-                    "uid",
-                ],
-            ),
-        ]
-    style = "<style>body{font-family:sans-serif}td,th{border:1px solid #ccc;padding:2px 6px}</style>"
-    return f"<!doctype html><html><head><title>Reaper audit</title>{style}</head><body>{''.join(parts)}</body></html>"
+    _readable(dag_id, dags)
+    rows, total = _page_rows(led, dag_id, run_id, _filters(request), _order(order), page, size, lim)
+    params = {k: v for k, v in request.query_params.items() if k in (*views.FILTERS, "order", "size")}
+    shown = views.Page(page, size, total)
+    return views.sweep_page(led.executions(dag_id, run_id), rows, shown, params, _urls(request), dag_id, run_id)
 
 
-def _mark_rollout_changes(sweeps: list[dict[str, object]]) -> None:
-    """Each summary's active phase, and where it differs from its target's previous sweep: the rollout moved."""
-    previous: dict[object, object] = {}
-    for s in reversed(sweeps):  # oldest first
-        active, target = s.get("active_phase"), s.get("target")
-        moved = active and target in previous and previous[target] != active
-        s["active phase"] = f"{active} (was {previous[target]})" if moved else active or ""
-        if active:
-            previous[target] = active
+@router.get("/api/sweeps/{dag_id}/{run_id}/rows")
+def api_rows(
+    request: Request,
+    led: LedgerDep,
+    lim: LimitsDep,
+    dags: DagsDep,
+    dag_id: str,
+    run_id: str,
+    order: str = "scope",
+    page: int = Query(1, ge=1),
+    size: int = Query(50, ge=1, le=max(PAGE_SIZES)),
+) -> dict[str, object]:
+    """One page of a sweep's rows (filters as the page's), and how many match."""
+    _readable(dag_id, dags)
+    rows, total = _page_rows(led, dag_id, run_id, _filters(request), _order(order), page, size, lim)
+    return {"total": total, "page": page, "size": size, "rows": [r.cells() for r in rows]}
+
+
+def _export(led: Ledger, dag_id: str, run_id: str, filters: RowFilter, lim: Limits | None) -> list[Row]:
+    """Every row of the filtered set: the run's intents and outcomes in one read, joined in memory."""
+    return ledger_rows(list(led.decisions(dag_id, run_id, filters)), led.companions(dag_id, run_id), lim)
+
+
+@router.get("/sweeps/{dag_id}/{run_id}/rows.json")
+def export_json(
+    request: Request, led: LedgerDep, lim: LimitsDep, dags: DagsDep, dag_id: str, run_id: str
+) -> JSONResponse:
+    _readable(dag_id, dags)
+    rows = [r.cells() for r in _export(led, dag_id, run_id, _filters(request), lim)]
+    name = f"{dag_id}-{run_id}.json".replace(":", "_").replace("+", "_")
+    return JSONResponse(rows, headers={"Content-Disposition": f'attachment; filename="{name}"'})
+
+
+@router.get("/sweeps/{dag_id}/{run_id}/rows.csv")
+def export_csv(
+    request: Request, led: LedgerDep, lim: LimitsDep, dags: DagsDep, dag_id: str, run_id: str
+) -> StreamingResponse:
+    _readable(dag_id, dags)
+    rows = _export(led, dag_id, run_id, _filters(request), lim)
+
+    def lines() -> Iterator[str]:
+        buffer = io.StringIO()
+        writer = csv.writer(buffer)
+        for values in (COLUMNS, *([r.cells()[c] for c in COLUMNS] for r in rows)):
+            writer.writerow(values)
+            yield buffer.getvalue()
+            buffer.seek(0)
+            buffer.truncate()
+
+    name = f"{dag_id}-{run_id}.csv".replace(":", "_").replace("+", "_")
+    headers = {"Content-Disposition": f'attachment; filename="{name}"'}
+    return StreamingResponse(lines(), media_type="text/csv; charset=utf-8", headers=headers)
+
+
+# --- one resource ---------------------------------------------------------------------------------
+
+
+def _history(led: Ledger, term: str, dags: frozenset[str], lim: Limits | None) -> list[Row]:
+    records = led.history(term, dags) if term and dags else []
+    decisions = [r for r in records if r.get("kind") == "decision"]
+    return ledger_rows(decisions, [r for r in records if r.get("kind") != "decision"], lim)
+
+
+@router.get("/history", response_class=HTMLResponse)
+def history(request: Request, led: LedgerDep, lim: LimitsDep, dags: DagsDep, q: str = "") -> str:
+    return views.history_page(q.strip(), _history(led, q.strip(), dags, lim), _urls(request))
+
+
+@router.get("/api/history")
+def api_history(led: LedgerDep, lim: LimitsDep, dags: DagsDep, q: str) -> list[dict[str, object]]:
+    """Every decision about the resource named (or with uid) ``q``, newest first, with its intent and outcome."""
+    return [r.cells() for r in _history(led, q.strip(), dags, lim)]
 
 
 # No generated docs: FastAPI would serve /docs, /redoc and /openapi.json outside the router,

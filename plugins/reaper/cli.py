@@ -61,7 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--runs", metavar="FILE", help="run-store documents; omitted: the store is unknown")
     ev.add_argument("--leases", metavar="FILE", help="run keys whose lease is held; omitted: leases unknown")
     ev.add_argument("--writer-health", metavar="FILE", help="heartbeat-writer reports; omitted: unknown")
-    ev.add_argument("--format", choices=["json", "table"], default="table")
+    ev.add_argument(
+        "--format",
+        choices=["json", "table", "html"],
+        default="table",
+        help="html: one self-contained page (charts, every finding with its reason in words) to share for review",
+    )
     rules = commands.add_parser("alert-rules", help="the Prometheus alert rules for a config, as YAML")
     rules.add_argument("--config", help="config file (default: $REAPER_CONFIG, else include/reaper.yaml)")
     retire = commands.add_parser(
@@ -81,13 +86,19 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             return _alert_rules(args, out)
         if args.command == "metrics-retire":
             return _metrics_retire(args, out)
-        plan = _evaluate(args)
+        config = load_config(config_path(args.config))
+        plan = _evaluate(args, config)
     except ConfigError as exc:
         print(f"reaper: {exc}", file=sys.stderr)
         return 2
     if args.format == "json":
         json.dump(plan_json(plan), out, indent=2, sort_keys=False)
         out.write("\n")
+    elif args.format == "html":
+        from reaper.report.reasons import Limits
+        from reaper.report.views import whatif_page
+
+        out.write(whatif_page(plan, Limits.of(config)))
     else:
         write_table(plan, out)
     return 0
@@ -122,8 +133,7 @@ def _metrics_retire(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def _evaluate(args: argparse.Namespace) -> Plan:
-    config = load_config(config_path(args.config))
+def _evaluate(args: argparse.Namespace, config: Settings) -> Plan:
     resources: list[Resource] = []
     for path in args.gce:
         resources.extend(exports.load_gce(path))

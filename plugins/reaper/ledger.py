@@ -22,6 +22,7 @@ import uuid
 from collections import Counter
 from collections.abc import Collection, Iterable
 from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
 
 from pymongo import MongoClient, ReadPreference, ReturnDocument, UpdateOne, WriteConcern
 from pymongo.collection import Collection as MongoCollection
@@ -37,7 +38,21 @@ from reaper.stores.mongo import mongo_client
 EXECUTION = ("dag_id", "run_id", "execution", "lease")
 FENCE = (*EXECUTION, "target", "scope", "uid", "action")
 ONE_BATCH = 100_000  # documents per cursor batch: above any realistic sweep, so one round trip
-RECORDS_SHOWN = 5000  # records of one run that a reader gets at most
+HISTORY_SHOWN = 2000  # records of one resource's history that a reader gets at most
+# The audit view's sort orders: a column as it names it -> the decision record's field.
+ORDERS = {
+    "scope": "scope",
+    "kind": "resource_kind",
+    "location": "location",
+    "name": "name",
+    "uid": "uid",
+    "action": "action",
+    "rule": "rule",
+    "reason": "reason",
+    "execution": "execution",
+}
+# The parts of a sweep summary no chart of the overview reads.
+SUMMARY_UNCHARTED = ("kept", "hygiene", "warnings", "incomplete", "plan")
 TTL = "expireAfterSeconds"
 # What listIndexes reports besides the definition: the format version, and fields of old servers.
 _NOT_DEFINITION = ("v", "ns", "background")
@@ -125,6 +140,18 @@ def process_client(conn_id: str, timeout: float) -> MongoClient:
     return client
 
 
+class RowFilter(NamedTuple):
+    """The audit view's filters of a run's rows; each given narrows them (``name``: a name holding it, or a uid)."""
+
+    scope: str = ""
+    kind: str = ""
+    rule: str = ""
+    reason: str = ""
+    action: str = ""
+    outcome: str = ""
+    name: str = ""
+
+
 class Ledger:
     @classmethod
     def connect(cls, config: LedgerConfig) -> Ledger:
@@ -152,6 +179,11 @@ class Ledger:
         ensure_index(self.records, [("at", 1)], "retention", ttl=self.retention)
         ensure_index(self.sweeps, [(f, 1) for f in EXECUTION], "sweep", unique=True)
         ensure_index(self.sweeps, [("at", 1)], "retention", ttl=self.retention)
+        # The audit view's reads: a run's decisions by page, a resource's history, the overview's window.
+        ensure_index(self.records, [(f, 1) for f in ("dag_id", "run_id", "kind", "scope", "name")], "sweep_rows")
+        ensure_index(self.records, [("name", 1), ("dag_id", 1)], "by_name")
+        ensure_index(self.records, [("uid", 1), ("dag_id", 1)], "by_uid")
+        ensure_index(self.sweeps, [("dag_id", 1), ("at", 1)], "timeline")
 
     def write(self, records: Iterable[dict[str, object]]) -> int:
         """Upsert records by their fence; returns how many. Raises if the write is not acknowledged."""
@@ -205,30 +237,82 @@ class Ledger:
         query = {field: value for field, value in (("dag_id", dag_id), ("run_id", run_id)) if value}
         return list(self.sweeps.find(query, {"_id": 0, "census": 0}).sort("at", -1).limit(limit))
 
-    def run_records(
-        self,
-        dag_id: str,
-        run_id: str,
-        *,
-        scope: str | None = None,
-        rule: str | None = None,
-        action: str | None = None,
-        name: str | None = None,
-        limit: int = RECORDS_SHOWN,
-    ) -> list[dict[str, object]]:
-        """The records of one DAG run (all its executions) by scope, name and action, at most ``limit``.
+    def executions(self, dag_id: str, run_id: str) -> list[dict[str, object]]:
+        """Every execution's summary of one DAG run, the census included, oldest first."""
+        return list(self.sweeps.find({"dag_id": dag_id, "run_id": run_id}, {"_id": 0}).sort("at", 1))
 
-        Each filter given narrows them: ``name`` to names holding it (literally, not as a pattern),
-        the others to that exact value.
+    def timeline(self, dag_ids: Collection[str], since: datetime) -> list[dict[str, object]]:
+        """The summaries of these DAGs since ``since``, oldest first: what the overview charts.
+
+        One round trip on the ``timeline`` index; without the parts no chart reads.
         """
-        query: dict[str, object] = {"dag_id": dag_id, "run_id": run_id}
-        for field, value in (("scope", scope), ("rule", rule), ("action", action)):
+        query = {"dag_id": {"$in": sorted(dag_ids)}, "at": {"$gte": since}}
+        cursor = self.sweeps.find(query, {"_id": 0, **dict.fromkeys(SUMMARY_UNCHARTED, 0)}, batch_size=ONE_BATCH)
+        return list(cursor.sort("at", 1))
+
+    def decision_page(
+        self, dag_id: str, run_id: str, filters: RowFilter, order: str = "scope", skip: int = 0, limit: int = 50
+    ) -> tuple[list[dict[str, object]], int]:
+        """One page of a DAG run's decision records (all its executions) and how many match in all.
+
+        ``order`` is a key of :data:`ORDERS` (``-`` first for descending). Two round trips on the
+        ``sweep_rows`` index (the count and the page), plus one for an outcome filter.
+        """
+        query = self._decision_query(dag_id, run_id, filters)
+        if query is None:
+            return [], 0
+        field = ORDERS[order.lstrip("-")]
+        direction = -1 if order.startswith("-") else 1
+        sort = [(field, direction), *((f, 1) for f in ("scope", "name", "uid", "execution") if f != field)]
+        page = self.records.find(query, {"_id": 0}).sort(sort).skip(skip).limit(limit)
+        return list(page), self.records.count_documents(query)
+
+    def decisions(self, dag_id: str, run_id: str, filters: RowFilter) -> Iterable[dict[str, object]]:
+        """Every decision record of a DAG run that matches ``filters``, in the default order (an export)."""
+        query = self._decision_query(dag_id, run_id, filters)
+        if query is None:
+            return iter(())
+        sort = [(f, 1) for f in ("scope", "name", "uid", "execution")]
+        return self.records.find(query, {"_id": 0}, batch_size=ONE_BATCH).sort(sort)
+
+    def _decision_query(self, dag_id: str, run_id: str, filters: RowFilter) -> dict[str, object] | None:
+        """The query of ``filters``; None when an outcome filter already proves nothing matches."""
+        query: dict[str, object] = {"dag_id": dag_id, "run_id": run_id, "kind": "decision"}
+        for name, field in (("scope", "scope"), ("kind", "resource_kind"), ("rule", "rule"), ("reason", "reason")):
+            value = getattr(filters, name)
             if value:
                 query[field] = value
-        if name:
-            query["name"] = {"$regex": re.escape(name)}
-        order = [("scope", 1), ("name", 1), ("action", 1)]
-        return list(self.records.find(query, {"_id": 0}).sort(order).limit(limit))
+        if filters.action:
+            query["action"] = filters.action
+        if filters.name:  # literally, not as a pattern; a uid too
+            query["$or"] = [{"name": {"$regex": re.escape(filters.name)}}, {"uid": filters.name}]
+        if filters.outcome:
+            outcome = {"dag_id": dag_id, "run_id": run_id, "kind": "outcome", "result": filters.outcome}
+            uids = sorted({str(r["uid"]) for r in self.records.find(outcome, {"_id": 0, "uid": 1})})
+            if not uids:
+                return None
+            query["uid"] = {"$in": uids}
+        return query
+
+    def companions(self, dag_id: str, run_id: str, uids: Collection[str] | None = None) -> list[dict[str, object]]:
+        """The intents and outcomes of a DAG run, of these resources only when ``uids`` is given (one page)."""
+        query: dict[str, object] = {"dag_id": dag_id, "run_id": run_id, "kind": {"$in": ["intent", "outcome"]}}
+        if uids is not None:
+            query["uid"] = {"$in": sorted(uids)}
+        return list(self.records.find(query, {"_id": 0, "evidence": 0}, batch_size=ONE_BATCH))
+
+    def history(self, term: str, dag_ids: Collection[str], limit: int = HISTORY_SHOWN) -> list[dict[str, object]]:
+        """Every record, of these DAGs, of the resources named ``term`` or with uid ``term``, newest first.
+
+        A name as the decision records it (an instance's or an object's own name); the intents and
+        outcomes of those resources come along by uid, whatever their name. On the ``by_name`` and
+        ``by_uid`` indexes: three round trips.
+        """
+        dags = {"$in": sorted(dag_ids)}
+        named = {"dag_id": dags, "kind": "decision", "name": term}
+        uids = {str(r["uid"]) for r in self.records.find(named, {"_id": 0, "uid": 1}).limit(limit)} | {term}
+        query = {"uid": {"$in": sorted(uids)}, "dag_id": dags}
+        return list(self.records.find(query, {"_id": 0}, batch_size=ONE_BATCH).sort("at", -1).limit(limit))
 
     def tally(self) -> Counter[tuple[str, str, str]]:
         """Every record counted by (target, action, why): why is its reason, else its result, else empty."""

@@ -1,19 +1,39 @@
-"""The audit view: FastAPI TestClient against a real ledger; anonymous requests are refused."""
+"""The audit view: FastAPI TestClient against a real ledger (SecantusDB); Airflow's auth swapped for a user
+who may read some DAGs. Anonymous requests are refused on every route."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
-from reaper.audit import READ_RUNS, app, ledger
+from reaper.audit import READ_RUNS, app, ledger, limits, readable_dags
 from reaper.config import LedgerConfig
 from reaper.ledger import Ledger
 
-IDS = {"dag_id": "reaper_gce_enforcement", "run_id": "manual__2026-11-29T12:00:00+00:00", "execution": 0, "lease": "t"}
-GCE = {**IDS, "target": "gce"}
+GCE_DAG, K8S_DAG = "reaper_gce_enforcement", "reaper_k8s_enforcement"
+RUN = "manual__2026-11-29T12:00:00+00:00"
+GCE = {"dag_id": GCE_DAG, "run_id": RUN, "execution": 0, "lease": "t", "target": "gce"}
+K8S = {"dag_id": K8S_DAG, "run_id": RUN, "execution": 0, "lease": "k", "target": "k8s", "scope": "kube"}
+SANDBOX = {"rule": "sandbox_orphan", "reason": "sandbox_orphan", "location": "ci", "name": "sandbox-done-4"}
+ORPHAN_FACTS = {"run": "done-4", "lease": "absent", "store": "terminal", "status": "failed"}
+
+
+def _decision(ids: dict[str, object], uid: str, action: str, **fields: object) -> dict[str, object]:
+    return {**ids, "uid": uid, "action": action, "kind": "decision", **fields}
+
+
+def _deleted(ids: dict[str, object], uid: str, name: str) -> list[dict[str, object]]:
+    """The intent and the outcome of a delete, named as the delete path names them."""
+    return [
+        {**ids, "uid": uid, "action": "delete_intent", "kind": "intent", "name": name, "sent": True},
+        {**ids, "uid": uid, "action": "outcome", "kind": "outcome", "name": name, "result": "deleted", "detail": ""},
+    ]
 
 
 @pytest.fixture
@@ -21,60 +41,83 @@ def led(mongo) -> Ledger:
     client, db = mongo
     led = Ledger(client, LedgerConfig(database=db))
     led.ensure_indexes()
-    stale = {"rule": "heartbeat_stale", "kind": "decision"}
+    stale = {"rule": "heartbeat_stale", "resource_kind": "instance", "location": "us-east1-b"}
     led.write(
         [
-            {
-                **GCE,
-                "scope": "p1",
-                "uid": "1",
-                "action": "delete",
-                "reason": "heartbeat_stale",
-                "name": "runner-1",
-                **stale,
-            },
-            {
-                **GCE,
-                "scope": "p1",
-                "uid": "1",
-                "action": "outcome",
-                "kind": "outcome",
-                "result": "deleted",
-                "name": "runner-1",
-            },
-            {
-                **GCE,
-                "scope": "p2",
-                "uid": "2",
-                "action": "report",
-                "reason": "budget_exceeded",
-                "name": "<script>alert(1)</script>",
-                **stale,
-            },
+            _decision({**GCE, "scope": "p1"}, "1", "delete", reason="heartbeat_stale", name="runner-1", **stale,
+                      evidence={"heartbeat_age_s": 5 * 3600 + 12 * 60, "status": "RUNNING"}),
+            *_deleted({**GCE, "scope": "p1"}, "1", "runner-1"),
+            _decision({**GCE, "scope": "p2"}, "2", "report", reason="budget_exceeded",
+                      name="<script>alert(1)</script>", **stale, evidence={"heartbeat_age_s": 7200}),
+            # one run's three objects: Pod, Secret and NetworkPolicy under the same name
+            *(
+                _decision(K8S, f"u-{kind}", "delete", resource_kind=kind, evidence=ORPHAN_FACTS, **SANDBOX)
+                for kind in ("Pod", "Secret", "NetworkPolicy")
+            ),
+            *(r for kind in ("Pod", "Secret") for r in _deleted(K8S, f"u-{kind}", f"{kind}/ci/sandbox-done-4")),
+            _decision(K8S, "u-crashed", "report", resource_kind="Pod", rule="sandbox_orphan",
+                      reason="lease_absent_run_active", location="ci", name="sandbox-crashed-3",
+                      evidence={"run": "crashed-3", "lease": "absent", "store": "active", "status": "running"}),
         ]
-    )
+    )  # fmt: skip
+    census = {"p1": {"by_status": {"RUNNING": 4, "TERMINATED": 1}}, "p2": {"by_status": {"RUNNING": 6}}}
     led.summary(
         {
             **GCE,
             "phase": "enforcement",
             "branch": "delete",
-            "why": "2 deletes",
+            "why": "1 deletes within the cap",
+            "state": "success",
             "outcomes": {"deleted": 1},
-            "decisions": [{"action": "report", "count": 1}],
+            "census": {"gce": census},
+            "decisions": [
+                {"scope": "p1", "rule": "heartbeat_stale", "reason": "heartbeat_stale", "action": "delete", "count": 1},
+                {"scope": "p2", "rule": "heartbeat_stale", "reason": "budget_exceeded", "action": "report", "count": 1},
+            ],
+            "scopes": [
+                {"scope": "p1", "holds": [], "labeled": 4, "stale": 1},
+                {
+                    "scope": "p2",
+                    "holds": ["budget_exceeded"],
+                    "blocking": ["budget_exceeded"],
+                    "labeled": 6,
+                    "stale": 5,
+                },
+            ],
+            "override": {"reason": "INC-42 writer fixed", "user": "alice", "applied": True},
+            "worker": "celery@host-2",
         }
     )
+    led.summary({**K8S, "phase": "enforcement", "branch": "delete", "why": "3 deletes", "outcomes": {"deleted": 2}})
     return led
 
 
 @pytest.fixture
-def authorized(led):  # type: ignore[no-untyped-def]
-    app.dependency_overrides[ledger] = lambda: led
-    app.dependency_overrides[READ_RUNS] = lambda: None  # what Airflow's auth grants a user who may read runs
+def http(led):  # type: ignore[no-untyped-def]
+    """A client as a user who may read the GCE DAG only (what the auth manager would answer for them)."""
+    app.dependency_overrides.update(
+        {
+            ledger: lambda: led,
+            READ_RUNS: lambda: None,
+            readable_dags: lambda: frozenset({GCE_DAG}),
+            limits: lambda: None,
+        }
+    )
     yield TestClient(app)
     app.dependency_overrides.clear()
 
 
-@pytest.mark.parametrize("path", ["/", "/api/sweeps", f"/api/sweeps/{IDS['dag_id']}/x/records"])
+def _as_reader_of(*dag_ids: str) -> None:
+    app.dependency_overrides[readable_dags] = lambda: frozenset(dag_ids)
+
+
+SWEEP = f"/sweeps/{GCE_DAG}/{RUN}"
+K8S_SWEEP = f"/sweeps/{K8S_DAG}/{RUN}"
+ROUTES = ["/", "/api/sweeps", SWEEP, f"/api{SWEEP}/rows", f"{SWEEP}/rows.csv", f"{SWEEP}/rows.json", "/history",
+          "/api/history?q=x"]  # fmt: skip
+
+
+@pytest.mark.parametrize("path", ROUTES)
 def test_anonymous_requests_are_refused(led, path: str) -> None:
     app.dependency_overrides[ledger] = lambda: led
     try:
@@ -94,50 +137,109 @@ def test_generated_docs_are_not_served(path: str) -> None:
 
 def test_every_route_requires_read_access() -> None:
     # A route added without the router (as FastAPI adds its docs) would answer anonymous requests.
-    assert app.routes
+    assert len(app.routes) == len(ROUTES)
     for route in app.routes:
         assert isinstance(route, APIRoute), route
         assert any(d.dependency is READ_RUNS for d in route.dependencies), route.path
 
 
-def test_sweeps_api(authorized) -> None:
-    sweeps = authorized.get("/api/sweeps").json()
-    assert [(s["dag_id"], s["branch"], s["outcomes"]) for s in sweeps] == [
-        ("reaper_gce_enforcement", "delete", {"deleted": 1})
+def test_a_k8s_run_is_one_row_per_object_with_its_kind_intent_and_outcome(http) -> None:
+    _as_reader_of(K8S_DAG)
+    rows = http.get(f"/api{K8S_SWEEP}/rows", params={"order": "kind"}).json()["rows"]
+    assert [(r["kind"], r["name"], r["location"], r["outcome"]) for r in rows] == [
+        ("NetworkPolicy", "sandbox-done-4", "ci", ""),  # its Pod and Secret went; it waits for the next sweep
+        ("Pod", "sandbox-crashed-3", "ci", ""),
+        ("Pod", "sandbox-done-4", "ci", "deleted"),
+        ("Secret", "sandbox-done-4", "ci", "deleted"),
     ]
+    assert rows[2]["intent_at"] and rows[2]["outcome_at"] and rows[0]["intent_at"] == ""
+    assert rows[2]["why"] == "run done-4: lease absent, run store says terminal (failed): an orphan"
+    assert rows[1]["why"].startswith("run crashed-3: lease absent, but run store says active (running)")
 
 
-def test_records_api_filters(authorized) -> None:
-    base = f"/api/sweeps/{IDS['dag_id']}/{IDS['run_id']}/records"
-    assert len(authorized.get(base).json()) == 3
-    outcome = authorized.get(base, params={"scope": "p1", "action": "outcome"}).json()
-    assert [r["name"] for r in outcome] == ["runner-1"]
-    held = authorized.get(base, params={"rule": "heartbeat_stale", "action": "report"}).json()
-    assert [r["reason"] for r in held] == ["budget_exceeded"]
-    assert [r["uid"] for r in authorized.get(base, params={"name": "runner"}).json()] == ["1", "1"]
-    assert authorized.get(base, params={"name": ".*"}).json() == []  # names are matched literally
+def test_filters_order_and_pages_are_applied_by_the_server(http) -> None:
+    _as_reader_of(K8S_DAG)
+    base = f"/api{K8S_SWEEP}/rows"
+    names = [r["name"] for r in http.get(base, params={"order": "-name", "size": 1, "page": 1}).json()["rows"]]
+    page = http.get(base, params={"order": "-name", "size": 1, "page": 4}).json()
+    assert names == ["sandbox-done-4"] and page["total"] == 4 and page["rows"][0]["name"] == "sandbox-crashed-3"
+    assert http.get(base, params={"order": "-name", "size": 1, "page": 5}).json()["rows"] == []
+    assert [r["kind"] for r in http.get(base, params={"kind": "Secret"}).json()["rows"]] == ["Secret"]
+    assert {r["kind"] for r in http.get(base, params={"outcome": "deleted"}).json()["rows"]} == {"Pod", "Secret"}
+    assert http.get(base, params={"reason": "lease_absent_run_active"}).json()["total"] == 1
+    assert http.get(base, params={"name": "crashed"}).json()["total"] == 1
+    assert http.get(base, params={"name": "u-Pod"}).json()["total"] == 1  # a uid
+    assert http.get(base, params={"name": ".*"}).json()["total"] == 0  # names are matched literally
+    assert http.get(base, params={"outcome": "failed"}).json()["total"] == 0
+    assert http.get(base, params={"order": "evidence"}).status_code == 422
 
 
-def test_page_shows_the_sweep_and_its_deletions_escaped(authorized) -> None:
-    listing = authorized.get("/")
-    assert listing.status_code == 200 and "reaper_gce_enforcement" in listing.text
-    page = authorized.get("/", params=IDS).text
-    assert "runner-1" in page and "deleted" in page and "budget_exceeded" in page
+def test_exports_hold_the_filtered_rows(http) -> None:
+    _as_reader_of(K8S_DAG)
+    shown = http.get(f"/api{K8S_SWEEP}/rows", params={"name": "done"}).json()["rows"]
+    as_json = http.get(f"{K8S_SWEEP}/rows.json", params={"name": "done"}).json()
+    as_csv = list(csv.DictReader(io.StringIO(http.get(f"{K8S_SWEEP}/rows.csv", params={"name": "done"}).text)))
+    assert as_json == shown and len(shown) == 3
+    assert [(r["kind"], r["outcome"], r["why"]) for r in as_csv] == [(r["kind"], r["outcome"], r["why"]) for r in shown]
+
+
+def test_sweep_page_shows_the_summary_reasons_in_words_and_links(http) -> None:
+    page = http.get(SWEEP, params={"order": "name"}).text
+    assert "1 deletes within the cap" in page and "INC-42 writer fixed" in page and "alice" in page
+    assert "celery@host-2" in page  # a summary field this version does not know is still shown
+    assert "S 5 / L 6" in page and "budget_exceeded" in page
+    assert "heartbeat 5 h 12 min old" in page and "deleted" in page
+    assert f'href="/dags/{GCE_DAG}/runs/manual__2026-11-29T12%3A00%3A00%2B00%3A00"' in page
+    assert "/tasks/delete/mapped" in page
     assert "<script>alert(1)</script>" not in page and "&lt;script&gt;" in page
+    assert ".000" not in page  # no microseconds
 
 
-def test_the_sweeps_page_shows_when_the_rollout_moved(authorized, led) -> None:
-    for run, active in (("r1", "telemetry"), ("r2", "telemetry"), ("r3", "report-only")):
-        led.summary({**GCE, "run_id": run, "target": "gce", "phase": "report-only", "active_phase": active})
-    page = authorized.get("/").text
-    assert page.count("report-only (was telemetry)") == 1 and "telemetry (was" not in page
+def test_overview_charts_each_scope_with_holds_and_overrides_marked(http) -> None:
+    page = http.get("/").text
+    assert 'data-values="{&quot;RUNNING&quot;: 4, &quot;TERMINATED&quot;: 1}"' in page  # p1's census
+    assert 'data-values="{&quot;budget_exceeded&quot;: 1}"' in page  # p2's reports by reason
+    assert "hold budget_exceeded on p2 (blocks deletes), S 5 / L 6" in page
+    assert "override by alice: INC-42 writer fixed" in page
+    assert f"/sweeps/{GCE_DAG}/manual__2026-11-29T12%3A00%3A00%2B00%3A00" in page
+
+
+def test_only_the_dags_the_user_may_read(http) -> None:
+    assert K8S_DAG not in http.get("/").text
+    assert {s["dag_id"] for s in http.get("/api/sweeps").json()} == {GCE_DAG}
+    for path in (K8S_SWEEP, f"/api{K8S_SWEEP}/rows", f"{K8S_SWEEP}/rows.csv", f"/?dag_id={K8S_DAG}"):
+        assert http.get(path).status_code == 403, path
+    assert http.get("/api/history", params={"q": "sandbox-done-4"}).json() == []
+
+
+def test_history_follows_a_resource_across_sweeps(http, led) -> None:
+    _as_reader_of(K8S_DAG)
+    later = {**K8S, "run_id": "scheduled__2", "lease": "k2"}
+    policy = _decision(
+        later, "u-NetworkPolicy", "delete", resource_kind="NetworkPolicy", evidence=ORPHAN_FACTS, **SANDBOX
+    )
+    led.write([policy, *_deleted(later, "u-NetworkPolicy", "NetworkPolicy/ci/sandbox-done-4")])
+    rows = http.get("/api/history", params={"q": "sandbox-done-4"}).json()
+    assert len(rows) == 4 and {r["run_id"] for r in rows} == {RUN, "scheduled__2"}
+    outcomes = [(r["run_id"], r["outcome"]) for r in rows if r["kind"] == "NetworkPolicy"]
+    assert sorted(outcomes) == [(RUN, ""), ("scheduled__2", "deleted")]
+    by_uid = http.get("/api/history", params={"q": "u-Secret"}).json()
+    assert [(r["kind"], r["outcome"]) for r in by_uid] == [("Secret", "deleted")]
+    page = http.get("/history", params={"q": "sandbox-done-4"}).text
+    assert "outcome deleted at" in page and "scheduled__2" in page
+
+
+def test_old_links_lead_to_the_sweep(http) -> None:
+    response = http.get("/", params={"dag_id": GCE_DAG, "run_id": RUN}, follow_redirects=False)
+    assert response.status_code == 307 and response.headers["location"].startswith(f"/sweeps/{GCE_DAG}/")
 
 
 def test_plugin_registers_the_app_and_links() -> None:
     from reaper_audit import ReaperAuditPlugin
 
     assert ReaperAuditPlugin.fastapi_apps[0]["url_prefix"] == "/reaper"
-    assert {v["destination"] for v in ReaperAuditPlugin.external_views} == {"nav", "dag_run"}
+    views = {v["destination"]: v["href"] for v in ReaperAuditPlugin.external_views}
+    assert views == {"nav": "/reaper/", "dag_run": "/reaper/sweeps/{DAG_ID}/{RUN_ID}"}
 
 
 def test_requests_reuse_one_client_of_the_configured_ledger(led, mongo_server, mongo, tmp_path, monkeypatch) -> None:
@@ -160,12 +262,20 @@ def test_requests_reuse_one_client_of_the_configured_ledger(led, mongo_server, m
     monkeypatch.setenv("REAPER_CONFIG", str(config))
     conn = {"conn_type": "mongo", "host": "127.0.0.1", "port": mongo_server.port}
     monkeypatch.setenv("AIRFLOW_CONN_AUDIT_TEST", json.dumps(conn))
-    app.dependency_overrides[READ_RUNS] = lambda: None
+    app.dependency_overrides.update({READ_RUNS: lambda: None, readable_dags: lambda: frozenset({GCE_DAG})})
     try:
         http = TestClient(app)
         sweeps = http.get("/api/sweeps").json()
-        records = http.get(f"/api/sweeps/{IDS['dag_id']}/{IDS['run_id']}/records").json()
+        rows = http.get(f"/api{SWEEP}/rows").json()["rows"]
     finally:
         app.dependency_overrides.clear()
-    assert [s["why"] for s in sweeps] == ["2 deletes"] and len(records) == 3
+    assert [s["why"] for s in sweeps] == ["1 deletes within the cap"] and len(rows) == 2
+    assert rows[0]["why"] == "heartbeat 5 h 12 min old, quarantine 4 h"  # the configured quarantine (defaults)
     assert len(built) == 1
+
+
+def test_the_overview_window_leaves_older_sweeps_out(http, led) -> None:
+    old = datetime.now(UTC) - timedelta(days=20)
+    led.sweeps.insert_one({**GCE, "run_id": "old", "at": old, "why": "old sweep"})
+    assert [s["why"] for s in http.get("/api/sweeps").json()] == ["1 deletes within the cap"]
+    assert len(http.get("/api/sweeps", params={"days": 30}).json()) == 2

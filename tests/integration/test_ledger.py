@@ -14,7 +14,7 @@ from pymongo.monitoring import CommandFailedEvent, CommandListener, CommandStart
 
 from include.emulators.http import start_secantusdb
 from reaper.config import LedgerConfig
-from reaper.ledger import FENCE, Ledger
+from reaper.ledger import FENCE, Ledger, RowFilter
 from reaper.model import Outcome
 from reaper.sweep.deletes import Fence, SweepHalted, delete_batch
 from tests.builders import inst
@@ -175,10 +175,17 @@ def test_sweep_lease_is_fenced_by_a_token(ledger) -> None:
 
 DAY = 86400
 WANTED = {
-    "ledger": {"fence": (list(FENCE), True, None), "retention": (["at"], False, 400 * DAY)},
+    "ledger": {
+        "fence": (list(FENCE), True, None),
+        "retention": (["at"], False, 400 * DAY),
+        "sweep_rows": (["dag_id", "run_id", "kind", "scope", "name"], False, None),
+        "by_name": (["name", "dag_id"], False, None),
+        "by_uid": (["uid", "dag_id"], False, None),
+    },
     "sweeps": {
         "sweep": (["dag_id", "run_id", "execution", "lease"], True, None),
         "retention": (["at"], False, 400 * DAY),
+        "timeline": (["dag_id", "at"], False, None),
     },
 }
 
@@ -306,30 +313,34 @@ def test_summaries_newest_first_by_dag_and_run_without_the_census(ledger) -> Non
     assert all("census" not in s and "_id" not in s for s in ledger.summaries())
 
 
-def test_run_records_of_one_run_ordered_and_filtered(ledger) -> None:
+def test_decision_page_of_one_run_ordered_filtered_and_counted(ledger) -> None:
+    decision = {"kind": "decision", "rule": "heartbeat_stale"}
     ledger.write(
         [
-            _record("manual__1", "p2", "3", "delete", rule="heartbeat_stale", name="runner-b"),
-            _record("manual__1", "p1", "2", "outcome", result="deleted", name="runner-a"),
-            _record("manual__1", "p1", "2", "delete", rule="heartbeat_stale", name="runner-a"),
-            _record("manual__1", "p1", "1", "report", rule="budget", name="run.ner"),
-            _record("manual__2", "p1", "9", "delete", rule="heartbeat_stale", name="runner-z"),
+            _record("manual__1", "p2", "3", "delete", name="runner-b", **decision),
+            _record("manual__1", "p1", "2", "outcome", kind="outcome", result="deleted", name="runner-a"),
+            _record("manual__1", "p1", "2", "delete", name="runner-a", **decision),
+            _record("manual__1", "p1", "1", "report", name="run.ner", **{**decision, "rule": "budget"}),
+            _record("manual__2", "p1", "9", "delete", name="runner-z", **decision),
         ]
     )
-    every = ledger.run_records(IDS["dag_id"], "manual__1")
-    assert [(r["scope"], r["name"], r["action"]) for r in every] == [
-        ("p1", "run.ner", "report"),
-        ("p1", "runner-a", "delete"),
-        ("p1", "runner-a", "outcome"),
-        ("p2", "runner-b", "delete"),
+    dag, every = IDS["dag_id"], RowFilter()
+    page, total = ledger.decision_page(dag, "manual__1", every)
+    assert [(r["scope"], r["name"]) for r in page] == [("p1", "run.ner"), ("p1", "runner-a"), ("p2", "runner-b")]
+    assert total == 3 and all("_id" not in r for r in page)
+    assert [r["uid"] for r in ledger.decision_page(dag, "manual__1", every, "-name", skip=1, limit=1)[0]] == ["2"]
+    assert ledger.decision_page(dag, "manual__1", every, limit=1)[1] == 3  # the count is of all matches
+    assert [r["uid"] for r in ledger.decision_page(dag, "manual__1", RowFilter(scope="p1", action="delete"))[0]] == [
+        "2"
     ]
-    assert all("_id" not in r for r in every)
-    assert [r["uid"] for r in ledger.run_records(IDS["dag_id"], "manual__1", scope="p1", action="delete")] == ["2"]
-    assert [r["uid"] for r in ledger.run_records(IDS["dag_id"], "manual__1", rule="budget")] == ["1"]
-    assert [r["uid"] for r in ledger.run_records(IDS["dag_id"], "manual__1", name="n.n")] == ["1"]  # literally
-    assert ledger.run_records(IDS["dag_id"], "manual__1", name=".*") == []
-    assert len(ledger.run_records(IDS["dag_id"], "manual__1", limit=2)) == 2
-    assert ledger.run_records("reaper_k8s_enforcement", "manual__1") == []
+    assert [r["uid"] for r in ledger.decision_page(dag, "manual__1", RowFilter(rule="budget"))[0]] == ["1"]
+    assert [r["uid"] for r in ledger.decision_page(dag, "manual__1", RowFilter(outcome="deleted"))[0]] == ["2"]
+    assert [r["uid"] for r in ledger.decision_page(dag, "manual__1", RowFilter(name="n.n"))[0]] == ["1"]  # literally
+    assert ledger.decision_page(dag, "manual__1", RowFilter(name=".*")) == ([], 0)
+    assert ledger.decision_page("reaper_k8s_enforcement", "manual__1", every) == ([], 0)
+    assert [r["uid"] for r in ledger.companions(dag, "manual__1")] == ["2"]
+    assert {r["run_id"] for r in ledger.history("runner-a", {dag})} == {"manual__1"}
+    assert ledger.history("runner-a", {"reaper_k8s_enforcement"}) == []
 
 
 def test_tally_counts_records_by_target_action_and_why(ledger) -> None:

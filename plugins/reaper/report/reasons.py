@@ -1,0 +1,167 @@
+"""Every reason code the policy can give, as a sentence filled from the decision's evidence.
+
+The policy's decisions carry a code (``lease_absent_run_active``) and the facts it decided on
+(``{"lease": "absent", "store": "active", "status": "running"}``); people read a sentence. The
+thresholds (quarantine, grace, minimum age) are not in the evidence: they come from a config, and
+without one the sentence leaves them out rather than guess. A code without a sentence here (a
+new one) is shown as the code itself with its raw evidence: never hidden.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from reaper.config import Settings
+
+
+class Limits(NamedTuple):
+    """The thresholds a sentence quotes, in seconds (from the config the decision was judged under)."""
+
+    quarantine: float
+    terminated_grace: float
+    unlabeled_max_age: float
+    min_age: float
+    writer_stale_after: float
+    min_stale: int
+    max_stale_fraction: float
+
+    @classmethod
+    def of(cls, config: Settings) -> Limits:
+        gce, k8s = config.gce, config.k8s
+        return cls(
+            gce.quarantine.total_seconds(),
+            gce.terminated_grace.total_seconds(),
+            gce.unlabeled_max_age.total_seconds(),
+            k8s.min_age.total_seconds(),
+            gce.writer_stale_after.total_seconds(),
+            config.budget.min_stale,
+            config.budget.max_stale_fraction,
+        )
+
+
+def duration(seconds: object) -> str:
+    """``5 h 12 min``, ``3 d 4 h``, ``45 s``: the two largest units, for people."""
+    if not isinstance(seconds, int | float) or not math.isfinite(seconds):
+        return "unknown"
+    left = int(abs(seconds))
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):
+        if left >= size or (unit == "s" and not parts):
+            parts.append(f"{left // size} {unit}")
+            left %= size
+        if len(parts) == 2:
+            break
+    return ("-" if seconds < 0 else "") + " ".join(parts)
+
+
+Evidence = dict[str, object]
+Sentence = Callable[[Evidence, Limits | None], str]
+
+
+def _limit(limits: Limits | None, field: str, text: str) -> str:
+    """``, quarantine 4 h`` when the limit is known, else nothing."""
+    return f", {text} {duration(getattr(limits, field))}" if limits else ""
+
+
+def _heartbeat(ev: Evidence) -> str:
+    age = ev.get("heartbeat_age_s")
+    return f"heartbeat {duration(age)} old" if age is not None else f"heartbeat label {ev.get('heartbeat')!r}"
+
+
+def _holds(ev: Evidence) -> str:
+    holds = ev.get("holds")
+    return f" (holds in force: {', '.join(map(str, holds))})" if isinstance(holds, list) and holds else ""
+
+
+def _run(ev: Evidence) -> str:
+    return f"run {ev['run']}: " if ev.get("run") else ""
+
+
+def _kept_by(ev: Evidence) -> str:
+    """Which objects carry a run-wide guard (Kubernetes), or the label value found (GCE)."""
+    if isinstance(ev.get("kept_by"), list):
+        return f" ({', '.join(map(str, ev['kept_by']))})"
+    return f" ({ev['opt_out_label']!r})" if "opt_out_label" in ev else ""
+
+
+def _store(ev: Evidence) -> str:
+    status = f" ({ev['status']})" if ev.get("status") else ""
+    return f"run store says {ev.get('store', 'unknown')}{status}"
+
+
+SENTENCES: dict[str, Sentence] = {
+    # GCE findings (DESIGN.md section 4)
+    "terminated": lambda ev, lim: f"TERMINATED longer than the grace{_limit(lim, 'terminated_grace', 'of')}",
+    "heartbeat_stale": lambda ev, lim: f"{_heartbeat(ev)}{_limit(lim, 'quarantine', 'quarantine')}",
+    "unlabeled_age": lambda ev, lim: (
+        f"no valid heartbeat label and older than the maximum age{_limit(lim, 'unlabeled_max_age', 'of')}"
+    ),
+    # GCE anomalies: reported, never deleted by the heartbeat or age rules
+    "heartbeat_in_future": lambda ev, lim: f"heartbeat label {ev.get('heartbeat')!r} is in the future: clock skew?",
+    "heartbeat_malformed": lambda ev, lim: f"heartbeat label {ev.get('heartbeat')!r} is not a unix time",
+    "heartbeat_before_creation": lambda ev, lim: (
+        f"heartbeat label {ev.get('heartbeat')!r} is older than the instance: copied or a wrong clock"
+    ),
+    "created_in_future": lambda ev, lim: "created in the future: clock skew, every age is meaningless",
+    "deletion_protected": lambda ev, lim: (
+        f"would be deleted ({', '.join(map(str, ev.get('findings') or []))}) but has deletion protection"
+    ),
+    "rule_off": lambda ev, lim: f"found {', '.join(map(str, ev.get('findings') or []))} but the rule is off",
+    # holds of a scope (GCE project, Kubernetes cluster)
+    "writer_unhealthy": lambda ev, lim: f"{_heartbeat(ev)}, but a heartbeat writer of the project is failing or stale",
+    "writer_health_unknown": lambda ev, lim: f"{_heartbeat(ev)}, but the writers' health could not be read",
+    "budget_exceeded": lambda ev, lim: (
+        f"{_run(ev) or _heartbeat(ev) + ', '}held: too many orphans in the scope at once"
+        + (f" (over {lim.max_stale_fraction:.0%}, at least {lim.min_stale})" if lim else "")
+        + ": more likely a broken writer than a broken fleet"
+    ),
+    "inventory_incomplete": lambda ev, lim: "the scope's listing was incomplete this sweep: nothing there is deleted",
+    "max_deletions_exceeded": lambda ev, lim: (
+        f"{ev.get('finding')}, but the sweep planned more than max_deletions_per_sweep "
+        f"({ev.get('max_deletions_per_sweep')}): nothing deleted"
+    ),
+    # guards and plain keeps
+    "opt_out": lambda ev, lim: f"opted out by its label{_kept_by(ev)}",
+    "opt_out_malformed": lambda ev, lim: f"the opt-out label has an unexpected value, so it is kept{_kept_by(ev)}",
+    "protected_scope": lambda ev, lim: "in a protected project or namespace",
+    "fresh": lambda ev, lim: "heartbeat is fresh",
+    "no_finding": lambda ev, lim: "no heartbeat label, younger than the maximum age",
+    # Kubernetes rows (DESIGN.md section 5), decided per run
+    "min_age": lambda ev, lim: (
+        f"{_run(ev)}youngest object {duration(ev.get('youngest_age_s'))} old{_limit(lim, 'min_age', 'minimum age')}"
+    ),
+    "lease_held": lambda ev, lim: f"{_run(ev)}lease held",
+    "lease_unknown": lambda ev, lim: f"{_run(ev)}lease could not be read",
+    "lease_absent_run_active": lambda ev, lim: f"{_run(ev)}lease absent, but {_store(ev)}: the runner may be alive",
+    "store_unknown": lambda ev, lim: f"{_run(ev)}lease absent, run store could not be read",
+    "results_egress_in_progress": lambda ev, lim: (
+        f"{_run(ev)}lease absent, {_store(ev)}, results-egress sidecar still running"
+    ),
+    "results_not_durable": lambda ev, lim: (
+        f"{_run(ev)}lease absent, {_store(ev)}, step results not durable yet"
+        + (f" ({', '.join(f'{k}: {v}' for k, v in ev['steps'].items())})" if isinstance(ev.get("steps"), dict) else "")
+    ),
+    "sandbox_orphan": lambda ev, lim: f"{_run(ev)}lease absent, {_store(ev)}: an orphan{_holds(ev)}",
+    "in_use_outside_run": lambda ev, lim: f"{_run(ev)}{ev.get('used_by')}: in use outside its run",
+    "pod_terminating": lambda ev, lim: f"{_run(ev)}its Pod is still terminating; the rest waits",
+    "terminating": lambda ev, lim: "already being deleted (deletionTimestamp set)",
+    "run_label_missing": lambda ev, lim: f"no {ev.get('run_label', 'run')} label: its run cannot be known",
+    # residual instance groups (DESIGN.md section 10): reported, never deleted
+    "residual_group": lambda ev, lim: "its manager stopped reporting writer health; the group still holds instances",
+}
+
+
+def explain(reason: str | None, evidence: Evidence | None, limits: Limits | None = None) -> str:
+    """The reason in words; an unknown code, or evidence a sentence cannot read, as the code and its facts."""
+    ev = evidence or {}
+    sentence = SENTENCES.get(reason or "")
+    if sentence is not None:
+        try:
+            return sentence(ev, limits)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            pass  # evidence of an older or newer shape: the raw facts below say it all
+    facts = ", ".join(f"{k}={v}" for k, v in ev.items() if v not in (None, [], {}))
+    return f"{reason or 'no reason'}" + (f" ({facts})" if facts else "")

@@ -1,0 +1,135 @@
+"""Sweep summaries over time as chart columns: per DAG and scope, what each sweep counted and held.
+
+A summary (the ledger's, one per execution) already holds everything the overview charts: the census
+per scope, the decisions counted by (scope, rule, reason, action), the outcomes, each scope's verdict,
+the override and the cap. So the overview reads summaries only, never a decision record.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import NamedTuple
+
+from reaper.report.charts import Column
+from reaper.report.rows import when
+
+MAX_COLUMNS = 120  # more sweeps than this (14 days every 10 min: 2016) share columns
+
+
+class Panel(NamedTuple):
+    """One scope's charts of one DAG (``scope`` empty: the DAG's own, e.g. deletions by outcome)."""
+
+    dag_id: str
+    scope: str
+    charts: list[tuple[str, list[Column]]]
+
+
+def census_counts(census: dict[str, object]) -> dict[str, int]:
+    """A scope's census by status (GCE) or kind (Kubernetes), or whatever ``by_*`` count a target has."""
+    for key in ("by_status", "by_kind"):
+        if isinstance(census.get(key), dict):
+            return {str(k): int(v) for k, v in census[key].items()}  # type: ignore[union-attr]
+    by = next((v for k, v in census.items() if k.startswith("by_") and isinstance(v, dict)), None)
+    return {str(k): int(v) for k, v in by.items()} if by else {}
+
+
+def scope_counts(summary: dict[str, object], scope: str) -> dict[str, dict[str, int]]:
+    """One sweep's counts for one scope: census, findings by rule, reports by reason."""
+    target = str(summary.get("target", ""))
+    census = ((summary.get("census") or {}).get(target) or {}).get(scope) or {}  # type: ignore[union-attr]
+    findings: Counter[str] = Counter()
+    reports: Counter[str] = Counter()
+    for d in summary.get("decisions") or []:  # type: ignore[union-attr]
+        if d.get("scope") != scope:
+            continue
+        if d.get("action") in ("report", "delete"):
+            findings[str(d.get("rule") or "none")] += int(d.get("count", 0))
+        if d.get("action") == "report":
+            reports[str(d.get("reason"))] += int(d.get("count", 0))
+    return {"census": census_counts(census), "findings": dict(findings), "reports": dict(reports)}
+
+
+def marks(summary: dict[str, object], scope: str | None) -> tuple[str, ...]:
+    """What to flag on the time axis: holds of ``scope`` (every scope's when None), overrides, the cap."""
+    found = []
+    for verdict in summary.get("scopes") or []:  # type: ignore[union-attr]
+        if scope is not None and verdict.get("scope") != scope:
+            continue
+        for hold in verdict.get("holds") or []:
+            blocks = " (blocks deletes)" if hold in (verdict.get("blocking") or []) else ""
+            found.append(f"hold {hold} on {verdict.get('scope')}{blocks}{_sl(verdict)}")
+    for key, value in summary.items():
+        if key.startswith("override") and isinstance(value, dict):
+            applied = "" if value.get("applied", True) else " (not applied)"
+            found.append(f"{key} by {value.get('user', '?')}: {value.get('reason', '')}{applied}")
+    for target, planned in (summary.get("capped") or {}).items():  # type: ignore[union-attr]
+        found.append(f"cap: {target} planned {planned} deletes, over max_deletions_per_sweep")
+    return tuple(found)
+
+
+def _sl(verdict: dict[str, object]) -> str:
+    """The budget's two sides where the verdict has them: S stale of L labeled (GCE), orphaned of managed runs."""
+    if "stale" in verdict and "labeled" in verdict:
+        return f", S {verdict['stale']} / L {verdict['labeled']}"
+    if "orphaned_runs" in verdict and "managed_runs" in verdict:
+        return f", S {verdict['orphaned_runs']} / L {verdict['managed_runs']} runs"
+    return ""
+
+
+def _buckets(summaries: list[dict[str, object]]) -> list[list[dict[str, object]]]:
+    """Consecutive sweeps in groups, so at most MAX_COLUMNS columns; oldest first."""
+    size = max(1, math.ceil(len(summaries) / MAX_COLUMNS))
+    return [summaries[i : i + size] for i in range(0, len(summaries), size)]
+
+
+def panels(summaries: list[dict[str, object]], href: dict[tuple[str, str, int], str]) -> list[Panel]:
+    """Every DAG's panels from its summaries (any order): a DAG panel, then one per scope.
+
+    A column shared by several sweeps shows the latest one's levels (census, findings, reports),
+    the sum of their deletions, and all their marks; it links to the latest. ``href`` maps
+    (dag_id, run_id, execution) to the sweep's page.
+    """
+    by_dag: dict[str, list[dict[str, object]]] = {}
+    for s in sorted(summaries, key=lambda s: (str(s.get("dag_id")), when(s.get("at")))):
+        by_dag.setdefault(str(s["dag_id"]), []).append(s)
+    out = []
+    for dag_id, sweeps in by_dag.items():
+        groups = _buckets(sweeps)
+
+        def link(group: list[dict[str, object]]) -> str:
+            last = group[-1]
+            return href.get((dag_id, str(last["run_id"]), int(last.get("execution") or 0)), "")  # noqa: B023
+
+        def label(group: list[dict[str, object]]) -> str:
+            return when(group[-1].get("at"))[5:16] + (f" ({len(group)} sweeps)" if len(group) > 1 else "")
+
+        deletions = [
+            Column(
+                label(g), dict(sum((Counter(s.get("outcomes") or {}) for s in g), Counter())), link(g), _marks(g, None)
+            )
+            for g in groups
+        ]
+        out.append(Panel(dag_id, "", [("deletions by outcome", deletions)]))
+        scopes = sorted({str(v.get("scope")) for s in sweeps for v in s.get("scopes") or []})  # type: ignore[union-attr]
+        for scope in scopes:
+            counts = [(g, scope_counts(g[-1], scope)) for g in groups]
+            charts = [
+                (title, [Column(label(g), c[key], link(g), _marks(g, scope)) for g, c in counts])
+                for title, key in (
+                    ("census by status or kind", "census"),
+                    ("findings by rule", "findings"),
+                    ("reports by reason", "reports"),
+                )
+            ]
+            out.append(Panel(dag_id, scope, charts))
+    return out
+
+
+def _marks(group: list[dict[str, object]], scope: str | None) -> tuple[str, ...]:
+    """The marks of every sweep of a column, each once, with when it was."""
+    seen: dict[str, None] = {}
+    for s in group:
+        for mark in marks(s, scope):
+            seen.setdefault(f"{when(s.get('at'))[5:16]} {mark}", None)
+    return tuple(seen)

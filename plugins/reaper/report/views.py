@@ -1,0 +1,394 @@
+"""The audit view's pages and the what-if report, from plain data (the routes in :mod:`reaper.audit` read it).
+
+Every page shares :mod:`reaper.report.html`'s shell, the charts of :mod:`reaper.report.charts` and the
+row of :mod:`reaper.report.rows`, so the plugin and ``reaper evaluate --format html`` look the same.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, NamedTuple
+from urllib.parse import quote
+
+from reaper.model import Action
+from reaper.report.charts import Column, stacked_bars
+from reaper.report.html import action, document, facts, link, query, table, text
+from reaper.report.rows import Row, plan_row, when
+from reaper.report.timeline import Panel, census_counts, marks
+
+if TYPE_CHECKING:
+    from reaper.model import Decision, Plan
+    from reaper.report.reasons import Limits
+
+FILTERS = ("scope", "kind", "rule", "reason", "action", "outcome", "name")
+SORTABLE = ("scope", "kind", "location", "name", "uid", "action", "rule", "reason", "execution")
+# The row table's columns: (header, row field it sorts by or "", cell).
+ROW_HEADERS = ("scope", "kind", "location", "name", "uid", "action", "rule", "reason", "intent", "outcome", "detail")
+
+
+class Urls(NamedTuple):
+    """Where the audit view and Airflow's UI live, seen from the browser (the app's mount point)."""
+
+    root: str  # the plugin's prefix, e.g. /reaper
+
+    def overview(self, **params: object) -> str:
+        return query(f"{self.root}/", params)
+
+    def sweep(self, dag_id: str, run_id: str, **params: object) -> str:
+        return query(f"{self.root}/sweeps/{quote(dag_id, safe='')}/{quote(run_id, safe='')}", params)
+
+    def export(self, dag_id: str, run_id: str, fmt: str, params: Mapping[str, object]) -> str:
+        return query(f"{self.root}/sweeps/{quote(dag_id, safe='')}/{quote(run_id, safe='')}/rows.{fmt}", params)
+
+    def history(self, term: str = "") -> str:
+        return query(f"{self.root}/history", {"q": term})
+
+    @staticmethod
+    def dag_run(dag_id: str, run_id: str, task_id: str = "") -> str:
+        """The DAG run (or one of its tasks: the mapped ``delete`` lists its batches and their logs) in Airflow's UI."""
+        run = f"/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
+        return f"{run}/tasks/{quote(task_id, safe='')}/mapped" if task_id else run
+
+    def nav(self) -> list[tuple[str, str]]:
+        return [(self.overview(), "Overview"), (self.history(), "Resource history"), ("/", "Airflow")]
+
+
+# --- rows ---------------------------------------------------------------------------------------
+
+
+def row_cells(row: Row, urls: Urls | None) -> list[str]:
+    """One resource's cells: its name links to its history; the reason's words carry the raw evidence."""
+    name = link(urls.history(row.name), row.name) if urls else text(row.name)
+    evidence = text(json.dumps(row.evidence, sort_keys=True, default=str))
+    why = f'<span title="{evidence}">{text(row.why)}</span><br><code class="muted">{text(row.reason)}</code>'
+    outcome = text(row.outcome) + (f'<br><span class="muted">{text(row.outcome_at)}</span>' if row.outcome_at else "")
+    return [
+        text(row.scope),
+        f'<span class="chip">{text(row.kind)}</span>',
+        text(row.location),
+        name,
+        f"<code>{text(row.uid)}</code>",
+        action(row.action),
+        text(row.rule),
+        why,
+        text(row.intent_at),
+        outcome,
+        text(row.detail),
+    ]
+
+
+def rows_table(rows: list[Row], urls: Urls | None, sort_link: Mapping[str, str] | None = None) -> str:
+    """The per-resource table; ``sort_link`` maps sortable headers to the URL that sorts by them."""
+    headers = [link(sort_link[h], h) if sort_link and h in sort_link else text(h) for h in ROW_HEADERS]
+    return table(headers, (row_cells(r, urls) for r in rows), css="rows")
+
+
+# --- the overview ---------------------------------------------------------------------------------
+
+
+def overview_page(
+    panels: list[Panel], latest: list[dict[str, object]], urls: Urls, days: int, dag_ids: Iterable[str]
+) -> str:
+    """Charts per DAG and scope over ``days``, then the latest sweeps."""
+    dag_links = " ".join(link(urls.overview(days=days, dag_id=d), d) for d in sorted(dag_ids))
+    parts = [
+        f"<h1>Reaper sweeps, last {days} days</h1>",
+        f'<p class="muted">DAGs: {dag_links or "none you may read"} · {link(urls.overview(days=days), "all")} · '
+        f"days: {' '.join(link(urls.overview(days=n), n) for n in (1, 7, 14, 30))}. Hover a bar for its counts, "
+        "click it for its sweep; ▼ marks a hold, an override or the cap.</p>",
+    ]
+    for dag_id in dict.fromkeys(p.dag_id for p in panels):
+        parts.append(f"<h2>{text(dag_id)}</h2>")
+        for panel in (p for p in panels if p.dag_id == dag_id):
+            if panel.scope:
+                parts.append(f"<h3>scope {text(panel.scope)}</h3>")
+            parts.append('<div class="charts">' + "".join(stacked_bars(t, c) for t, c in panel.charts) + "</div>")
+    if not panels:
+        parts.append('<p class="muted">No sweep recorded in this window.</p>')
+    parts.append("<h2>Latest sweeps</h2>")
+    parts.append(sweeps_table(latest, urls))
+    return document("Reaper sweeps", "".join(parts), urls.nav())
+
+
+def sweeps_table(summaries: list[dict[str, object]], urls: Urls) -> str:
+    headers = ["at", "DAG", "run", "exec", "phase", "branch and why", "deleted", "reported", "holds, overrides, cap"]
+    rows = []
+    for s in summaries:
+        dag_id, run_id = str(s["dag_id"]), str(s["run_id"])
+        reported = sum(int(d.get("count", 0)) for d in s.get("decisions") or [] if d.get("action") == "report")  # type: ignore[union-attr]
+        rows.append(
+            [
+                text(when(s.get("at"))),
+                text(dag_id),
+                link(urls.sweep(dag_id, run_id), run_id),
+                text(s.get("execution", 0)),
+                text(s.get("phase")),
+                f"<b>{text(s.get('branch'))}</b> {text(s.get('why'))}",
+                text((s.get("outcomes") or {}).get("deleted", 0)),  # type: ignore[union-attr]
+                text(reported),
+                "<br>".join(text(m) for m in marks(s, None)),
+            ]
+        )
+    return table(headers, rows)
+
+
+# --- one sweep ------------------------------------------------------------------------------------
+
+
+def summary_facts(s: dict[str, object], urls: Urls | None) -> str:
+    """A summary's facts at the top of its page: the branch and why, the state, the phase, the cap, the override.
+
+    Any other plain value the summary carries (a worker's hostname, a new field) is listed too.
+    """
+    shown = {
+        "at",
+        "dag_id",
+        "run_id",
+        "execution",
+        "lease",
+        "target",
+        "phase",
+        "active_phase",
+        "branch",
+        "why",
+        "state",
+        "dry_run",
+        "triggered_by",
+        "outcomes",
+        "capped",
+        "deletes",
+        "stale_plan",
+        "stale_inputs",
+    }
+    pairs = [
+        ("execution", f"{text(s.get('execution', 0))} <span class='muted'>lease {text(s.get('lease'))}</span>"),
+        ("at", text(when(s.get("at")))),
+        ("phase", f"{text(s.get('phase'))} (active phase {text(s.get('active_phase'))})"),
+        ("branch", f"<b>{text(s.get('branch'))}</b>: {text(s.get('why'))}"),
+        ("state", text(s.get("state"))),
+        ("dry run", text("yes" if s.get("dry_run") else "no")),
+        ("triggered by", text(s.get("triggered_by"))),
+        ("planned deletes", text(s.get("deletes"))),
+        ("outcomes", text(", ".join(f"{k} {v}" for k, v in (s.get("outcomes") or {}).items()) or "none")),  # type: ignore[union-attr]
+        (
+            "cap",
+            text(
+                ", ".join(f"{k}: {v} planned, over the cap" for k, v in (s.get("capped") or {}).items())
+                or "not reached"
+            ),
+        ),  # type: ignore[union-attr]
+    ]
+    if s.get("stale_plan"):
+        pairs.append(("stale plans refused", text(s["stale_plan"])))
+    for key, value in s.items():
+        if key.startswith("override") and isinstance(value, dict):
+            pairs.append((key, text(", ".join(f"{k}: {v}" for k, v in value.items()))))
+        elif key not in shown and isinstance(value, str | int | float | bool) and not key.startswith("override"):
+            pairs.append((key, text(value)))
+    if urls is not None:
+        dag_id, run_id = str(s.get("dag_id")), str(s.get("run_id"))
+        pairs.append(
+            (
+                "in Airflow",
+                link(urls.dag_run(dag_id, run_id), "DAG run", target="_top")
+                + " · "
+                + link(urls.dag_run(dag_id, run_id, "delete"), "delete task logs", target="_top"),
+            )
+        )
+    return facts(pairs)
+
+
+def scopes_table(verdicts: list[dict[str, object]]) -> str:
+    """Each scope's verdict: its holds, which of them block a delete, the budget's S and L."""
+    rows = []
+    for v in verdicts:
+        budget = ""
+        if "labeled" in v:
+            budget = f"S {v.get('stale')} / L {v.get('labeled')} ({float(v.get('stale_fraction') or 0):.0%})"  # type: ignore[arg-type]
+        elif "managed_runs" in v:
+            budget = f"S {v.get('orphaned_runs')} / L {v.get('managed_runs')} runs"
+        writers = ", ".join(f"{w.get('manager')} {w.get('problem')}" for w in v.get("unhealthy_writers") or [])  # type: ignore[union-attr]
+        rows.append(
+            [
+                text(v.get("target")),
+                text(v.get("scope")),
+                text(", ".join(v.get("holds") or []) or "ok"),  # type: ignore[arg-type]
+                text(", ".join(v.get("blocking") or [])),  # type: ignore[arg-type]
+                text(", ".join(v.get("overridden") or [])),  # type: ignore[arg-type]
+                text(budget),
+                text(writers),
+            ]
+        )
+    return table(
+        ["target", "scope", "holds", "blocking deletes", "overridden", "budget S / L", "unhealthy writers"], rows
+    )
+
+
+class Page(NamedTuple):
+    """Which rows of the filtered set a page shows."""
+
+    number: int
+    size: int
+    total: int
+
+    @property
+    def last(self) -> int:
+        return max(1, -(-self.total // self.size))
+
+
+def sweep_page(
+    executions: list[dict[str, object]],
+    rows: list[Row],
+    page: Page,
+    params: dict[str, str],
+    urls: Urls,
+    dag_id: str,
+    run_id: str,
+) -> str:
+    """A sweep: each execution's summary and scopes, the filter form, one page of rows, the exports."""
+    parts = [f"<h1>{text(dag_id)} / {text(run_id)}</h1>"]
+    for s in executions:
+        parts.append(summary_facts(s, urls))
+        parts.append("<h3>scopes</h3>" + scopes_table(s.get("scopes") or []))  # type: ignore[arg-type]
+    if not executions:
+        parts.append('<p class="muted">No summary recorded (the run failed before its record task).</p>')
+        parts.append(link(urls.dag_run(dag_id, run_id), "DAG run in Airflow", target="_top"))
+    kinds = sorted(
+        {
+            k
+            for s in executions
+            for c in (s.get("census") or {}).values()
+            for sc in c.values()
+            for k in (sc.get("by_kind") or {})
+        }
+    )  # type: ignore[union-attr]
+    if any(s.get("target") == "gce" for s in executions):
+        kinds.append("instance")
+    inputs = "".join(
+        f'<label>{f}<input name="{f}" value="{text(params.get(f, ""))}"'
+        + (' list="kinds"' if f == "kind" else "")
+        + "></label>"
+        for f in FILTERS
+    )
+    options = "".join(f'<option value="{text(k)}">' for k in kinds)
+    hidden = "".join(
+        f'<input type="hidden" name="{k}" value="{text(params[k])}">' for k in ("order", "size") if params.get(k)
+    )
+    parts.append(
+        f'<h2>Resources</h2><form class="filters" method="get">{inputs}{hidden}'
+        f'<datalist id="kinds">{options}</datalist>'
+        f"<button>Filter</button>{link(urls.sweep(dag_id, run_id), 'clear')}</form>"
+    )
+    filtered = {k: v for k, v in params.items() if k in FILTERS and v}
+    order = params.get("order", "scope")
+    sort_link = {
+        h: urls.sweep(dag_id, run_id, **filtered, size=params.get("size", ""), order=("-" + h if order == h else h))
+        for h in SORTABLE
+    }
+
+    def at(n: int) -> str:
+        return urls.sweep(dag_id, run_id, **filtered, order=order, size=params.get("size", ""), page=n)
+
+    first = (page.number - 1) * page.size + 1 if page.total else 0
+    pager = (
+        f'<nav class="pager"><span id="shown">{first}–{min(page.total, page.number * page.size)} of '
+        f'<b id="total">{page.total}</b></span>'
+        + (link(at(page.number - 1), "‹ previous", rel="prev") if page.number > 1 else "")
+        + f"<span>page {page.number} of {page.last}</span>"
+        + (link(at(page.number + 1), "next ›", rel="next") if page.number < page.last else "")
+        + link(urls.export(dag_id, run_id, "csv", filtered), "export CSV")
+        + link(urls.export(dag_id, run_id, "json", filtered), "export JSON")
+        + "</nav>"
+    )
+    parts += [pager, rows_table(rows, urls, sort_link), pager]
+    return document(f"Reaper: {dag_id} {run_id}", "".join(parts), urls.nav())
+
+
+# --- one resource's history -----------------------------------------------------------------------
+
+
+def history_page(term: str, rows: list[Row], urls: Urls) -> str:
+    """Every decision about a resource across sweeps, newest first, with a one-line story."""
+    form = (
+        f'<form class="filters" method="get"><label>name or uid<input name="q" value="{text(term)}" size="40"></label>'
+        "<button>Search</button></form>"
+    )
+    parts = ["<h1>Resource history</h1>", form]
+    if term:
+        parts.append(f"<p id='story'>{text(story(rows)) if rows else 'No decision recorded about ' + text(term)}</p>")
+        headers = ["at", "DAG", "run", *ROW_HEADERS]
+        parts.append(
+            table(
+                headers,
+                (
+                    [text(r.at), text(r.dag_id), link(urls.sweep(r.dag_id, r.run_id), r.run_id), *row_cells(r, None)]
+                    for r in rows
+                ),
+            )
+        )
+    return document("Reaper: resource history", "".join(parts), urls.nav())
+
+
+def story(rows: list[Row]) -> str:
+    """``reported in 6 sweeps, deleted at 2026-11-30 12:04:21 (deleted)``: a resource's rows in one line."""
+    reported = len({(r.dag_id, r.run_id, r.execution) for r in rows if r.action == "report"})
+    parts = [f"reported in {reported} sweep{'s' if reported != 1 else ''}"]
+    for r in sorted((r for r in rows if r.outcome), key=lambda r: r.outcome_at):
+        parts.append(f"delete sent at {r.intent_at or '?'}, outcome {r.outcome} at {r.outcome_at}")
+    return ", ".join(parts)
+
+
+def chart_of(scopes: Mapping[str, Mapping[str, int]], title: str) -> str:
+    """One chart with a column per scope: a single sweep's (or what-if's) counts side by side."""
+    return stacked_bars(title, [Column(scope, dict(values)) for scope, values in scopes.items()], over_time=False)
+
+
+# --- the what-if report ---------------------------------------------------------------------------
+
+
+def whatif_page(plan: Plan, limits: Limits | None) -> str:
+    """``reaper evaluate --format html``: one self-contained page of what a phase would do, for review."""
+    acted = sorted((d for d in plan.decisions if d.action is not Action.KEEP), key=lambda d: _order(d))
+    kept = Counter((d.target, d.scope, d.reason) for d in plan.decisions if d.action is Action.KEEP)
+    findings: dict[str, Counter[str]] = {}
+    reports: dict[str, Counter[str]] = {}
+    for d in acted:
+        findings.setdefault(d.scope, Counter())[d.rule or "none"] += 1
+        if d.action is Action.REPORT:
+            reports.setdefault(d.scope, Counter())[d.reason] += 1
+    census = {scope: census_counts(c) for by_scope in plan.census.values() for scope, c in by_scope.items()}
+    capped = ", ".join(
+        f"{t}: {n} deletes planned, over max_deletions_per_sweep: nothing deleted" for t, n in plan.capped.items()
+    )
+    parts = [
+        f"<h1>What phase {text(plan.phase.value)} would do</h1>",
+        facts(
+            [
+                ("evaluated as of", text(when(plan.now)) + " UTC"),
+                ("would delete", text(sum(1 for d in acted if d.action is Action.DELETE))),
+                ("would report", text(sum(1 for d in acted if d.action is Action.REPORT))),
+                ("cap", text(capped or "not reached")),
+            ]
+        ),
+        '<div class="charts">',
+        chart_of(census, "census by status or kind"),
+        chart_of(findings, "findings by rule"),
+        chart_of(reports, "reports by reason"),
+        "</div><h2>Scopes</h2>",
+        scopes_table([v.as_dict() for v in plan.scopes]),
+        f"<h2>Resources reported or deleted ({len(acted)})</h2>",
+        rows_table([plan_row(d, limits) for d in acted], None),
+        "<h2>Kept without a finding</h2>",
+        table(
+            ["target", "scope", "reason", "resources"],
+            ([text(t), text(s), text(r), text(n)] for (t, s, r), n in sorted(kept.items())),
+        ),
+    ]
+    return document(f"Reaper what-if: {plan.phase.value}", "".join(parts))
+
+
+def _order(d: Decision) -> tuple[str, str, str, str, str]:
+    r = d.resource
+    return (d.target, r.scope, r.location, r.kind, r.name)
