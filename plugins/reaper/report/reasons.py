@@ -150,7 +150,13 @@ SENTENCES: dict[str, Sentence] = {
     "terminating": lambda ev, lim: "already being deleted (deletionTimestamp set)",
     "run_label_missing": lambda ev, lim: f"no {ev.get('run_label', 'run')} label: its run cannot be known",
     # residual instance groups (DESIGN.md section 10): reported, never deleted
-    "residual_group": lambda ev, lim: "its manager stopped reporting writer health; the group still holds instances",
+    "residual_group": lambda ev, lim: (
+        f"manager {ev.get('manager')} has not reported writer health for longer than the quarantine"
+        f" ({duration(ev.get('quarantine_s'))}), yet the group still holds {ev.get('instances')} instances"
+    ),
+    "group_empty": lambda ev, lim: "the group holds no instance",
+    "manager_reporting": lambda ev, lim: "the group's manager reported writer health within the quarantine",
+    "group_member": lambda ev, lim: "a managed instance group's member: its group is decided, not the instance",
 }
 
 
