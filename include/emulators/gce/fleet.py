@@ -27,6 +27,7 @@ class GceFaults(Faults):
     unreachable: set[tuple[str, str]] = field(default_factory=set)  # (project, zone)
     failing_pages: set[tuple[str, int]] = field(default_factory=set)  # (project, page index) -> 503
     deny_set_labels: set[str] = field(default_factory=set)  # projects whose setLabels answer 403
+    instance_quota: dict[str, int] = field(default_factory=dict)  # project -> instances it may hold; then insert: 403
     failing_operations: set[str] = field(default_factory=set)  # instance names whose delete op ends in error
     # (project, zone): the aggregated list leaves the zone's instances out and says so only with a
     # top-level PARTIAL_SUCCESS warning, as the API does when some results may be missing.
@@ -139,6 +140,27 @@ class Fleet(State):
             instance["labelFingerprint"] = fingerprint(labels)
             self.mutations.append((time.monotonic(), project, "setLabels"))
             return self._operation(project, zone, name, "setLabels", done=True)
+
+    def insert(self, project: str, zone: str, body: dict[str, object]) -> dict[str, object]:
+        """Create a RUNNING instance from the request's ``name`` and ``labels``, refused as the API refuses it
+        when the name is taken (409) or the project's instance quota is used up (403 quotaExceeded)."""
+        name = str(body.get("name") or "")
+        with self.lock:
+            held = sum(len(zone_instances) for zone_instances in self.projects.get(project, {}).values())
+            limit = self.faults.instance_quota.get(project)
+            if limit is not None and held >= limit:
+                region = zone.rsplit("-", 1)[0]
+                raise ApiError(
+                    403, "quotaExceeded", f"Quota 'INSTANCES' exceeded. Limit: {limit}.0 in region {region}."
+                )
+            if name in self.projects[project].get(zone, {}):
+                where = f"projects/{project}/zones/{zone}/instances/{name}"
+                raise ApiError(409, "alreadyExists", f"The resource '{where}' already exists")
+            instance_id = int(hashlib.sha1(f"{project}/{zone}/{name}/{time.time()}".encode()).hexdigest()[:15], 16)
+            labels = {str(k): str(v) for k, v in dict(body.get("labels") or {}).items()}  # type: ignore[call-overload]
+            self.add(gcloud_instance(project, zone, name, instance_id + 1, "RUNNING", labels, time.time()))
+            self.mutations.append((time.monotonic(), project, "insert"))
+            return self._operation(project, zone, name, "insert", done=True)
 
     def delete(self, project: str, zone: str, name: str) -> dict[str, object]:
         with self.lock:

@@ -1,4 +1,4 @@
-"""A runner manager that only does what the reaper depends on: stamp a heartbeat on the instances it tracks.
+"""A runner manager reduced to what the reaper and its alerts read: heartbeats, machine creation, crash loops.
 
 Each pass refreshes ``runner_manager_heartbeat`` on every tracked instance
 through ``setLabels`` (read the instance, write with its ``labelFingerprint``),
@@ -6,9 +6,15 @@ spread over the interval with bounded concurrency; the label only advances on a
 successful write. It exports, per (manager, project), the end of its last fully
 successful pass, and counters of passes and of failed passes, as Prometheus metrics.
 
-Two failure modes of the seed design: ``kill()`` (the manager dies: no more
-writes and no more metrics), and writes that fail while the manager keeps
-reporting (the emulator's ``deny_set_labels`` answers 403, like lost IAM).
+It also creates machines as docker-machine's google driver does (``instances.insert``),
+counted under gitlab-runner's own name, and it crash-loops: the series the cause alerts
+read (DESIGN.md section 10) come out of it as they come out of the real fleet.
+
+The seed design's failure modes: ``kill()`` (the manager dies: no more writes and no
+more metrics), writes that fail while the manager keeps reporting (the emulator's
+``deny_set_labels`` answers 403, like lost IAM), and ``crash()``/``crash_loop()`` (OOM
+restarts of its container: each one loses the machine store, so the machines it
+tracked are abandoned; the emulator's ``instance_quota`` makes creations fail).
 
 Run: ``python -m include.emulators.gce.manager --endpoint http://127.0.0.1:8085
 --name mgr-a --project p --instance us-east1-b/runner-1 --metrics-port 9101``.
@@ -17,6 +23,7 @@ Run: ``python -m include.emulators.gce.manager --endpoint http://127.0.0.1:8085
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 import threading
 import time
@@ -31,6 +38,13 @@ log = logging.getLogger(__name__)
 LAST_PASS = "runner_manager_heartbeat_last_pass_timestamp_seconds"
 FAILED_PASSES = "runner_manager_heartbeat_failed_passes"  # prometheus_client adds _total
 PASSES = "runner_manager_heartbeat_passes"  # every pass, failed or not: the alerts' denominator
+# What kube-state-metrics reports of the manager's container (internal/store/pod.go), served here with the
+# manager's own metrics so that one scrape sees both; its labels are the pod's.
+RESTARTS = "kube_pod_container_status_restarts"  # prometheus_client adds _total
+# gitlab-runner's docker+machine provider (executors/docker/machine/provider.go): one counter per action,
+# "created" or "creation-failed" for each docker-machine create, the executor as a constant label.
+ACTIONS = "gitlab_runner_autoscaling_actions"  # prometheus_client adds _total
+EXECUTOR = "docker+machine"
 
 
 class ManagerSimulator:
@@ -44,6 +58,8 @@ class ManagerSimulator:
         concurrency: int = 4,
         heartbeat_label: str = "runner_manager_heartbeat",
         clock=time.time,  # type: ignore[no-untyped-def]
+        namespace: str = "runner-managers",
+        machine_labels: dict[str, str] | None = None,
     ) -> None:
         self.name, self.project, self.clients = name, project, clients
         self.instances = list(instances)  # (zone, instance name)
@@ -65,8 +81,28 @@ class ManagerSimulator:
         self.passes = Counter(PASSES, "Heartbeat passes, failed or not", labels, registry=self.registry).labels(
             name, project
         )
+        pod = ("namespace", "pod", "container")
+        self.restarts = Counter(
+            RESTARTS, "The number of container restarts per container.", pod, registry=self.registry
+        ).labels(namespace, name, "runner")
+        self.restarts.inc(0)
+        actions = Counter(
+            ACTIONS,
+            "The total number of actions executed by the provider.",
+            ("executor", "action"),
+            registry=self.registry,
+        )
+        self.created, self.creation_failed = (
+            actions.labels(EXECUTOR, "created"),
+            actions.labels(EXECUTOR, "creation-failed"),
+        )
+        self.created.inc(0)
+        self.creation_failed.inc(0)
+        self.machine_labels = machine_labels if machine_labels is not None else {"ci_ephemeral": "true"}
+        self._machines = itertools.count(1)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._crash_loop: threading.Thread | None = None
         self._metrics_server = None
 
     def write(self, zone: str, instance: str) -> bool:
@@ -104,6 +140,43 @@ class ManagerSimulator:
             self.failed_passes.inc()
         return ok
 
+    def create_machine(self, zone: str) -> bool:
+        """Create one machine and track it, as docker-machine's google driver does: ``instances.insert`` with
+        the fleet's labels and a first heartbeat. Counted as gitlab-runner counts it: created or creation-failed."""
+        name = f"{self.name}-machine-{next(self._machines)}"
+        labels = {**self.machine_labels, self.heartbeat_label: str(int(self.clock()))}
+        instance = compute_v1.Instance(name=name, labels=labels)
+        try:
+            self.clients.instances.insert_unary(
+                project=self.project, zone=zone, instance_resource=instance, retry=None, timeout=10
+            )
+        except Exception as exc:
+            log.info("manager %s: creating %s failed: %s", self.name, name, exc)
+            self.creation_failed.inc()
+            return False
+        self.created.inc()
+        self.instances = [*self.instances, (zone, name)]
+        return True
+
+    def crash(self) -> None:
+        """The container dies (an OOM kill) and the kubelet restarts it: one more restart, and the new process,
+        its machine store lost, tracks none of the machines the old one did. (The process here stays up: its
+        counters go on where a real one's would start again, which Prometheus reads the same.)"""
+        self.restarts.inc()
+        self.instances = []
+
+    def crash_loop(self, every: float, zone: str) -> ManagerSimulator:
+        """Crash every ``every`` seconds until killed; each restart re-creates one idle machine in ``zone``."""
+
+        def loop() -> None:
+            while not self._stop.wait(every):
+                self.crash()
+                self.create_machine(zone)
+
+        self._crash_loop = threading.Thread(target=loop, name=f"crash-loop-{self.name}", daemon=True)
+        self._crash_loop.start()
+        return self
+
     def serve_metrics(self, port: int, addr: str = "127.0.0.1") -> int:
         server, _ = start_http_server(port, addr=addr, registry=self.registry)
         self._metrics_server = server
@@ -123,8 +196,9 @@ class ManagerSimulator:
     def kill(self) -> None:
         """The manager dies: its writes stop and its metrics endpoint disappears."""
         self._stop.set()
-        if self._thread:
-            self._thread.join(timeout=30)
+        for thread in (self._thread, self._crash_loop):
+            if thread:
+                thread.join(timeout=30)
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()
@@ -139,6 +213,8 @@ def main() -> None:
     parser.add_argument("--instance", action="append", default=[], metavar="ZONE/NAME")
     parser.add_argument("--interval", type=float, default=60.0)
     parser.add_argument("--metrics-port", type=int, default=9101)
+    parser.add_argument("--crash-every", type=float, default=0.0, help="crash-loop: restart this often (0: never)")
+    parser.add_argument("--zone", default="us-east1-b", help="where a restart re-creates its idle machine")
     args = parser.parse_args()
     instances = [tuple(spec.split("/", 1)) for spec in args.instance]
     manager = ManagerSimulator(
@@ -147,6 +223,8 @@ def main() -> None:
     port = manager.serve_metrics(args.metrics_port)
     print(f"manager {args.name} tracking {len(instances)} instances, metrics on :{port}", flush=True)
     manager.start()
+    if args.crash_every:
+        manager.crash_loop(args.crash_every, args.zone)
     try:
         while True:
             time.sleep(3600)

@@ -2,7 +2,7 @@
 
 Paths (under ``/compute/v1``): ``projects/P/aggregated/instances`` (``maxResults``,
 ``pageToken``, ``filter`` of label equalities joined by AND, per-zone warnings),
-``projects/P/zones/Z/instances`` (list), ``.../instances/NAME`` (get, delete),
+``projects/P/zones/Z/instances`` (list, insert), ``.../instances/NAME`` (get, delete),
 ``.../instances/NAME/setLabels`` (with ``labelFingerprint``: 412 when stale),
 ``projects/P/zones/Z/operations/OP`` (get) and ``.../OP/wait``. Plus
 ``/_emulator/stats`` (GET) and ``/_emulator/faults`` (POST JSON) for tools. Partial responses
@@ -23,6 +23,7 @@ MAX_RESULTS = 500
 _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     ("GET", re.compile(r"^/compute/v1/projects/([^/]+)/aggregated/instances$"), "aggregated_list"),
     ("GET", re.compile(r"^/compute/v1/projects/([^/]+)/zones/([^/]+)/instances$"), "list"),
+    ("POST", re.compile(r"^/compute/v1/projects/([^/]+)/zones/([^/]+)/instances$"), "insert"),
     ("GET", re.compile(r"^/compute/v1/projects/([^/]+)/zones/([^/]+)/instances/([^/]+)$"), "get"),
     ("DELETE", re.compile(r"^/compute/v1/projects/([^/]+)/zones/([^/]+)/instances/([^/]+)$"), "delete"),
     ("POST", re.compile(r"^/compute/v1/projects/([^/]+)/zones/([^/]+)/instances/([^/]+)/setLabels$"), "set_labels"),
@@ -105,6 +106,8 @@ class GceHandler(Handler):
                 return fleet.instance(*args)
         if kind == "delete":
             return fleet.delete(*args)
+        if kind == "insert":
+            return fleet.insert(*args, self.body())
         if kind == "set_labels":
             return fleet.set_labels(*args, self.body())
         if kind == "emulator_faults":
