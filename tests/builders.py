@@ -6,7 +6,7 @@ import itertools
 from datetime import UTC, datetime
 
 from reaper.config import Settings, parse_settings
-from reaper.model import Evidence, GceInstance, K8sObject, Keyed, Phase, Plan, WriterRecord
+from reaper.model import Evidence, GceGroup, GceInstance, K8sObject, Keyed, Phase, Plan, WriterRecord
 from reaper.policy import evaluate
 
 NOW_DT = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -33,6 +33,7 @@ def inst(
     selector: bool = True,
     deletion_protection: bool = False,
     instance_id: str | None = None,
+    group_member: bool = False,
 ) -> GceInstance:
     """An instance; ``hb_age`` sets a valid heartbeat that many seconds old, ``hb`` a raw label value."""
     n = next(_ids)
@@ -52,7 +53,17 @@ def inst(
         created=NOW - created_age,
         last_stop=None if stop_age is None else NOW - stop_age,
         deletion_protection=deletion_protection,
+        group_member=group_member,
     )
+
+
+def group(manager: str = "m1", project: str = "p1", instances: int = 3, name: str | None = None) -> GceGroup:
+    """A fleeting group named as ``FLEETING`` selects it (``fleeting-<manager>``)."""
+    n = next(_ids)
+    return GceGroup(project, "us-east1-b", name or f"fleeting-{manager}", str(5000 + n), instances)
+
+
+FLEETING = "fleeting-(?P<manager>.+)"  # the gce.group_selector of the group tests
 
 
 def healthy(*projects: str) -> list[WriterRecord]:

@@ -66,9 +66,34 @@ def _label_pair(value: object) -> tuple[str, str]:
     raise ValueError(f"expected a label as key=value (e.g. reaper_keep=true), got {value!r}")
 
 
+def _group_selector(value: object) -> str:
+    """A regex with a named group ``manager`` (or empty: no fleeting groups)."""
+    if not isinstance(value, str):
+        raise ValueError(f"expected a regex string with a named group (?P<manager>...), got {value!r}")
+    if not value:
+        return value
+    try:
+        compiled = re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"expected a valid regex, got {value!r} ({exc})") from None
+    if "manager" not in compiled.groupindex:
+        raise ValueError(f"expected a regex with a named group (?P<manager>...) naming the manager, got {value!r}")
+    return value
+
+
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 RuleMode = Annotated[Mode, BeforeValidator(_mode)]
 LabelPair = Annotated[tuple[str, str], BeforeValidator(_label_pair)]
+
+
+def _report_at_most(value: object) -> Mode:
+    """A report-only rule's mode: ``off`` or ``report``; ``delete`` is refused, never capped silently."""
+    mode = _mode(value)
+    if mode is Mode.DELETE:
+        raise ValueError("expected off or report: this rule only ever reports (it never deletes)")
+    return mode
+
+
 Selector = Annotated[dict[str, str], Field(min_length=1)]
 
 
@@ -111,11 +136,23 @@ class GceConfig(_Section):
     request_timeout: Duration = timedelta(seconds=30)
     operation_timeout: Duration = timedelta(minutes=5)
     writer_health: WriterHealthConfig = WriterHealthConfig()
+    # Fleeting runners' managed instance groups: a regex the whole group name must match, whose named
+    # group ``manager`` is the manager as writer health names it; empty: no group is listed.
+    group_selector: Annotated[str, BeforeValidator(_group_selector)] = ""
 
     @property
     def quarantine(self) -> timedelta:
         """``Q``: a heartbeat older than this means no live manager tracks the instance."""
         return self.max_job_timeout + self.slack
+
+    def group_manager(self, group: str) -> str | None:
+        """The manager of the managed instance group named ``group``, or None: not a fleeting group.
+
+        The one place the group -> manager mapping is decided: the listing selects with it, the
+        policy maps with it.
+        """
+        match = re.fullmatch(self.group_selector, group) if self.group_selector else None
+        return (match.group("manager") or None) if match else None
 
 
 class MongoRunStoreConfig(_Section):
@@ -215,6 +252,7 @@ class RulesConfig(_Section):
     heartbeat_stale: RuleMode = Mode.DELETE
     unlabeled_age: RuleMode = Mode.DELETE
     sandbox_orphan: RuleMode = Mode.DELETE
+    residual_group: Annotated[Mode, BeforeValidator(_report_at_most)] = Mode.REPORT
 
 
 class LedgerConfig(_Section):

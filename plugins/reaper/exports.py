@@ -34,6 +34,20 @@ class InputError(ConfigError):
 # --- GCE -------------------------------------------------------------------------------------
 
 
+class GcloudMetadataItem(msgspec.Struct):
+    """A metadata entry; only its key is read (values may be large startup scripts)."""
+
+    key: str
+
+
+class GcloudMetadata(msgspec.Struct):
+    items: list[GcloudMetadataItem] = []
+
+
+# The metadata key a managed instance group stamps on the instances it creates (their URL as value).
+CREATED_BY = "created-by"
+
+
 class GcloudInstance(msgspec.Struct):
     """The fields of a Compute API instance resource that the rules read."""
 
@@ -46,6 +60,7 @@ class GcloudInstance(msgspec.Struct):
     labels: dict[str, str] = {}
     lastStopTimestamp: datetime | None = None
     deletionProtection: bool = False
+    metadata: GcloudMetadata | None = None
 
 
 def _aware(ts: datetime, path: str) -> float:
@@ -73,6 +88,7 @@ def instance_record(
     created: float,
     last_stop: float | None,
     deletion_protection: bool = False,
+    group_member: bool = False,
 ) -> GceInstance:
     """The one normalizer of an instance, for exports and for the Compute SDK alike.
 
@@ -87,7 +103,9 @@ def instance_record(
     if not project:
         raise ValueError(f"instance {name}: no project in selfLink or zone URL")
     zone = _url_part(zone_url, "zones") or zone_url
-    return GceInstance(project, zone, name, ident, status, labels, created, last_stop, deletion_protection)
+    return GceInstance(
+        project, zone, name, ident, status, labels, created, last_stop, deletion_protection, group_member
+    )
 
 
 def gce_instance(raw: GcloudInstance) -> GceInstance:
@@ -104,6 +122,7 @@ def gce_instance(raw: GcloudInstance) -> GceInstance:
         if raw.lastStopTimestamp is None
         else _aware(raw.lastStopTimestamp, f"instance {raw.name} lastStopTimestamp"),
         raw.deletionProtection,
+        raw.metadata is not None and any(item.key == CREATED_BY for item in raw.metadata.items),
     )
 
 

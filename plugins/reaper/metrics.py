@@ -6,7 +6,8 @@ phase's runs are what-ifs), a dry run pushes nothing, and a sweep of some scopes
 ``scopes`` param) pushes theirs and its attempt, never the target's last success. Groups
 (``job="reaper"``), each replaced whole by its next push:
 
-- ``{target, scope}``: one per swept scope: the census, findings, decisions, holds, held orphans;
+- ``{target, scope}``: one per swept scope: the census (fleeting groups too), findings, decisions,
+  holds, held orphans;
 - ``{target, scope="_all"}``: a completed sweep of every scope: last success, deletions by outcome,
   the global cap, failed pushes;
 - ``{target, scope="_attempt"}``: every sweep that pushes: when it ended and how long it took.
@@ -121,6 +122,18 @@ def scope_metrics(sweep: Sweep, scope: str) -> list[Metric]:
             [([target], float(held))],
         ),
     ]
+    groups = census.get("groups")
+    if groups:  # GCE with gce.group_selector: fleeting groups, and those left by a decommissioned manager
+        metrics.append(
+            _gauge(
+                "reaper_last_sweep_groups",
+                "Fleeting managed instance groups of the last sweep (listed, residual: holding instances while "
+                "their manager reports no writer health for longer than the quarantine; residual_instances: "
+                "the instances those hold).",
+                ["target", "state"],
+                [([target, k], v) for k, v in sorted(groups.items())],
+            )
+        )
     hist = census.get("heartbeat_age_seconds")
     if hist:
         # Gauges: one sweep's snapshot, not counters; histogram_quantile takes them as they are (no rate).

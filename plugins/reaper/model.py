@@ -55,8 +55,12 @@ class StoreState(StrEnum):
 # --- resources -------------------------------------------------------------------------------
 
 
-class GceInstance(msgspec.Struct, frozen=True, gc=False):
-    """A GCE VM instance, as much of it as the rules read."""
+class GceInstance(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="instance"):
+    """A GCE VM instance, as much of it as the rules read.
+
+    Tagged (``"type": "instance"``) because a sweep's inventory file holds instances and fleeting
+    groups in one list, and msgspec tells tagged structs apart when it decodes the list.
+    """
 
     project: str
     zone: str
@@ -67,6 +71,8 @@ class GceInstance(msgspec.Struct, frozen=True, gc=False):
     created: float
     last_stop: float | None = None
     deletion_protection: bool = False
+    # ``created-by`` metadata: a managed instance group made it and owns its lifecycle (fleeting runners).
+    group_member: bool = False
 
     kind = "instance"
 
@@ -121,7 +127,32 @@ class K8sObject(msgspec.Struct, frozen=True, gc=False):
         return self.namespace
 
 
-Resource = GceInstance | K8sObject
+class GceGroup(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="group"):
+    """A managed instance group of fleeting runners (``gce.group_selector``): only ever reported.
+
+    ``location`` is its zone or region. ``instances``: how many instances it holds (its current
+    actions summed: every managed instance has exactly one), at least its target size.
+    """
+
+    project: str
+    location: str
+    name: str
+    id: str
+    instances: int
+
+    kind = "InstanceGroupManager"
+
+    @property
+    def uid(self) -> str:
+        """Its numeric id, marked as a group's: ids of instances and groups are not promised distinct."""
+        return f"igm/{self.id}"
+
+    @property
+    def scope(self) -> str:
+        return self.project
+
+
+Resource = GceInstance | GceGroup | K8sObject
 
 
 @dataclass
@@ -214,6 +245,9 @@ class Evidence(msgspec.Struct, frozen=True):
       ages the evidence supports) but judges "in the future" against this later time, so a
       heartbeat stamped while the sweep was reading is not mistaken for a skewed clock.
       ``None``: the same as ``now`` (offline exports read at one instant).
+    - ``reporting``: the (manager, project) pairs with any writer-health report within the
+      quarantine, from a source proven to hold that much history; ``None``: unknown (not read,
+      unreadable, or too little history), and no group is then reported residual.
     """
 
     writer_health: list[WriterRecord] | None = None
@@ -223,6 +257,7 @@ class Evidence(msgspec.Struct, frozen=True):
     incomplete: frozenset[tuple[str, str]] = frozenset()
     swept: frozenset[tuple[str, str]] = frozenset()
     observed_until: float | None = None
+    reporting: frozenset[tuple[str, str]] | None = None
 
 
 def step_key(run: str, step: str, attempt: str) -> str:

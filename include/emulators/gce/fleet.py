@@ -34,6 +34,24 @@ class GceFaults(Faults):
     partial_zones: set[tuple[str, str]] = field(default_factory=set)
 
 
+# InstanceGroupManagerActionsSummary: each managed instance counts under exactly one.
+_ACTIONS = (
+    "abandoning",
+    "creating",
+    "creatingWithoutRetries",
+    "deleting",
+    "none",
+    "recreating",
+    "refreshing",
+    "restarting",
+    "resuming",
+    "starting",
+    "stopping",
+    "suspending",
+    "verifying",
+)
+
+
 def fingerprint(labels: dict[str, str]) -> str:
     return hashlib.sha1(json.dumps(labels, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -48,6 +66,8 @@ class Fleet(State):
         self.faults: GceFaults = GceFaults()
         self.mutations: list[tuple[float, str, str]] = []  # (time, project, kind)
         self.deleted_ids: list[str] = []  # the instance ids delete calls were accepted for, in order
+        # Managed instance groups: project -> scope ("zones/Z", "regions/R") -> name -> (resource, members).
+        self.groups: dict[str, dict[str, dict[str, tuple[dict[str, object], list[tuple[str, str]]]]]] = {}
         self._op_ids = itertools.count(1)
 
     # --- seeding ---------------------------------------------------------------------------
@@ -103,6 +123,54 @@ class Fleet(State):
                 if orphan:
                     stale.append((project, zone, name))
         return stale
+
+    def add_group(
+        self,
+        project: str,
+        scope: str,
+        name: str,
+        group_id: int,
+        members: list[dict[str, object]],
+        target_size: int | None = None,
+    ) -> dict[str, object]:
+        """A managed instance group in ``scope`` (``zones/Z`` or ``regions/R``) holding ``members``.
+
+        Each member is added as an instance carrying the ``created-by`` metadata a group stamps on
+        the instances it creates (the group's URL). The group's ``currentActions`` count its members
+        still present when it is listed (all ``none``: running, nothing scheduled).
+        """
+        url = f"{COMPUTE}/projects/{project}/{scope}/instanceGroupManagers/{name}"
+        resource: dict[str, object] = {
+            "kind": "compute#instanceGroupManager",
+            "id": str(group_id),
+            "name": name,
+            "baseInstanceName": name,
+            "creationTimestamp": time.strftime("%Y-%m-%dT%H:%M:%S.000-00:00", time.gmtime()),
+            scope.split("/")[0].removesuffix("s"): f"{COMPUTE}/projects/{project}/{scope}",
+            "instanceTemplate": f"{COMPUTE}/projects/{project}/global/instanceTemplates/{name}",
+            "instanceGroup": f"{COMPUTE}/projects/{project}/{scope}/instanceGroups/{name}",
+            "selfLink": url,
+            "status": {"isStable": True},
+            "targetSize": len(members) if target_size is None else target_size,
+        }
+        placed = []
+        for member in members:
+            items = [{"key": "created-by", "value": url}]
+            member["metadata"] = {**member.get("metadata", {}), "items": items}  # type: ignore[dict-item]
+            self.add(member)
+            placed.append((str(member["zone"]).rstrip("/").split("/")[-1], str(member["name"])))
+        with self.lock:
+            self.projects.setdefault(project, {})  # an empty group's project exists too
+            self.groups.setdefault(project, {}).setdefault(scope, {})[name] = (resource, placed)
+        return resource
+
+    def group(self, project: str, scope: str, name: str) -> dict[str, object]:
+        """A group resource as listed now (lock held): its members still present are its instances."""
+        resource, members = self.groups[project][scope][name]
+        present = sum(1 for zone, member in members if member in self.projects[project].get(zone, {}))
+        actions = dict.fromkeys(_ACTIONS, 0)
+        actions["none"] = present
+        return json.loads(json.dumps({**resource, "currentActions": actions}))
 
     # --- reads and mutations used by the HTTP layer ------------------------------------------
 

@@ -4,7 +4,8 @@ Paths (under ``/compute/v1``): ``projects/P/aggregated/instances`` (``maxResults
 ``pageToken``, ``filter`` of label equalities joined by AND, per-zone warnings),
 ``projects/P/zones/Z/instances`` (list, insert), ``.../instances/NAME`` (get, delete),
 ``.../instances/NAME/setLabels`` (with ``labelFingerprint``: 412 when stale),
-``projects/P/zones/Z/operations/OP`` (get) and ``.../OP/wait``. Plus
+``projects/P/zones/Z/operations/OP`` (get) and ``.../OP/wait``,
+``projects/P/aggregated/instanceGroupManagers`` (``maxResults``, ``pageToken``). Plus
 ``/_emulator/stats`` (GET) and ``/_emulator/faults`` (POST JSON) for tools. Partial responses
 (``X-Goog-FieldMask`` header or ``fields`` parameter) are honored, as by the real API.
 """
@@ -22,6 +23,7 @@ from include.emulators.http import ApiError, Handler, Server
 MAX_RESULTS = 500
 _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     ("GET", re.compile(r"^/compute/v1/projects/([^/]+)/aggregated/instances$"), "aggregated_list"),
+    ("GET", re.compile(r"^/compute/v1/projects/([^/]+)/aggregated/instanceGroupManagers$"), "group_list"),
     ("GET", re.compile(r"^/compute/v1/projects/([^/]+)/zones/([^/]+)/instances$"), "list"),
     ("POST", re.compile(r"^/compute/v1/projects/([^/]+)/zones/([^/]+)/instances$"), "insert"),
     ("GET", re.compile(r"^/compute/v1/projects/([^/]+)/zones/([^/]+)/instances/([^/]+)$"), "get"),
@@ -99,6 +101,8 @@ class GceHandler(Handler):
         fleet = self.state
         if kind == "aggregated_list":
             return self._aggregated(args[0], query)
+        if kind == "group_list":
+            return self._groups(args[0], query)
         if kind == "list":
             return self._list(*args, query)
         if kind == "get":
@@ -152,6 +156,32 @@ class GceHandler(Handler):
             body["nextPageToken"] = _token(offset + size)
         return body
 
+    def _groups(self, project: str, query: dict[str, list[str]]) -> object:
+        """``instanceGroupManagers.aggregatedList``: zonal and regional groups, paged like the instances
+        (no filter: the reaper selects groups by name itself)."""
+        fleet = self.state
+        _, size, offset = _page_args({k: v for k, v in query.items() if k != "filter"})
+        with fleet.lock:
+            fleet.zones(project)  # 404 for an unknown project
+            scopes = fleet.groups.get(project, {})
+            rows = sorted((scope, name) for scope, groups in scopes.items() for name in groups)
+            page = rows[offset : offset + size]
+            items: dict[str, object] = {}
+            for scope in sorted(scopes):
+                on_page = [fleet.group(project, scope, name) for s, name in page if s == scope]
+                if on_page:
+                    items[scope] = {"instanceGroupManagers": on_page}
+                else:
+                    items[scope] = _warning("NO_RESULTS_ON_PAGE", "There are no results for scope", scope)
+        body: dict[str, object] = {
+            "kind": "compute#instanceGroupManagerAggregatedList",
+            "id": f"projects/{project}/aggregated/instanceGroupManagers",
+            "items": items,
+        }
+        if offset + size < len(rows):
+            body["nextPageToken"] = _token(offset + size)
+        return body
+
     def _list(self, project: str, zone: str, query: dict[str, list[str]]) -> object:
         fleet = self.state
         wanted, size, offset = _page_args(query)
@@ -179,7 +209,8 @@ class GceHandler(Handler):
 
 
 def _warning(code: str, message: str, zone: str) -> dict[str, object]:
-    return {"warning": {"code": code, "message": message, "data": [{"key": "scope", "value": f"zones/{zone}"}]}}
+    scope = zone if "/" in zone else f"zones/{zone}"  # a zone name, or a scope (zones/Z, regions/R)
+    return {"warning": {"code": code, "message": message, "data": [{"key": "scope", "value": scope}]}}
 
 
 class Emulator(Server):

@@ -30,6 +30,7 @@ def transient(exc: BaseException) -> bool:
 class ComputeClients:
     instances: compute_v1.InstancesClient
     operations: compute_v1.ZoneOperationsClient
+    groups: compute_v1.InstanceGroupManagersClient
 
 
 def compute_clients(credentials: Credentials | None = None, api_endpoint: str | None = None) -> ComputeClients:
@@ -38,6 +39,7 @@ def compute_clients(credentials: Credentials | None = None, api_endpoint: str | 
     return ComputeClients(
         compute_v1.InstancesClient(credentials=credentials, client_options=options, transport="rest"),
         compute_v1.ZoneOperationsClient(credentials=credentials, client_options=options, transport="rest"),
+        compute_v1.InstanceGroupManagersClient(credentials=credentials, client_options=options, transport="rest"),
     )
 
 

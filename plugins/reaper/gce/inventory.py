@@ -11,11 +11,13 @@ project's listing incomplete: the policy then holds every delete there.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from google.cloud import compute_v1
 
-from reaper.exports import instance_record, rfc3339
+from reaper.exports import CREATED_BY, instance_record, rfc3339
 from reaper.gce.clients import ComputeClients, transient
 from reaper.model import GceInstance, ScopeListing
 from reaper.retry import Backoff
@@ -23,7 +25,10 @@ from reaper.retry import Backoff
 PAGE_SIZE = 500
 HARMLESS_WARNINGS = ("NO_RESULTS_ON_PAGE",)
 # Partial response: only what the rules read. A full instance is ~3 KB of JSON the SDK would parse.
-INSTANCE_FIELDS = "name,id,status,zone,selfLink,labels,creationTimestamp,lastStopTimestamp,deletionProtection"
+# Of the metadata only the keys: ``created-by`` marks a managed instance group's member.
+INSTANCE_FIELDS = (
+    "name,id,status,zone,selfLink,labels,creationTimestamp,lastStopTimestamp,deletionProtection,metadata/items/key"
+)
 # The top-level warning must stay in the mask: without it a partial answer reads as a complete one.
 LIST_FIELD_MASK = f"items/*/instances({INSTANCE_FIELDS}),items/*/warning,warning,nextPageToken,unreachables"
 
@@ -51,7 +56,56 @@ def normalize(pb: object) -> GceInstance:
         rfc3339(pb.creation_timestamp, f"instance {name} creationTimestamp"),  # type: ignore[attr-defined]
         rfc3339(stopped, f"instance {name} lastStopTimestamp") if stopped else None,
         pb.deletion_protection,  # type: ignore[attr-defined]
+        any(item.key == CREATED_BY for item in pb.metadata.items),  # type: ignore[attr-defined]
     )
+
+
+def aggregated_scopes(
+    list_call: Callable[..., Any],
+    request: Any,
+    field_mask: str,
+    listing: ScopeListing,
+    backoff: Backoff,
+    timeout: float,
+) -> Iterator[tuple[str, Any]]:
+    """Each ``(zone or region, scoped list)`` of every page of an aggregated list, as raw protobuf.
+
+    Every page token is followed to the end, each page with its own bounded retry. Why the answer
+    is not proven complete (a failed page, a partial answer, a scope warning other than "no
+    results", an unreachable scope, a repeated token) goes to ``listing.problems``; ``listing.pages``
+    counts the pages read.
+    """
+    seen_tokens: set[str] = set()
+
+    def one_page() -> Any:
+        # The pager fetches exactly one page when created; we follow tokens ourselves so each page
+        # gets its own bounded retry and a failure is attributed to that page.
+        pager = list_call(request=request, retry=None, timeout=timeout, metadata=[("x-goog-fieldmask", field_mask)])
+        return next(iter(pager.pages))
+
+    while True:
+        try:
+            page = backoff.call(one_page, transient)
+        except Exception as exc:
+            listing.problems.append(f"page {listing.pages + 1}: {type(exc).__name__}: {exc}")
+            return
+        listing.pages += 1
+        raw = type(page).pb(page)
+        if raw.HasField("warning"):
+            listing.problems.append(f"page {listing.pages}: {raw.warning.code}: {raw.warning.message}")
+        for scope, scoped in raw.items.items():
+            if scoped.HasField("warning") and scoped.warning.code not in HARMLESS_WARNINGS:
+                listing.problems.append(f"{scope}: {scoped.warning.code}: {scoped.warning.message}")
+            yield scope, scoped
+        listing.problems += [f"unreachable: {u}" for u in raw.unreachables]
+        token = page.next_page_token
+        if not token:
+            return
+        if token in seen_tokens:
+            listing.problems.append(f"page {listing.pages}: the API repeated a page token")
+            return
+        seen_tokens.add(token)
+        request.page_token = token
 
 
 def list_project(
@@ -61,49 +115,20 @@ def list_project(
     request = compute_v1.AggregatedListInstancesRequest(
         project=project, filter=label_filter(selector), max_results=PAGE_SIZE
     )
-    seen_tokens: set[str] = set()
     seen_ids: set[str] = set()
-
-    def one_page() -> compute_v1.InstanceAggregatedList:
-        # The pager fetches exactly one page when created; we follow tokens ourselves so each page
-        # gets its own bounded retry and a failure is attributed to that page.
-        pager = clients.instances.aggregated_list(
-            request=request, retry=None, timeout=timeout, metadata=[("x-goog-fieldmask", LIST_FIELD_MASK)]
-        )
-        return next(iter(pager.pages))
-
-    while True:
-        try:
-            page = backoff.call(one_page, transient)
-        except Exception as exc:
-            listing.problems.append(f"page {listing.pages + 1}: {type(exc).__name__}: {exc}")
-            return listing
-        listing.pages += 1
-        raw = compute_v1.InstanceAggregatedList.pb(page)
-        if raw.HasField("warning"):
-            listing.problems.append(f"page {listing.pages}: {raw.warning.code}: {raw.warning.message}")
-        for scope, scoped in raw.items.items():
-            if scoped.HasField("warning") and scoped.warning.code not in HARMLESS_WARNINGS:
-                listing.problems.append(f"{scope}: {scoped.warning.code}: {scoped.warning.message}")
-            for inst in scoped.instances:
-                try:
-                    record = normalize(inst)
-                except ValueError as exc:
-                    listing.problems.append(str(exc))
-                    continue
-                if record.id in seen_ids:
-                    listing.problems.append(f"instance {record.id} ({record.name}) listed twice: the pages moved")
-                seen_ids.add(record.id)
-                listing.resources.append(record)
-        listing.problems += [f"unreachable: {u}" for u in raw.unreachables]
-        token = page.next_page_token
-        if not token:
-            return listing
-        if token in seen_tokens:
-            listing.problems.append(f"page {listing.pages}: the API repeated a page token")
-            return listing
-        seen_tokens.add(token)
-        request.page_token = token
+    pages = aggregated_scopes(clients.instances.aggregated_list, request, LIST_FIELD_MASK, listing, backoff, timeout)
+    for _, scoped in pages:
+        for inst in scoped.instances:
+            try:
+                record = normalize(inst)
+            except ValueError as exc:
+                listing.problems.append(str(exc))
+                continue
+            if record.id in seen_ids:
+                listing.problems.append(f"instance {record.id} ({record.name}) listed twice: the pages moved")
+            seen_ids.add(record.id)
+            listing.resources.append(record)
+    return listing
 
 
 def list_projects(

@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import re
+from datetime import timedelta
 
 import requests
 
@@ -66,8 +67,39 @@ class PrometheusWriterHealth:
             return None
         return _join(last, failed)
 
-    def _query(self, promql: str) -> dict[Pair, float]:
-        """One instant query: each pair's finite value, or NaN where its series is unusable."""
+    def reporting(self, window: timedelta) -> frozenset[Pair] | None:
+        """The (manager, project) pairs with any last-pass sample within ``window`` (the quarantine).
+
+        Read from the same source, metric and labels as :meth:`read`, with the same strictness; any
+        sample counts, even one whose value is unusable (the manager was there). ``None``: unknown,
+        when the answers cannot be trusted whole or the source holds no last-pass sample from the
+        window before this one: a Prometheus younger than the window (or with a shorter retention)
+        cannot tell a manager gone for that long from one it never scraped.
+        """
+        cfg = self.config
+        span = f"{int(window.total_seconds())}s"
+        try:
+            seen = self._query(
+                f"max by ({cfg.manager_label}, {cfg.project_label}) (last_over_time({cfg.last_pass_metric}[{span}]))"
+            )
+            history = _vector(
+                self._get(f"count(last_over_time({cfg.last_pass_metric}[{span}] offset {span}))"), "history"
+            )
+        except (requests.RequestException, ValueError) as exc:
+            why = str(exc) if isinstance(exc, UnreadableAnswer) else error_for_log(exc)
+            log.warning(
+                "writer-health reports from %s unreadable, no group is residual: %s",
+                url_for_log(cfg.prometheus_url),
+                why,
+            )
+            return None
+        if not history:
+            log.warning("writer health holds no report older than %s: no group is residual yet", span)
+            return None
+        return frozenset(seen)
+
+    def _get(self, promql: str) -> object:
+        """One instant query's decoded answer (strict JSON); an HTTP error is an unreadable answer."""
         cfg = self.config
         response = self.session.get(
             f"{cfg.prometheus_url.rstrip('/')}/api/v1/query",
@@ -76,8 +108,12 @@ class PrometheusWriterHealth:
         )
         if not response.ok:  # the URL stays out of the log line: it may carry credentials
             raise UnreadableAnswer(f"HTTP {response.status_code} answering {promql!r}")
+        return _strict_json(response.content)
+
+    def _query(self, promql: str) -> dict[Pair, float]:
+        """One instant query: each pair's finite value, or NaN where its series is unusable."""
         values: dict[Pair, float] = {}
-        for series in _vector(_strict_json(response.content), promql):
+        for series in _vector(self._get(promql), promql):
             pair = self._attribute(series, promql)
             if pair in values:
                 log.warning("writer health of %s in %s unknown: two series answer %r", *pair, promql)

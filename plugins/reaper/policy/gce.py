@@ -21,6 +21,7 @@ from reaper.model import (
     Action,
     Decision,
     Evidence,
+    GceGroup,
     GceInstance,
     Override,
     ScopeVerdict,
@@ -28,6 +29,8 @@ from reaper.model import (
     WriterRecord,
 )
 from reaper.policy.budget import BUDGET_EXCEEDED, budget_hold
+from reaper.policy.groups import RULE as GROUP_RULE
+from reaper.policy.groups import empty_census, evaluate_groups
 
 TARGET = "gce"
 KEEP, REPORT, DELETE = Action.KEEP, Action.REPORT, Action.DELETE
@@ -72,8 +75,14 @@ def evaluate_gce(
     modes: dict[str, Mode],
     now: float,
     override: Override | None,
+    groups: list[GceGroup] | None = None,
 ) -> TargetResult:
-    """Decide every in-scope instance: decisions, plain-keep groups, per-project verdicts and census."""
+    """Decide every in-scope instance: decisions, plain-keep groups, per-project verdicts and census.
+
+    ``groups``: the fleeting groups listed (``gce.group_selector``), decided by the residual-group
+    rule alone (:mod:`reaper.policy.groups`): reports at most. With a selector configured every
+    project's census counts them, zeros included.
+    """
     thresholds = _Thresholds(config, now, evidence.observed_until)
     projects = _first_pass(instances, config, thresholds)
     sweep = _Sweep(config, modes, thresholds, evidence, _writers_by_project(evidence.writer_health), override)
@@ -84,6 +93,12 @@ def evaluate_gce(
         result.kept += part.kept
         result.verdicts.append(part.verdict)
         result.census[project] = part.census
+    if config.gce.group_selector:
+        reports, kept, census = evaluate_groups(groups or [], evidence, config, modes[GROUP_RULE])
+        result.acted += reports
+        result.kept += kept
+        for project, part in result.census.items():
+            part["groups"] = census.get(project) or empty_census()
     return result
 
 
@@ -169,7 +184,7 @@ def _first_pass(instances: Iterable[GceInstance], config: Settings, t: _Threshol
             opted(inst)
             continue
         created = inst.created
-        if created > future_after or inst.status == "TERMINATED" or opt is not None:
+        if created > future_after or inst.status == "TERMINATED" or opt is not None or inst.group_member:
             rare(inst)
             continue
         raw = labels.get(hb_label)
@@ -257,14 +272,18 @@ def _evaluate_project(project: str, group: _Project, sweep: _Sweep) -> _ProjectR
     findings["opt_out"] = len(opted)
     findings["heartbeat_absent"] = len(young)
     pending: list[tuple[GceInstance, list[Candidate], dict[str, object]]] = []
+    members: list[GceInstance] = []
     for inst in group.rare:
         candidates, facts, beat = _classify(inst, t, findings)
         if beat is not None:
             beats.append(beat)
-        if candidates:
+        if inst.group_member:  # counted as ever (budget, census), decided by no instance rule
+            members.append(inst)
+        elif candidates:
             pending.append((inst, candidates, facts))
         else:
             (fresh if beat is not None else young).append(inst)
+    findings["group_member"] = len(members)
 
     stale = findings.get("heartbeat_stale", 0)
     holds, overridden, details = _project_holds(project, len(beats), stale, group.duplicated, sweep)
@@ -274,7 +293,12 @@ def _evaluate_project(project: str, group: _Project, sweep: _Sweep) -> _ProjectR
         kept = [(TARGET, "protected_scope", instances)]
     else:
         acted = [_resolve(inst, candidates, facts, sweep.modes, holds) for inst, candidates, facts in pending]
-        kept = [(TARGET, "fresh", fresh), (TARGET, "no_finding", young), (TARGET, "opt_out", opted)]
+        kept = [
+            (TARGET, "fresh", fresh),
+            (TARGET, "no_finding", young),
+            (TARGET, "opt_out", opted),
+            (TARGET, "group_member", members),
+        ]
 
     census: dict[str, object] = {
         "instances": len(instances),

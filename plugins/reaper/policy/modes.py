@@ -5,20 +5,22 @@ from __future__ import annotations
 from reaper.config import Mode, Settings
 from reaper.model import Phase
 
-RULES = ("terminated", "heartbeat_stale", "unlabeled_age", "sandbox_orphan")
+RULES = ("terminated", "heartbeat_stale", "unlabeled_age", "sandbox_orphan", "residual_group")
 TARGET_OF_RULE = {
     "terminated": "gce",
     "heartbeat_stale": "gce",
     "unlabeled_age": "gce",
     "sandbox_orphan": "k8s",
+    "residual_group": "gce",
 }
 
 _OFF, _REPORT, _DELETE = Mode.OFF, Mode.REPORT, Mode.DELETE
+# residual_group (DESIGN.md section 10) only ever reports: from report-only on, never delete.
 PRESETS: dict[Phase, dict[str, Mode]] = {
     Phase.TELEMETRY: dict.fromkeys(RULES, _OFF),
     Phase.TERMINATED_CLEANUP: {**dict.fromkeys(RULES, _OFF), "terminated": _DELETE},
     Phase.REPORT_ONLY: {**dict.fromkeys(RULES, _REPORT), "terminated": _DELETE},
-    Phase.ENFORCEMENT: dict.fromkeys(RULES, _DELETE),
+    Phase.ENFORCEMENT: {**dict.fromkeys(RULES, _DELETE), "residual_group": _REPORT},
 }
 
 

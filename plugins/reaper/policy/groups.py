@@ -1,0 +1,84 @@
+"""Residual fleeting groups (DESIGN.md section 10, seed 004 "Other executors"): reported, never deleted.
+
+Fleeting runners reattach to their managed instance group and adopt its instances on restart, so
+their instances are never orphaned one by one; what is left behind is a group whose manager was
+decommissioned while it still held instances. The group -> manager mapping is
+:meth:`reaper.config.GceConfig.group_manager` (``gce.group_selector``); the manager is looked up in
+the group's own project, as the (manager, project) pair writer health reports under, so "no
+writer health" is decided from the same series the writer-health hold reads. The rows, first
+that applies decides:
+
+| # | condition | reason | action |
+|---|---|---|---|
+| 1 | the group's project is protected | ``protected_scope`` | keep |
+| 2 | the group holds no instance | ``group_empty`` | keep |
+| 3 | writer-health reports unknown (unread, unreadable, too little history) | ``writer_health_unknown`` | keep |
+| 4 | its manager reported within the quarantine | ``manager_reporting`` | keep |
+| 5 | otherwise | ``residual_group`` | report (``off`` in telemetry and terminated-cleanup) |
+
+No row yields a delete, whatever the mode: the rule's mode is at most ``report`` (config refuses
+``delete``) and its finding is built as a report here, never through ``ACTION_OF_MODE``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from reaper.config import Mode, Settings
+from reaper.model import Action, Decision, Evidence, GceGroup
+
+RULE = "residual_group"
+TARGET = "gce"
+
+
+def evaluate_groups(
+    groups: list[GceGroup], evidence: Evidence, config: Settings, mode: Mode
+) -> tuple[list[Decision], list[tuple[str, str, list[GceGroup]]], dict[str, dict[str, int]]]:
+    """Decide every selected group: its reports, plain-keep groups by reason, and the census per project.
+
+    The census (``listed``, ``residual`` and the instances the residual groups hold) is counted
+    whatever the mode, as the other censuses are.
+    """
+    acted: list[Decision] = []
+    kept: dict[str, list[GceGroup]] = defaultdict(list)
+    census: dict[str, dict[str, int]] = defaultdict(empty_census)
+    for group in groups:
+        manager = config.gce.group_manager(group.name)
+        if manager is None:  # not a fleeting group (the listing selects already; an export may not)
+            continue
+        counts = census[group.project]
+        counts["listed"] += 1
+        reason = _row(group, manager, evidence.reporting, config)
+        if reason != RULE:
+            kept[reason].append(group)
+            continue
+        counts["residual"] += 1
+        counts["residual_instances"] += group.instances
+        if mode is Mode.OFF:
+            kept["rule_off"].append(group)
+            continue
+        facts: dict[str, object] = {
+            "manager": manager,
+            "instances": group.instances,
+            "quarantine_s": config.gce.quarantine.total_seconds(),
+        }
+        acted.append(Decision(TARGET, group, Action.REPORT, RULE, RULE, facts))
+    return acted, [(TARGET, reason, found) for reason, found in kept.items()], dict(census)
+
+
+def empty_census() -> dict[str, int]:
+    """A project's group census before any group is counted."""
+    return {"listed": 0, "residual": 0, "residual_instances": 0}
+
+
+def _row(group: GceGroup, manager: str, reporting: frozenset[tuple[str, str]] | None, config: Settings) -> str:
+    """The first row of the module's table that applies to ``group``."""
+    if group.project in config.gce.protected_projects:
+        return "protected_scope"
+    if group.instances <= 0:
+        return "group_empty"
+    if reporting is None:
+        return "writer_health_unknown"
+    if (manager, group.project) in reporting:
+        return "manager_reporting"
+    return RULE
