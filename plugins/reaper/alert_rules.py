@@ -259,6 +259,28 @@ def _causes(config: Settings) -> list[dict[str, object]]:
     return [crash_loop, *burns]
 
 
+def _residual_groups(config: Settings) -> list[dict[str, object]]:
+    """Fleeting groups left holding instances by a decommissioned manager (seed 004, "Other executors").
+
+    On the residual_group reports, so the alert follows the rollout like the rule (nothing in
+    telemetry); only where groups are listed and the managers' reports can be read.
+    """
+    gce = config.gce
+    if not (gce.enabled and gce.group_selector and gce.writer_health.source == "prometheus"):
+        return []
+    return [
+        _rule(
+            "ReaperResidualGroup",
+            'sum by (target, scope) (reaper_last_sweep_decisions{target="gce",rule="residual_group",'
+            'action="report"}) > 0',
+            TICKET,
+            "{{ $value }} fleeting instance group(s) in {{ $labels.scope }} hold instances while their manager "
+            f"has reported no writer health for over {prom_duration(gce.quarantine)}",
+            timedelta(minutes=30),
+        )
+    ]
+
+
 def rules(config: Settings) -> dict[str, object]:
     """The rule file for ``config`` as data."""
     found: list[dict[str, object]] = []
@@ -267,6 +289,7 @@ def rules(config: Settings) -> dict[str, object]:
             found += _per_target(config, target)
     if config.gce.enabled:
         found += _writers(config)
+    found += _residual_groups(config)
     found += _causes(config)
     return {"groups": [{"name": "reaper", "rules": found}]}
 
