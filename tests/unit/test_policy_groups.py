@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from reaper.config import ConfigError, Mode
 from reaper.model import Action, Evidence, GceGroup, GceInstance, Phase
 from reaper.policy.modes import effective_modes
-from tests.builders import FLEETING, D, H, by_name, group, healthy, inst, plan, settings
+from tests.builders import FLEETING, NOW, D, H, by_name, group, healthy, inst, plan, settings
 from tests.unit.test_properties import PROPS, instances, phases, writer_health
 
 CONFIG = settings(gce={"group_selector": FLEETING})
@@ -179,19 +179,47 @@ def test_no_input_deletes_a_group_or_a_group_member(fleet, members, health, seen
         rules={"residual_group": rule},
         max_deletions_per_sweep=10**6,  # the cap counts deletes: a member no longer deleted may lift it
     )
+    # Unique instance names: the decisions of the two plans are matched by name.
+    rename = msgspec.structs.replace
+    fleet = [rename(r, name=f"vm-{i}") if isinstance(r, GceInstance) else r for i, r in enumerate(fleet)]
     flagged = [
         msgspec.structs.replace(r, group_member=m) if isinstance(r, GceInstance) else r
         for r, m in zip(fleet, members, strict=False)
     ]
     evidence = Evidence(writer_health=health, reporting=seen, swept=frozenset({("gce", "p1")}))
     decided = plan(flagged, evidence, config, phase)
-    unflagged = {d.resource.uid: d for d in plan(fleet, evidence, config, phase).decisions}
+    unflagged = {d.resource.name: d for d in plan(fleet, evidence, config, phase).decisions}
     for d in decided.decisions:
         if isinstance(d.resource, GceGroup) or d.resource.group_member:
             assert d.action is not Action.DELETE, d
         else:  # an instance that is no member is decided exactly as if no instance were a member
-            assert (d.action, d.reason) == (unflagged[d.resource.uid].action, unflagged[d.resource.uid].reason)
+            assert (d.action, d.reason) == (unflagged[d.resource.name].action, unflagged[d.resource.name].reason)
     reported = [d for d in decided.acted if isinstance(d.resource, GceGroup)]
     assert all(d.action is Action.REPORT and d.reason == "residual_group" for d in reported)
     if seen is None or rule == "off" or phase in (Phase.TELEMETRY, Phase.TERMINATED_CLEANUP):
         assert reported == []
+
+
+# --- where members and groups surface: a gcloud export, the metrics ------------------------------
+
+
+def test_a_gcloud_export_marks_members_by_the_created_by_key() -> None:
+    from include.emulators.shapes import gcloud_instance
+    from reaper.exports import GcloudInstance, gce_instance
+
+    raw = gcloud_instance("p1", "us-east1-b", "m1-0", 7, "RUNNING", {"ci_ephemeral": "true"}, NOW)
+    plain = msgspec.json.decode(msgspec.json.encode(raw), type=GcloudInstance)
+    raw["metadata"] = {"items": [{"key": "startup-script", "value": "#!/bin/sh"}, {"key": "created-by", "value": "x"}]}
+    member = msgspec.json.decode(msgspec.json.encode(raw), type=GcloudInstance)
+    assert (gce_instance(plain).group_member, gce_instance(member).group_member) == (False, True)
+
+
+def test_the_group_census_is_a_scope_gauge_by_state() -> None:
+    from reaper.metrics import Sweep, scope_metrics
+
+    census = {"gce": {"p1": {"groups": {"listed": 3, "residual": 1, "residual_instances": 4}}}}
+    sweep = Sweep("gce", {"census": census}, {}, (), full=True, completed=True, started_at=0, finished_at=1)
+    (gauge,) = [m for m in scope_metrics(sweep, "p1") if m.name == "reaper_last_sweep_groups"]
+    assert {s.labels["state"]: s.value for s in gauge.samples} == {"listed": 3, "residual": 1, "residual_instances": 4}
+    bare = Sweep("gce", {"census": {"gce": {"p1": {}}}}, {}, (), full=True, completed=True, started_at=0, finished_at=1)
+    assert "reaper_last_sweep_groups" not in {m.name for m in scope_metrics(bare, "p1")}
