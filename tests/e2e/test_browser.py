@@ -1,13 +1,23 @@
-"""The audit view once in a real browser: headless Chromium against ``airflow standalone`` after a sweep."""
+"""The audit view in a real browser: headless Chromium against Airflow's API server after two real sweeps.
+
+One API server (``airflow api-server``, on the metadata DB the sweeps ran in, so the links into
+Airflow's UI find their DAG runs) with two users: ``admin``, and ``restricted``, who may read the
+report-only DAG only (:mod:`tests.e2e.restricted_auth`). Screenshots of every page go to
+``var/test-artifacts/audit-view/`` (``REAPER_TEST_ARTIFACTS`` overrides it).
+"""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote, unquote, urlparse
 
 import pytest
 import requests
@@ -17,90 +27,215 @@ from tests.helpers import ROOT
 from tests.helpers.gce import add_instance
 
 PASSWORD = "reaper-browser-test"
+REPORT_ONLY, ENFORCEMENT = "reaper_gce_report_only", "reaper_gce_enforcement"
+ARTIFACTS = Path(os.environ.get("REAPER_TEST_ARTIFACTS", ROOT / "var" / "test-artifacts" / "audit-view"))
 
 
-def _standalone(tmp_path: Path, env: dict[str, str], port: int) -> subprocess.Popen[bytes]:
-    home = tmp_path / "standalone-home"
-    home.mkdir()
-    (home / "passwords.json").write_text(json.dumps({"admin": PASSWORD}))
-    env = {
-        **env,
-        # standalone starts its components as `airflow ...` subprocesses: the venv's bin must be on PATH.
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__API__PORT": str(port),
-        "AIRFLOW__API__HOST": "127.0.0.1",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
-    }
-    log = (tmp_path / "standalone.log").open("wb")
-    airflow = str(Path(sys.executable).parent / "airflow")
-    return subprocess.Popen([airflow, "standalone"], env=env, stdout=log, stderr=log, start_new_session=True)
+class Server:
+    """Airflow's API server with the reaper plugin, on a free port, and a session token per user."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        passwords = tmp_path / "passwords.json"
+        passwords.write_text(json.dumps({"admin": PASSWORD, "restricted": PASSWORD}))
+        env = {
+            **os.environ,  # the test's AIRFLOW_HOME (its metadata DB), REAPER_CONFIG and connections
+            "PYTHONPATH": str(ROOT),
+            "AIRFLOW__CORE__AUTH_MANAGER": "tests.e2e.restricted_auth.SomeDagsAuthManager",
+            "REAPER_TEST_READABLE_DAGS": f"restricted={REPORT_ONLY}",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,restricted:viewer",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+        }
+        self.log = tmp_path / "api-server.log"
+        airflow = str(Path(sys.executable).parent / "airflow")
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(
+                [airflow, "api-server", "-H", "127.0.0.1", "-p", str(self.port), "-w", "1"],
+                env=env,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
+        health = f"{self.base}/api/v2/monitor/health"
+        wait_until(lambda: requests.get(health, timeout=2).ok, f"airflow api-server ({self.log})", 120, self.process)
+
+    def token(self, user: str) -> str:
+        answer = requests.post(f"{self.base}/auth/token", json={"username": user, "password": PASSWORD}, timeout=10)
+        answer.raise_for_status()
+        return str(answer.json()["access_token"])
+
+    def stop(self) -> None:
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
 
 
-def test_audit_page_in_chromium_shows_the_sweeps_deletions(gce, sweeper, tmp_path) -> None:
+@pytest.fixture
+def chromium(tmp_path) -> Iterator[object]:
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
 
-    fleet, clients = gce
-    add_instance(fleet, "p1", "us-east1-b", "browser-terminated-vm", status="TERMINATED")
-    add_instance(fleet, "p1", "us-east1-b", "browser-fresh-vm")
-    sweeper.connect_gce(clients.instances._transport._host)
-    sweeper.configure({"gce": {"projects": ["p1"], "writer_health": {"source": "none"}}, "k8s": {"enabled": False}})
-    run = sweeper.run("reaper_gce_enforcement")
-    assert run.state == "success" and fleet.names("p1") == {"browser-fresh-vm"}
-
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    process = _standalone(tmp_path, dict(os.environ), port)
-    driver = None
-    try:
-        health = f"{base}/api/v2/monitor/health"
-        wait_until(lambda: requests.get(health, timeout=2).ok, f"airflow standalone ({tmp_path})", 240, process)
-        token = requests.post(f"{base}/auth/token", json={"username": "admin", "password": PASSWORD}, timeout=10)
-        token.raise_for_status()
-        options = Options()
-        options.binary_location = "/usr/bin/chromium"
-        for flag in (
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            f"--user-data-dir={tmp_path / 'chromium'}",
-            "--window-size=1400,900",
-        ):
-            options.add_argument(flag)
-        driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
-        driver.set_page_load_timeout(30)
-        driver.get(f"{base}/reaper/")
-        assert "Not authenticated" in driver.page_source  # no session yet: refused
-        driver.add_cookie({"name": "_token", "value": token.json()["access_token"], "path": "/"})
-        driver.get(f"{base}/reaper/?dag_id=reaper_gce_enforcement&run_id={requests.utils.quote(run.run_id)}")
-        page = driver.page_source
-        driver.save_screenshot(str(tmp_path / "reaper-audit.png"))
-        assert "Reaper sweeps" in page and run.run_id in page
-        assert "browser-terminated-vm" in page and "deleted" in page and "terminated" in page
-        assert "browser-fresh-vm" not in page
-    finally:
-        if driver is not None:
-            driver.quit()
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-
-
-@pytest.fixture(autouse=True)
-def _need_a_browser() -> None:
     for tool in ("/usr/bin/chromium", "/usr/bin/chromedriver"):
         if not Path(tool).exists():
             raise RuntimeError(f"{tool} is missing: run scripts/bootstrap.sh (make test does)")
+    options = Options()
+    options.binary_location = "/usr/bin/chromium"
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'chromium'}",
+        "--window-size=1400,1000",
+    ):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    driver.set_page_load_timeout(30)
+    yield driver
+    driver.quit()
+
+
+def _shot(driver, name: str) -> None:  # type: ignore[no-untyped-def]
+    """A full-page screenshot in the artifacts folder."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(1400, min(max(height, 600), 4000))
+    driver.save_screenshot(str(ARTIFACTS / f"{name}.png"))
+    driver.set_window_size(1400, 1000)
+
+
+def _columns(driver, chart: str) -> list[dict[str, int]]:  # type: ignore[no-untyped-def]
+    """The counts of every column of the charts whose title starts with ``chart``, in page order."""
+    from selenium.webdriver.common.by import By
+
+    found = []
+    for figure in driver.find_elements(By.CSS_SELECTOR, "figure.chart"):
+        if figure.find_element(By.TAG_NAME, "figcaption").text.startswith(chart):
+            found += [json.loads(c.get_attribute("data-values")) for c in figure.find_elements(By.CSS_SELECTOR, ".col")]
+    return found
+
+
+def _names(driver) -> list[str]:  # type: ignore[no-untyped-def]
+    from selenium.webdriver.common.by import By
+
+    return [
+        row.find_elements(By.TAG_NAME, "td")[3].text
+        for row in driver.find_elements(By.CSS_SELECTOR, "table.rows tbody tr")
+    ]
+
+
+def test_the_audit_view_after_two_sweeps(gce, sweeper, tmp_path, chromium) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    fleet, clients = gce
+    for i in range(3):
+        add_instance(fleet, "p1", "us-east1-b", f"fresh-{i}")
+    # No writer-health source: every stale heartbeat is held (writer_health_unknown), the other rules act.
+    add_instance(fleet, "p1", "us-east1-b", "browser-stale", heartbeat_age=86400)
+    add_instance(fleet, "p1", "us-east1-c", "browser-terminated", status="TERMINATED")
+    add_instance(fleet, "p1", "us-east1-c", "browser-unlabeled", heartbeat_age=None, created_age=4 * 86400)
+    for i in range(3):  # most of p2 stale: its budget trips too
+        add_instance(fleet, "p2", "us-east1-b", f"p2-stale-{i}", heartbeat_age=86400)
+    add_instance(fleet, "p2", "us-east1-b", "p2-fresh")
+    sweeper.connect_gce(clients.instances._transport._host)
+    sweeper.configure(
+        {"gce": {"projects": ["p1", "p2"], "writer_health": {"source": "none"}}, "k8s": {"enabled": False}}
+    )
+    first = sweeper.run(REPORT_ONLY)  # deletes the TERMINATED VM, reports the stale and the unlabeled ones
+    second = sweeper.run(ENFORCEMENT)  # deletes the unlabeled VM; the stale ones stay held
+    assert (first.state, second.state) == ("success", "success")
+    assert fleet.names("p1") == {"fresh-0", "fresh-1", "fresh-2", "browser-stale"}
+
+    server = Server(tmp_path)
+    driver = chromium
+    try:
+        base = server.base
+        # Anonymous: every kind of route refused before any data is read.
+        driver.get(f"{base}/reaper/")
+        assert "Not authenticated" in driver.page_source
+        for path in ("/reaper/api/sweeps", f"/reaper/sweeps/{ENFORCEMENT}/{quote(second.run_id, safe='')}/rows.csv"):
+            assert requests.get(base + path, timeout=10).status_code == 401, path
+
+        driver.add_cookie({"name": "_token", "value": server.token("admin"), "path": "/"})
+        driver.get(f"{base}/reaper/")
+        _shot(driver, "overview")
+        page = driver.page_source
+        assert REPORT_ONLY in page and ENFORCEMENT in page
+        # Per DAG then per scope, in page order: enforcement p1, p2; report-only p1, p2.
+        assert _columns(driver, "census") == [
+            {"RUNNING": 5},
+            {"RUNNING": 4},
+            {"RUNNING": 5, "TERMINATED": 1},
+            {"RUNNING": 4},
+        ]
+        assert _columns(driver, "deletions by outcome") == [{"deleted": 1}, {"deleted": 1}]
+        assert _columns(driver, "findings by rule")[0] == {"heartbeat_stale": 1, "unlabeled_age": 1}
+        assert _columns(driver, "reports by reason")[1] == {"writer_health_unknown": 3}
+        assert "hold budget_exceeded on p2 (blocks deletes), S 3 / L 4" in page
+
+        # A chart's column opens its sweep.
+        charts = [f for f in driver.find_elements(By.CSS_SELECTOR, "figure.chart") if "deletions" in f.text]
+        charts[-1].find_element(By.CSS_SELECTOR, "a.col").click()  # report-only's only sweep
+        assert unquote(urlparse(driver.current_url).path).endswith(f"/sweeps/{REPORT_ONLY}/{first.run_id}")
+        assert "browser-terminated" in driver.page_source and "TERMINATED longer than the grace" in driver.page_source
+
+        # The enforcement sweep: one row per resource, filters, pages, exports.
+        sweep = f"{base}/reaper/sweeps/{ENFORCEMENT}/{quote(second.run_id, safe='')}"
+        driver.get(f"{sweep}?order=name")
+        _shot(driver, "sweep")
+        assert _names(driver) == ["browser-stale", "browser-unlabeled", "p2-stale-0", "p2-stale-1", "p2-stale-2"]
+        page = driver.find_element(By.TAG_NAME, "body").text
+        assert "heartbeat 1 d old, but the writers' health could not be read" in page and "S 3 / L 4" in page
+        assert "no valid heartbeat label and older than the maximum age, of 3 d" in page and "deleted" in page
+        driver.get(f"{sweep}?order=-name&size=2&scope=p2")
+        assert _names(driver) == ["p2-stale-2", "p2-stale-1"] and driver.find_element(By.ID, "total").text == "3"
+        driver.find_element(By.CSS_SELECTOR, "a[rel=next]").click()
+        assert _names(driver) == ["p2-stale-0"]
+        _shot(driver, "sweep-filtered")
+        export = driver.find_element(By.LINK_TEXT, "export CSV").get_attribute("href")
+        cookies = {"_token": driver.get_cookie("_token")["value"]}
+        rows = list(csv.DictReader(io.StringIO(requests.get(export, cookies=cookies, timeout=10).text)))
+        assert sorted(r["name"] for r in rows) == ["p2-stale-0", "p2-stale-1", "p2-stale-2"]
+        assert {r["reason"] for r in rows} == {"writer_health_unknown"}
+
+        # Into Airflow: the DAG run of this sweep.
+        driver.get(sweep)
+        driver.find_element(By.LINK_TEXT, "DAG run").click()
+        WebDriverWait(driver, 30).until(lambda d: second.run_id in d.find_element(By.TAG_NAME, "body").text)
+        assert unquote(urlparse(driver.current_url).path) == f"/dags/{ENFORCEMENT}/runs/{second.run_id}"
+        _shot(driver, "airflow-dag-run")
+
+        # A resource deleted two sweeps ago (sweep one of two), and one reported then deleted.
+        driver.get(f"{base}/reaper/history?q=browser-terminated")
+        assert "outcome deleted at" in driver.find_element(By.ID, "story").text
+        assert first.run_id in driver.page_source and second.run_id not in driver.page_source
+        driver.get(f"{base}/reaper/history?q=browser-unlabeled")
+        story = driver.find_element(By.ID, "story").text
+        assert story.startswith("reported in 1 sweep, delete sent at") and "outcome deleted" in story
+        _shot(driver, "history")
+        driver.execute_cdp_cmd(
+            "Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]}
+        )
+        driver.get(f"{base}/reaper/")
+        _shot(driver, "overview-dark")
+
+        # The restricted user: the report-only DAG only.
+        restricted = server.token("restricted")
+        driver.add_cookie({"name": "_token", "value": restricted, "path": "/"})
+        driver.get(f"{base}/reaper/")
+        _shot(driver, "overview-restricted")
+        assert REPORT_ONLY in driver.page_source and ENFORCEMENT not in driver.page_source
+        assert requests.get(sweep, cookies={"_token": restricted}, timeout=10).status_code == 403
+        driver.get(f"{base}/reaper/history?q=browser-stale")
+        assert second.run_id not in driver.page_source and first.run_id in driver.page_source
+    finally:
+        server.stop()

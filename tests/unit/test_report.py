@@ -93,8 +93,8 @@ def test_an_unknown_code_or_odd_evidence_shows_the_code_and_facts() -> None:
 
 @pytest.mark.parametrize(
     ("seconds", "words"),
-    [(0, "0 s"), (45, "45 s"), (3600, "1 h"), (18727, "5 h 12 min"), (90061, "1 d 1 h"), (-90, "-1 min 30 s"),
-     (float("nan"), "unknown"), ("x", "unknown")],
+    [(0, "0 s"), (45, "45 s"), (3600, "1 h"), (18727, "5 h 12 min"), (90061, "1 d 1 h"), (86405, "1 d"),
+     (-90, "-1 min 30 s"), (float("nan"), "unknown"), ("x", "unknown")],
 )  # fmt: skip
 def test_duration(seconds: object, words: str) -> None:
     assert duration(seconds) == words

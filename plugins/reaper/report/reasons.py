@@ -43,17 +43,16 @@ class Limits(NamedTuple):
 
 
 def duration(seconds: object) -> str:
-    """``5 h 12 min``, ``3 d 4 h``, ``45 s``: the two largest units, for people."""
+    """``5 h 12 min``, ``3 d 4 h``, ``45 s``: the largest unit and the next one when not zero, for people."""
     if not isinstance(seconds, int | float) or not math.isfinite(seconds):
         return "unknown"
     left = int(abs(seconds))
-    parts = []
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):
-        if left >= size or (unit == "s" and not parts):
-            parts.append(f"{left // size} {unit}")
-            left %= size
-        if len(parts) == 2:
-            break
+    units = (("d", 86400), ("h", 3600), ("min", 60), ("s", 1))
+    first = next((i for i, (_, size) in enumerate(units) if left >= size), len(units) - 1)
+    (big, big_size), rest = units[first], units[first + 1 : first + 2]
+    parts = [f"{left // big_size} {big}"] + [
+        f"{left % big_size // size} {unit}" for unit, size in rest if left % big_size // size
+    ]
     return ("-" if seconds < 0 else "") + " ".join(parts)
 
 
