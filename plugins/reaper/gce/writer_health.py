@@ -60,10 +60,10 @@ class PrometheusWriterHealth:
             last = self._query(f"max by ({by}) ({cfg.last_pass_metric})")
             failed = self._query(f"sum by ({by}) (increase({cfg.failed_passes_metric}[{window}]))")
         except (requests.RequestException, ValueError) as exc:
-            # A request error quotes the URL, which may carry credentials; an answer's fault is ours to word.
-            why = str(exc) if isinstance(exc, UnreadableAnswer) else error_for_log(exc)
             where = url_for_log(cfg.prometheus_url)
-            log.warning("writer health from %s unreadable, holding heartbeat deletes in every project: %s", where, why)
+            log.warning(
+                "writer health from %s unreadable, holding heartbeat deletes in every project: %s", where, _why(exc)
+            )
             return None
         return _join(last, failed)
 
@@ -78,20 +78,14 @@ class PrometheusWriterHealth:
         """
         cfg = self.config
         span = f"{int(window.total_seconds())}s"
+        recent = f"last_over_time({cfg.last_pass_metric}[{span}])"
+        older = f"count(last_over_time({cfg.last_pass_metric}[{span}] offset {span}))"
         try:
-            seen = self._query(
-                f"max by ({cfg.manager_label}, {cfg.project_label}) (last_over_time({cfg.last_pass_metric}[{span}]))"
-            )
-            history = _vector(
-                self._get(f"count(last_over_time({cfg.last_pass_metric}[{span}] offset {span}))"), "history"
-            )
+            seen = self._query(f"max by ({cfg.manager_label}, {cfg.project_label}) ({recent})")
+            history = _vector(self._get(older), older)
         except (requests.RequestException, ValueError) as exc:
-            why = str(exc) if isinstance(exc, UnreadableAnswer) else error_for_log(exc)
-            log.warning(
-                "writer-health reports from %s unreadable, no group is residual: %s",
-                url_for_log(cfg.prometheus_url),
-                why,
-            )
+            where = url_for_log(cfg.prometheus_url)
+            log.warning("writer-health reports from %s unreadable, no group is residual: %s", where, _why(exc))
             return None
         if not history:
             log.warning("writer health holds no report older than %s: no group is residual yet", span)
@@ -136,6 +130,12 @@ class PrometheusWriterHealth:
                 f"a series of {promql!r} lacks the {cfg.manager_label} or {cfg.project_label} label: {series!r:.200}"
             )
         return manager, project
+
+
+def _why(exc: Exception) -> str:
+    """Why an answer was unreadable, for a log line: a request error quotes the URL, which may carry
+    credentials; an answer's fault is ours to word."""
+    return str(exc) if isinstance(exc, UnreadableAnswer) else error_for_log(exc)
 
 
 def _strict_json(content: bytes) -> object:
