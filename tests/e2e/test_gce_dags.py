@@ -7,11 +7,7 @@ from collections.abc import Iterator
 import pytest
 from pymongo import MongoClient
 
-from include.emulators.gce.manager import ManagerSimulator
-from include.emulators.http import free_port
-from reaper.gce.clients import compute_clients
-from tests.helpers.gce import add_instance
-from tests.integration.prometheus import Prometheus
+from tests.helpers.gce import add_instance, healthy_writers
 
 PROJECTS = ["p1", "p2"]
 P1_ORPHANS = {"p1-terminated", "p1-stale", "p1-unlabeled-old"}
@@ -20,16 +16,8 @@ P1_ORPHANS = {"p1-terminated", "p1-stale", "p1-unlabeled-old"}
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory) -> Iterator[str]:
     """Healthy heartbeat writers for every project, scraped by a real Prometheus."""
-    managers = [ManagerSimulator(f"m-{p}", p, compute_clients(), [], interval=0.5) for p in PROJECTS]
-    ports = [m.serve_metrics(free_port()) for m in managers]
-    for m in managers:
-        m.start()
-    prom = Prometheus(tmp_path_factory.mktemp("prom"), [f"127.0.0.1:{port}" for port in ports])
-    prom.wait_for("runner_manager_heartbeat_last_pass_timestamp_seconds > 0", lambda r: len(r) == len(PROJECTS))
-    yield prom.url
-    prom.stop()
-    for m in managers:
-        m.kill()
+    with healthy_writers(PROJECTS, tmp_path_factory.mktemp("prom")) as url:
+        yield url
 
 
 @pytest.fixture

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 from include.emulators.gce import Fleet
+from include.emulators.gce.manager import ManagerSimulator
+from include.emulators.http import free_port
 from include.emulators.shapes import gcloud_instance
 from tests.builders import HB
+from tests.integration.prometheus import Prometheus
 
 # The wall clock when the tests started: the emulated instances' heartbeats and creation times are
 # relative to it (unlike tests.builders.NOW, the fixed instant of the policy tests).
@@ -38,3 +44,25 @@ def add_instance(
     )
     fleet.add(inst)
     return inst
+
+
+@contextmanager
+def healthy_writers(projects: list[str], folder: Path) -> Iterator[str]:
+    """A heartbeat writer per project passing every half second, scraped by a real Prometheus: its URL.
+
+    The writers track no instance: the tests seed heartbeat labels themselves, relative to ``STARTED``.
+    """
+    from reaper.gce.clients import compute_clients
+
+    managers = [ManagerSimulator(f"m-{p}", p, compute_clients(), [], interval=0.5) for p in projects]
+    ports = [m.serve_metrics(free_port()) for m in managers]
+    for m in managers:
+        m.start()
+    prom = Prometheus(folder, [f"127.0.0.1:{port}" for port in ports])
+    try:
+        prom.wait_for("runner_manager_heartbeat_last_pass_timestamp_seconds > 0", lambda r: len(r) == len(projects))
+        yield prom.url
+    finally:
+        prom.stop()
+        for m in managers:
+            m.kill()
