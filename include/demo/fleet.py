@@ -8,8 +8,8 @@ is up. What each object is there to show is in ``EXPECTED`` below and in the REA
 
 Ages: the reapable leftovers are seeded with old timestamps (hours or days in the past);
 the live ones are kept fresh by their managers and runners. The demo config shortens the
-quarantine to 30 s so that a manager that crashes when the demo starts has its instances
-reaped by the enforcement sweep a few minutes later.
+quarantine to 30 s so that a manager that crash-loops from the start has the instances its
+lost store abandoned reaped by the enforcement sweep a few minutes later.
 """
 
 from __future__ import annotations
@@ -41,6 +41,11 @@ ZONES = ("us-east1-b", "us-central1-a")
 HEARTBEAT = "runner_manager_heartbeat"
 MANAGED = {"iterion.io/managed": "true"}
 STEP = {"iterion.io/step": "build", "iterion.io/attempt": "1"}
+# Seed 004: the orphans used up ci-runners-b's instance quota, so every machine m4 re-creates after a restart
+# fails, and still does once the reaper has freed m4's orphans (m3's four live VMs fill it).
+INSTANCE_QUOTA = {"ci-runners-b": 4}
+CRASH_EVERY = 2.0  # seconds between m4's restarts (a kubelet backs off from 10 s to 5 min)
+RUNNER_MANAGERS = "runner-managers-demo"  # the cluster Prometheus labels the managers with (cause_alerts)
 LEASE_TTL = 20.0  # seconds: a runner that stops renewing loses its lease this long after
 RENEW_EVERY = 5.0
 
@@ -49,7 +54,7 @@ MANAGERS = {
     "m1": ("ci-runners-a", 4, "live"),
     "m2": ("ci-runners-a", 4, "live"),
     "m3": ("ci-runners-b", 4, "live"),
-    "m4": ("ci-runners-b", 3, "crashes"),  # dies right after its first heartbeat pass
+    "m4": ("ci-runners-b", 3, "crash-loops"),  # OOM restarts from its first pass on, each losing its store
     "m5": ("ci-runners-c", 4, "writes-denied"),  # lost its IAM binding: keeps running, every write fails
 }
 
@@ -180,12 +185,13 @@ def main() -> None:
         managers[name] = ManagerSimulator(name, project, clients, tracked[name], args.heartbeat_interval)
         metrics[name] = managers[name].serve_metrics(free_port())
         managers[name].run_pass()  # the first pass before anything sweeps
+    gce.fleet.faults.instance_quota.update(INSTANCE_QUOTA)
     for name, manager in managers.items():
-        if MANAGERS[name][2] == "crashes":
-            manager.kill()
-            log.info("manager %s crashed: its %d instances are now orphans", name, len(tracked[name]))
-        else:
-            manager.start()
+        if MANAGERS[name][2] == "crash-loops":
+            manager.crash()  # before its heartbeat loop starts: no pass refreshes the abandoned instances
+            manager.crash_loop(CRASH_EVERY, ZONES[0])
+            log.info("manager %s crash-loops: its %d instances are now orphans", name, len(tracked[name]))
+        manager.start()
 
     kubeconfig = args.state / "kubeconfig.json"
     kubeconfig.write_text(json.dumps(kube.kubeconfig("demo"), indent=2))
@@ -193,7 +199,11 @@ def main() -> None:
         "gce_endpoint": gce.endpoint,
         "k8s_endpoint": kube.endpoint,
         "kubeconfig": str(kubeconfig),
-        "manager_metrics": {n: f"127.0.0.1:{p}" for n, p in metrics.items() if MANAGERS[n][2] != "crashes"},
+        # What Prometheus scrapes, with the target labels a real scrape config gives the managers' series.
+        "manager_metrics": [
+            {"address": f"127.0.0.1:{port}", "labels": {"cluster": RUNNER_MANAGERS, "shard": MANAGERS[n][0]}}
+            for n, port in metrics.items()
+        ],
         "crashed_at": time.time(),
     }
     partial = args.state / "fleet.json.partial"

@@ -53,11 +53,18 @@ def test_demo_sweeps_every_phase_reaps_the_orphans_and_stops_everything(tmp_path
         assert phases["reaper_gce_telemetry"]["reported"] == 0 and phases["reaper_k8s_telemetry"]["reported"] == 0
         assert phases["reaper_gce_enforcement"]["holds"] == {"ci-runners-c": ["writer_unhealthy", "budget_exceeded"]}
 
-        budget_alerts = [a for a in summary["alerts"] if a["alert"] == "ReaperBudgetHold" and a["state"] == "firing"]
+        firing = [a for a in summary["alerts"] if a["state"] == "firing"]
+        budget_alerts = [a for a in firing if a["alert"] == "ReaperBudgetHold"]
         assert {a["scope"] for a in budget_alerts} == {"ci-runners-c"}  # from the sweeps' pushed metrics
+        # The cause alerts, from the managers' own series: m4's restarts and its creations failing on the quota.
+        assert {a["pod"] for a in firing if a["alert"] == "RunnerManagerCrashLooping"} == {"m4"}
+        burns = {(a["shard"], a["window"]) for a in firing if a["alert"] == "MachineCreationBudgetBurn"}
+        assert burns == {("ci-runners-b", "fast"), ("ci-runners-b", "slow")}
+        assert "RunnerManagerCrashLooping" in up.stdout
 
         world = json.loads((state / "fleet.json").read_text())
-        assert _gce_names(world["gce_endpoint"]) == LIVE_GCE | HELD_IN_C | PINNED  # m4 and old leftovers: gone
+        # m4's abandoned VMs and the old leftovers: gone; none of m4's re-created machines got past the quota.
+        assert _gce_names(world["gce_endpoint"]) == LIVE_GCE | HELD_IN_C | PINNED
         assert _k8s_runs(world["kubeconfig"]) == {
             "live-1",
             "live-2",
