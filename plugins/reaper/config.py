@@ -467,6 +467,7 @@ _EXPECTED_BY_TYPE = {
     "model_type": "expected a mapping",
     "extra_forbidden": "unknown key",
     "too_short": "expected a non-empty value",
+    "missing": "expected this key: it has no default here (e.g. a burn-rate window needs both of its keys)",
 }
 
 
@@ -484,7 +485,7 @@ def _describe(error: dict[str, Any]) -> str:
         expected = f"expected {ctx.get('expected')}"
     else:
         expected = f"expected {error['msg'][0].lower()}{error['msg'][1:]}"
-    if error["type"] in ("extra_forbidden", "value_error"):
+    if error["type"] in ("extra_forbidden", "value_error", "missing"):
         return f"{key}: {expected}"
     return f"{key}: {expected}, got {error['input']!r}"
 

@@ -9,11 +9,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from reaper.alert_rules import rules
 from reaper.cli import main
-from reaper.config import DEFAULT_CONFIG, load_config
+from reaper.config import DEFAULT_CONFIG, ConfigError, load_config
 from tests.builders import settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,3 +141,20 @@ def test_every_alert_has_a_runbook_paragraph() -> None:
         assert f"## {alert}" in runbook, f"docs/runbook.md has no section for {alert}"
         anchor = re.search(rf"alert: {alert}\n(?:.*\n)*?\s+runbook: docs/runbook.md#(\w+)", RULES.read_text())
         assert anchor and anchor.group(1) in {a.lower() for a in alerts}
+
+
+@pytest.mark.parametrize(
+    ("causes", "message"),
+    [
+        ({"runner_managers": {}}, "cause_alerts.runner_managers: expected a non-empty value"),
+        ({"runner_managers": {"9cluster": "x"}}, "expected Prometheus label names as keys, got '9cluster'"),
+        ({"runner_managers": {"cluster": "(runner"}}, "expected a valid regex for label cluster, got '(runner'"),
+        ({"machine_creation": {"group_by": ["shard-name"]}}, "cause_alerts.machine_creation.group_by.0"),
+        ({"machine_creation": {"objective": 1}}, "cause_alerts.machine_creation.objective"),
+        ({"machine_creation": {"fast": {"burn_rate": 10}}}, "machine_creation.fast.window: expected this key"),
+        ({"crash_loop_restarts": 0}, "cause_alerts.crash_loop_restarts"),
+    ],
+)
+def test_a_bad_cause_alert_key_is_refused_naming_it(causes: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        settings(cause_alerts=causes)
