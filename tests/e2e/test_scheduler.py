@@ -242,6 +242,9 @@ def test_a_stopped_delete_task_stops_sending_at_once_and_records_what_it_saw(air
     # Whichever comes first stops the sends: the supervisor's SIGTERM at its next heartbeat, or the lease,
     # released by the run's teardown as soon as the task counts as failed. The task records which.
     stop = {"run_id": run_id, "action": "outcome", "detail": {"$regex": "SIGTERM|lease was released"}}
+    # The run ends with its teardown, as soon as the task counts as failed; the stopped task's process
+    # outlives it (the supervisor waits 5 s between SIGTERM and SIGKILL), still recording what it saw.
+    wait_until(lambda: airflow.ledger.ledger.find_one(stop), "the stopped task's record of why it stopped", 20)
     halted = [r["at"].replace(tzinfo=UTC).timestamp() for r in airflow.ledger.ledger.find(stop)]
     seen = Counter(
         str(r.get("detail", ""))[:60] for r in airflow.ledger.ledger.find({"run_id": run_id, "action": "outcome"})
