@@ -55,7 +55,11 @@ CONFIG = parse_settings({"budget": {"min_stale": 1000}, "k8s": {"clusters": ["c1
 ids = st.one_of(
     st.integers(1, 10**18).map(str),  # documented: a decimal string
     st.integers(1, 10**18),  # a JSON number: protobuf's JSON mapping reads it the same
-    st.sampled_from(["0", 0, "", None, "abc", " 7", "٧"]),  # absent (None), zero, empty, not decimal
+    # Absent (None), zero, empty, not decimal. Not "٧" (ARABIC-INDIC DIGIT SEVEN): protobuf's JSON parser
+    # reads a string id with int(), which takes any Unicode decimal digit, so the reaper is handed 7 and
+    # cannot tell; a real API sends ASCII, and a delete goes by id only after a re-read by that id
+    # matched the planned name.
+    st.sampled_from(["0", 0, "", None, "abc", " 7"]),
 )
 created = st.one_of(
     st.just("2026-11-29T10:00:00.000-07:00"),
