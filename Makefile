@@ -25,8 +25,10 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml scripts/bootstrap
 venv: $(STAMP)
 
 # The main job on the embedded default: emulated fleet, local services, `airflow standalone`, every phase once.
+# EXECUTOR=celery: the same on two Celery workers (Redis broker, sweep files on the storage emulator's gs://).
+EXECUTOR ?= local
 demo: $(STAMP)
-	$(BIN)/python -m include.demo up
+	REAPER_DEMO_EXECUTOR=$(EXECUTOR) $(BIN)/python -m include.demo up
 
 demo-down:
 	$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)) -m include.demo down
@@ -51,6 +53,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/policy.py
 	$(BIN)/python bench/gce_sweep.py
 	$(BIN)/python bench/k8s_sweep.py
+	$(BIN)/python bench/audit.py
 	$(BIN)/python bench/sweep.py 2>/dev/null
 
 clean:

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
+from include.airflow_components import Deployment
+from include.demo import celery
 from include.emulators.http import Daemon, free_port, listening, secantusdb_argv, server_binary
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,6 +40,7 @@ POSTGRES = "postgresql://postgres:postgres@127.0.0.1:5432"
 # Where it all lives; tests set these so they never touch a demo a user is running.
 DB = os.environ.get("REAPER_DEMO_DB") or "reaper_demo"  # databases {DB}_airflow and {DB}_steps
 UI_PORT = int(os.environ.get("REAPER_DEMO_PORT") or 8080)  # taken when free, else any free port
+EXECUTOR = os.environ.get("REAPER_DEMO_EXECUTOR") or "local"  # or "celery": make demo EXECUTOR=celery
 QUARANTINE = 30 + 2  # max_job_timeout + slack + clock_skew of include/demo/reaper.yaml, seconds
 
 
@@ -333,8 +336,9 @@ def up() -> None:
     (STATE / "logs").mkdir(parents=True)
     say("starting SecantusDB (MongoDB wire protocol), NATS, the fleet, Prometheus")
     running = services()
+    broker = celery.services(start) if EXECUTOR == "celery" else None
     reaper_config, connections = configure(running)
-    base, api = airflow(reaper_config, connections)
+    base, api = airflow(reaper_config, connections, broker)
     say("sweeping every phase in rollout order")
     runs = sweep_all(api, float(running.world["crashed_at"]))  # type: ignore[arg-type]
     report(runs, running, reaper_config, connections, base)
@@ -390,6 +394,8 @@ def configure(running: Services) -> tuple[Path, Path]:
         "MONGO_PORT": running.mongo_port,
         "NATS_PORT": running.nats_port,
         "STEPS_DB": DATABASES[1],
+        # Celery workers share no disk: the sweep files go to object storage there
+        "SWEEP_STORE": celery.SWEEP_STORE if EXECUTOR == "celery" else f"file://{STATE}/sweeps",
     }
     reaper_config = render(HERE / "reaper.yaml", STATE / "reaper.yaml", values)
     alert_rules(reaper_config, running.prometheus_url)
@@ -407,11 +413,18 @@ def alert_rules(reaper_config: Path, prometheus_url: str) -> None:
     requests.post(f"{prometheus_url}/-/reload", timeout=10).raise_for_status()
 
 
-def airflow(reaper_config: Path, connections: Path) -> tuple[str, Api]:
-    """Airflow's metadata DB migrated, the connections and pools imported, ``airflow standalone``
-    running and the reaper's DAGs parsed; its base URL and its REST API."""
+def airflow(reaper_config: Path, connections: Path, broker: tuple[str, dict[str, str]] | None) -> tuple[str, Api]:
+    """Airflow's metadata DB migrated, the connections and pools imported, ``airflow standalone`` (or, with
+    a Celery ``broker`` and its settings, the components and two Celery workers) running and the reaper's
+    DAGs parsed; its base URL and its REST API."""
     api_port = free_port() if listening(UI_PORT) else UI_PORT
     env = airflow_env(reaper_config, api_port)
+    deployment = None
+    if broker is not None:
+        url = f"{POSTGRES.replace('postgresql', 'postgresql+psycopg')}/{DATABASES[0]}"
+        home, users = Path(env["AIRFLOW_HOME"]), {USER: PASSWORD}
+        deployment = Deployment(home, url, reaper_config, users, "CeleryExecutor", broker[0], api_port, broker[1])
+        env = deployment.env()
     airflow_bin = server_binary("airflow")
     say(f"migrating Airflow's metadata DB (PostgreSQL database {DATABASES[0]})")
     for argv in (
@@ -422,12 +435,19 @@ def airflow(reaper_config: Path, connections: Path) -> tuple[str, Api]:
         done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
             raise SystemExit(f"demo: {' '.join(argv[1:3])} failed:\n{done.stdout}{done.stderr}")
-    say("starting airflow standalone (API server, scheduler, DAG processor, triggerer)")
     base = f"http://127.0.0.1:{api_port}"
     health = f"{base}/api/v2/monitor/health"
-    standalone = start("airflow", [airflow_bin, "standalone"], "airflow standalone", lambda: _get(health), 300, env)
+    if deployment is None:
+        say("starting airflow standalone (API server, scheduler, DAG processor, triggerer)")
+        server = start("airflow", [airflow_bin, "standalone"], "airflow standalone", lambda: _get(health), 300, env)
+    else:
+        say(f"starting the API server, DAG processor, scheduler and {celery.WORKERS} Celery workers")
+        first, *others = celery.components(deployment)
+        server = start(first.name, first.argv, first.name, lambda: _get(health), 300, first.env)
+        for component in others:
+            start(component.name, component.argv, component.name, lambda: True, env=component.env)
     api = Api(base)
-    standalone.wait(lambda: all(api.get(f"/dags/{d}") for d in rollout()), 300, "the reaper DAGs")
+    server.wait(lambda: all(api.get(f"/dags/{d}") for d in rollout()), 300, "the reaper DAGs")
     return base, api
 
 
