@@ -226,6 +226,28 @@ def scopes_table(verdicts: list[dict[str, object]]) -> str:
     )
 
 
+def _datalist(id_: str, values: list[str]) -> str:
+    options = "".join(f'<option value="{text(v)}">' for v in values)
+    return f'<datalist id="{id_}">{options}</datalist>'
+
+
+def choices(executions: list[dict[str, object]]) -> dict[str, list[str]]:
+    """The values each filter can take in this sweep, from its summaries (suggestions: any value may be typed)."""
+    found: dict[str, set[str]] = {f: set() for f in FILTERS}
+    for s in executions:
+        for d in s.get("decisions") or []:  # type: ignore[union-attr]
+            if d.get("action") != "keep":
+                for f in ("scope", "rule", "reason", "action"):
+                    found[f].add(str(d.get(f) or ""))
+        found["outcome"] |= set(map(str, s.get("outcomes") or {}))  # type: ignore[arg-type]
+        for scopes in (s.get("census") or {}).values():  # type: ignore[union-attr]
+            for census in scopes.values():
+                found["kind"] |= set(map(str, census.get("by_kind") or {}))
+        if s.get("target") == "gce":
+            found["kind"].add("instance")
+    return {f: sorted(v - {""}) for f, v in found.items()}
+
+
 class Page(NamedTuple):
     """Which rows of the filtered set a page shows."""
 
@@ -255,30 +277,17 @@ def sweep_page(
     if not executions:
         parts.append('<p class="muted">No summary recorded (the run failed before its record task).</p>')
         parts.append(link(urls.dag_run(dag_id, run_id), "DAG run in Airflow", target="_top"))
-    kinds = sorted(
-        {
-            k
-            for s in executions
-            for c in (s.get("census") or {}).values()
-            for sc in c.values()
-            for k in (sc.get("by_kind") or {})
-        }
-    )  # type: ignore[union-attr]
-    if any(s.get("target") == "gce" for s in executions):
-        kinds.append("instance")
+    lists = choices(executions)
     inputs = "".join(
-        f'<label>{f}<input name="{f}" value="{text(params.get(f, ""))}"'
-        + (' list="kinds"' if f == "kind" else "")
-        + "></label>"
+        f'<label>{f}<input name="{f}" value="{text(params.get(f, ""))}" list="{f}-values"></label>'
+        + _datalist(f"{f}-values", lists.get(f, []))
         for f in FILTERS
     )
-    options = "".join(f'<option value="{text(k)}">' for k in kinds)
     hidden = "".join(
         f'<input type="hidden" name="{k}" value="{text(params[k])}">' for k in ("order", "size") if params.get(k)
     )
     parts.append(
         f'<h2>Resources</h2><form class="filters" method="get">{inputs}{hidden}'
-        f'<datalist id="kinds">{options}</datalist>'
         f"<button>Filter</button>{link(urls.sweep(dag_id, run_id), 'clear')}</form>"
     )
     filtered = {k: v for k, v in params.items() if k in FILTERS and v}
