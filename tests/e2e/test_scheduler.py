@@ -14,31 +14,24 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import subprocess
-import sys
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import quote
 
-import psycopg
 import pytest
-import requests
 from pymongo import MongoClient
 
 from include.emulators.gce import Emulator, Fleet
-from include.emulators.http import ApiError, free_port, wait_until
-from tests.helpers import POSTGRES_DSN, ROOT
+from include.emulators.http import ApiError, wait_until
+from tests.helpers.airflow import Rest, airflow_site
 from tests.helpers.gce import add_instance
 
 DAG = "reaper_gce_terminated_cleanup"
 RUN_TIMEOUT = 34.0  # seconds; deletes stop 3s + 3s + 5s (request, ledger, slack) before it
 MARGIN = 11.0
-USER, PASSWORD = "admin", "reaper-test"
 IDS = itertools.count(10_000)
 
 
@@ -65,40 +58,26 @@ def reaper_config(home: Path, run_timeout: float = RUN_TIMEOUT, **gce: object) -
     }
 
 
-class Airflow:
-    """The running components and a REST client of an admin user."""
+class Airflow(Rest):
+    """The running components, the fleet, the ledger, and a REST client of an admin user."""
 
     def __init__(self, base: str, config: Path, home: Path, fleet: Fleet, mongo: MongoClient) -> None:
-        self.base, self.config, self.home, self.fleet, self.mongo = base, config, home, fleet, mongo
-        self.http = requests.Session()
-        token = self.http.post(f"{base}/auth/token", json={"username": USER, "password": PASSWORD}, timeout=10)
-        token.raise_for_status()
-        self.http.headers["Authorization"] = f"Bearer {token.json()['access_token']}"
+        super().__init__(base)
+        self.config, self.home, self.fleet, self.mongo = config, home, fleet, mongo
 
     def configure(self, **config: object) -> None:
         """A new reaper config, read by the dag-processor (its refresh interval) and every task after."""
         self.config.write_text(json.dumps(reaper_config(self.home, **config)))  # type: ignore[arg-type]
         time.sleep(6)
 
-    def api(self, method: str, path: str, **body: object) -> dict[str, object]:
-        response = self.http.request(method, f"{self.base}/api/v2{path}", json=body or None, timeout=10)
-        response.raise_for_status()
-        return response.json()
-
     def trigger(self) -> str:
-        return str(self.api("POST", f"/dags/{DAG}/dagRuns", logical_date=None)["dag_run_id"])
+        return self.trigger_dag(DAG)
 
     def run(self, run_id: str) -> dict[str, object]:
-        return self.api("GET", f"/dags/{DAG}/dagRuns/{quote(run_id, safe='')}")
+        return self.dag_run(DAG, run_id)
 
     def wait(self, run_id: str, timeout: float = 120) -> dict[str, object]:
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            run = self.run(run_id)
-            if run["state"] in ("success", "failed"):
-                return run
-            time.sleep(1)
-        raise TimeoutError(f"{run_id} not finished after {timeout:.0f}s")
+        return self.wait_for(DAG, run_id, timeout)
 
     @property
     def ledger(self):  # type: ignore[no-untyped-def]
@@ -108,37 +87,12 @@ class Airflow:
 @pytest.fixture(scope="module")
 def airflow(tmp_path_factory, mongo_server) -> Iterator[Airflow]:  # type: ignore[no-untyped-def]
     home = tmp_path_factory.mktemp("airflow-scheduler")
-    database = f"reaper_sched_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{database}"')
     emulator = Emulator().start()
     emulator.fleet.add_zone("p", "us-east1-b")
     config = home / "reaper.yaml"
     config.write_text(json.dumps(reaper_config(home)))
-    (home / "passwords.json").write_text(json.dumps({USER: PASSWORD}))
-    port = free_port()
-    bin_dir = Path(sys.executable).parent
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")},
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+    settings = {
         "AIRFLOW__CORE__PARALLELISM": "4",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": POSTGRES_DSN.replace("postgresql", "postgresql+psycopg").rsplit("/", 1)[
-            0
-        ]
-        + f"/{database}",
-        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-        "AIRFLOW__API_AUTH__JWT_SECRET": uuid.uuid4().hex,
-        "AIRFLOW__API__HOST": "127.0.0.1",
-        "AIRFLOW__API__PORT": str(port),
-        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
         "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
         "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps(
@@ -147,39 +101,14 @@ def airflow(tmp_path_factory, mongo_server) -> Iterator[Airflow]:  # type: ignor
         "AIRFLOW_CONN_MONGO_DEFAULT": json.dumps(
             {"conn_type": "mongo", "host": "127.0.0.1", "port": mongo_server.port}
         ),
-        "REAPER_CONFIG": str(config),
     }
-    airflow_bin = str(bin_dir / "airflow")
-    subprocess.run([airflow_bin, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
-    pools = ROOT / "include" / "airflow" / "pools.json"
-    subprocess.run([airflow_bin, "pools", "import", str(pools)], env=env, check=True, capture_output=True, timeout=120)
-    processes = []
-    for component in (["api-server", "-p", str(port)], ["scheduler"], ["dag-processor"]):
-        log = open(home / f"{component[0]}.log", "w")  # noqa: SIM115 - closed with its process
-        processes.append((subprocess.Popen([airflow_bin, *component], env=env, stdout=log, stderr=log), log))
     try:
-        wait_until(lambda: requests.get(f"http://127.0.0.1:{port}/api/v2/monitor/health", timeout=2).ok, "api", 120)
-        client = Airflow(
-            f"http://127.0.0.1:{port}",
-            config,
-            home,
-            emulator.fleet,
-            MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/"),
-        )
-        wait_until(lambda: client.api("GET", f"/dags/{DAG}"), "the GCE DAGs parsed", 120)
-        yield client
+        with airflow_site(home, config, DAG, settings=settings) as site:
+            site.use("LocalExecutor")
+            mongo = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")
+            yield Airflow(site.deployment.base_url, config, home, emulator.fleet, mongo)
     finally:
-        for process, _ in processes:
-            process.terminate()
-        for process, log in processes:
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-            log.close()
         emulator.close()
-        with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
 
 
 def seed_terminated(fleet: Fleet, count: int, prefix: str) -> None:

@@ -39,7 +39,8 @@ class Rest:
         self.http.headers["Authorization"] = f"Bearer {token.json()['access_token']}"
 
     def api(self, method: str, path: str, **body: object) -> dict[str, object]:
-        response = self.http.request(method, f"{self.base}/api/v2{path}", json=body or None, timeout=10)
+        # 30 s: a single api-server on a loaded two-core machine has answered after 12 s
+        response = self.http.request(method, f"{self.base}/api/v2{path}", json=body or None, timeout=30)
         response.raise_for_status()
         return response.json()
 
