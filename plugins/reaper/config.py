@@ -313,6 +313,8 @@ class AirflowConfig(_Section):
     retries: int = Field(2, ge=0, le=10)
     retry_delay: Duration = timedelta(seconds=30)
     delete_batch_size: int = Field(200, ge=1, le=5000)
+    # At most this many delete tasks per sweep (larger batches if need be): see deletes.cut_batches.
+    max_delete_batches: int = Field(8, ge=1, le=256)
     # A sweep run's timeout; 0 (the default): 90% of the target's schedule, an hour for manual triggers only.
     run_timeout: Schedule = timedelta(0)
     # How long a run waits for another sweep of its target to end before it ends as skipped

@@ -77,6 +77,11 @@ class SendGuard:
             return "deadline reached: left for the next sweep"
         return self._lease() if lease and self._lease else None
 
+    def unsent(self, resource: Resource) -> str:
+        """The result of a resource this try stops before its send: ``not_attempted``, unless an earlier
+        try's delete call for it went out (its answer lost): then it may have been applied, ``unconfirmed``."""
+        return UNCONFIRMED if resource.uid in self.sent_before else NOT_ATTEMPTED
+
     def before_send(self, resource: Resource, lease: bool = True) -> str | None:
         """Check, then make the intent durable. None: send now. A failed intent write halts the task.
 

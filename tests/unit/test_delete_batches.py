@@ -70,6 +70,17 @@ def test_a_run_is_never_split_across_batches(objects: list[K8sObject], size: int
     assert sorted(o.uid for b in batches for o in b) == sorted(o.uid for o in objects)
 
 
+@given(runs(), st.integers(1, 9), st.integers(1, 6))
+def test_never_more_batches_than_the_most_and_still_no_run_split(
+    objects: list[K8sObject], size: int, most: int
+) -> None:
+    batches = cut_batches(objects, size, _run, most)
+    assert len(batches) <= most
+    homes = [{_run(o) for o in b} for b in batches]
+    assert all(a.isdisjoint(b) for i, a in enumerate(homes) for b in homes[i + 1 :]), "a run split across batches"
+    assert sorted(o.uid for b in batches for o in b) == sorted(o.uid for o in objects)
+
+
 @given(runs(), st.floats(0.1, 20), st.floats(-5, 5))
 def test_what_fits_before_the_deadline_is_within_every_scopes_rate_in_whole_runs_and_in_plan_order(
     objects: list[K8sObject], rate: float, seconds: float

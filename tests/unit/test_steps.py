@@ -263,6 +263,23 @@ def test_an_override_applies_to_the_first_execution_only_and_a_lower_cap_to_ever
     assert got.budget is None and got.max_deletions == 500
     assert got.record is not None and got.record["applied"] is False and "first execution" in str(got.record["why"])
     assert steps.run_overrides({"max_deletions": 3}, ids, "sre", rerun, configured=500).max_deletions == 3
+    # A lower cap beside a budget override is still a limit: the re-run drops the override, not the limit.
+    with_budget = {"override_budget": True, "override_reason": "INC-42", "max_deletions": 2}
+    assert steps.run_overrides(with_budget, ids, "sre", rerun, configured=500).max_deletions == 2
+
+
+def test_a_raise_is_checked_against_the_config_the_plan_is_made_under() -> None:
+    # resolve_scopes let 4 pass without a reason under a cap of 10; the config now says 2.
+    got = steps.run_overrides({"max_deletions": 4}, FIRST, "sre", rerun=False, configured=2)
+    assert (got.max_deletions, got.record) == (2, None)
+
+
+def test_a_summary_planned_before_max_deletions_and_left_existed_still_reads() -> None:
+    summary = msgspec.to_builtins(
+        steps.Summary("enforcement", [], {}, [], {}, {}, None, "sre", False, False, [], {}, {}, 3, PlanRef(0, "t", "c"))
+    )
+    del summary["max_deletions"], summary["left"]
+    assert steps.budget_check(msgspec.convert(summary, steps.Summary)).branch == steps.DELETE
 
 
 @pytest.mark.parametrize(
@@ -349,6 +366,36 @@ def test_deletes_that_cannot_be_sent_before_the_deadline_are_left_recorded_and_g
         r.uid for b in planned.batches for r in b.resources
     }
     assert steps.budget_check(planned.summary).why.endswith("6 left for the next sweep (the run's deadline)")
+
+
+def test_a_replan_in_the_same_execution_never_rewrites_an_outcome_as_left(tmp_path: Path) -> None:
+    # evaluate_policy cleared alone through the REST API (reset_dag_runs=false keeps the clear number
+    # and the lease): the second plan, made later, must not record a deleted VM as left.
+    stale, fresh = str(int(time.time() - D)), str(int(time.time() - M))
+    fleet = [inst(hb=stale, project="p1") for _ in range(6)] + [inst(hb=fresh, project="p1") for _ in range(20)]
+    s = sweep(tmp_path, fleet)
+    setup = steps.resolve_scopes(s, {})
+    shards = [steps.list_inventory(s, shard, i, setup.lease) for i, shard in enumerate(setup.shards)]
+    read = steps.gather_evidence(s, shards, setup.lease)
+    for batch in steps.evaluate_policy(s, read, {}, "sre", LEASE).batches:
+        steps.delete(s, batch, LEASE, None)
+    run_timeout, margin = s.config.run_timeout("gce"), s.config.send_margin("gce")
+    late = datetime.now(UTC) - run_timeout + margin  # no time left: the whole plan would be left
+    replanned = steps.evaluate_policy(s, read, {}, "sre", LEASE, late)
+    outcomes = s.ledger().outcomes(s.under(LEASE).fields())
+    assert replanned.batches == [] and replanned.summary.left == 0
+    assert len(outcomes) == 6 and {r["result"] for r in outcomes.values()} == {"deleted"}
+
+
+def test_a_late_batch_records_a_delete_an_earlier_try_sent_as_unconfirmed(tmp_path: Path) -> None:
+    s = sweep(tmp_path, stale_fleet())
+    (batch,) = plan_through(s).batches
+    sent = batch.resources[0]
+    s.ledger().intents = lambda ids, uids: {(sent.scope, sent.uid)}  # type: ignore[method-assign]
+    late = datetime.now(UTC) - s.config.run_timeout("gce")
+    assert steps.delete(s, batch, LEASE, late) == {"unconfirmed": 1, NOT_ATTEMPTED: len(batch.resources) - 1}
+    results = {r["uid"]: r["result"] for r in s.ledger().records if r["action"] == "outcome"}
+    assert results[sent.uid] == "unconfirmed"
 
 
 def test_a_batch_that_begins_after_the_deadline_sends_nothing_and_records_it_in_one_write(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
 
 from reaper.config import Settings
-from reaper.fence import NOT_ATTEMPTED, UNCONFIRMED, Halted, SendGuard
+from reaper.fence import UNCONFIRMED, Halted, SendGuard
 from reaper.gce.clients import ComputeClients, transient
 from reaper.model import GceInstance, Outcome
 from reaper.ratelimit import BucketsPerScope, round_robin
@@ -88,11 +88,11 @@ class GceDeleter:
     def _delete_one(self, inst: GceInstance, guard: SendGuard) -> Outcome:
         why = guard.check(lease=False)  # no token waited for past the deadline
         if why:
-            return Outcome(inst, NOT_ATTEMPTED, why)
+            return Outcome(inst, guard.unsent(inst), why)
         self.buckets.acquire(inst.project)  # before the re-read: no wait between it and the delete
         why = guard.before_send(inst, lease=False)  # the durable intent, before the re-read too
         if why:
-            return Outcome(inst, NOT_ATTEMPTED, why)
+            return Outcome(inst, guard.unsent(inst), why)
         # By id: a VM recreated under the name is another instance, and this one is gone.
         target = {"project": inst.project, "zone": inst.zone, "instance": inst.id}
         try:
@@ -111,7 +111,7 @@ class GceDeleter:
             return Outcome(inst, CHANGED, "; ".join(changes))
         why = guard.check()  # the lease and the deadline right before the send: the re-read may have taken retries
         if why:
-            return Outcome(inst, NOT_ATTEMPTED, why)
+            return Outcome(inst, guard.unsent(inst), why)
         attempts = 0
 
         def send() -> compute_v1.Operation:

@@ -26,7 +26,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from reaper.config import Settings
-from reaper.fence import NOT_ATTEMPTED, UNCONFIRMED, Halted, SendGuard
+from reaper.fence import UNCONFIRMED, Halted, SendGuard
 from reaper.k8s.client import METADATA_ONLY as METADATA_LIST
 from reaper.k8s.client import PATHS, call, transient
 from reaper.model import K8sObject, Outcome
@@ -119,7 +119,7 @@ class K8sDeleter:
         outcomes: list[Outcome] = []
         for i, obj in enumerate(members):
             if stopped:
-                outcomes.append(self._record(obj, guard, NOT_ATTEMPTED, stopped))
+                outcomes.append(self._record(obj, guard, guard.unsent(obj), stopped))
                 continue
             if obj.kind != "Pod" and (i == 0 or members[i - 1].kind == "Pod"):
                 rest = members[i:]
@@ -191,7 +191,7 @@ class K8sDeleter:
             self.buckets.acquire(obj.cluster)
         why = guard.before_send(obj)
         if why:
-            return Outcome(obj, NOT_ATTEMPTED, why)
+            return Outcome(obj, guard.unsent(obj), why)
         preconditions = {"uid": obj.uid}
         if obj.resource_version:
             preconditions["resourceVersion"] = obj.resource_version

@@ -20,7 +20,7 @@ from typing import Protocol
 import msgspec
 
 from reaper.config import Settings
-from reaper.fence import NOT_ATTEMPTED, SendGuard, halt_on_sigterm
+from reaper.fence import SendGuard, halt_on_sigterm
 from reaper.model import Resource
 from reaper.ratelimit import round_robin
 from reaper.sweep.targets import Target
@@ -54,17 +54,28 @@ def stale(plan: PlanRef, current: PlanRef) -> str | None:
     return None
 
 
-def cut_batches(resources: Iterable[Resource], size: int, unit: Callable[[Resource], Hashable]) -> list[list[Resource]]:
+def cut_batches(
+    resources: Iterable[Resource], size: int, unit: Callable[[Resource], Hashable], most: int | None = None
+) -> list[list[Resource]]:
     """Batches of at most ``size`` resources that never split a unit (a Kubernetes run: DESIGN.md 6).
 
     A unit larger than ``size`` makes a batch of its own: splitting it would let a retried or
     reordered batch delete a run's Secrets apart from (or before) its Pod. Units are taken round
     robin over scopes: the policy yields deletes scope by scope, and a batch of a few scopes would
     wait on their rate limits while the others sit idle.
+
+    ``most``: no more batches than that, larger ones if need be. Each batch is a task; those still
+    queued when the run's deadline comes each cost a task start inside the send margin, and an
+    incident-scale plan cut at ``size`` would queue dozens (slow operations make that likely: the
+    deadline fit bounds the sends by the rate, not by how long each delete takes).
     """
     grouped: dict[Hashable, list[Resource]] = {}
     for resource in resources:
         grouped.setdefault(unit(resource), []).append(resource)
+    if most:
+        # Every batch but the last then holds at least ceil(n / most) resources: no more than ``most``.
+        count, largest = sum(map(len, grouped.values())), max(map(len, grouped.values()), default=1)
+        size = max(size, -(-count // most) + largest - 1)
     batches: list[list[Resource]] = []
     for members in round_robin(grouped.values(), key=lambda members: members[0].scope):
         if batches and len(batches[-1]) + len(members) <= size:
@@ -182,14 +193,19 @@ def delete_batch(ledger: LedgerLike, target: Target, fence: Fence, resources: li
     if late:  # the deadline passed before this batch began: nothing is started, one write records it all
         stopped += [(r, late) for r in todo]
         todo = []
+    by_result: dict[str, list[tuple[Resource, str]]] = defaultdict(list)
+    for resource, why in stopped:
+        by_result[guard.unsent(resource)].append((resource, why))
     try:
-        ledger.write(outcome_records(fence.ids, target, NOT_ATTEMPTED, stopped))
+        ledger.write(
+            [r for result, rows in by_result.items() for r in outcome_records(fence.ids, target, result, rows)]
+        )
     except Exception as exc:
         guard.halt(f"ledger: outcome not recorded ({type(exc).__name__})")
     with halt_on_sigterm(guard):
         results = target.delete(todo, guard) if todo and not guard.halted else []
     counts = Counter(o.result for o in results)
-    counts.update(NOT_ATTEMPTED for _ in stopped)
+    counts.update({result: len(rows) for result, rows in by_result.items()})
     if guard.halted:
         raise SweepHalted(f"{guard.halted}; recorded so far: {dict(counts)}")
     return dict(counts)

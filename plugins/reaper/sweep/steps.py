@@ -158,9 +158,10 @@ class Summary(msgspec.Struct, frozen=True):
     hygiene: dict[str, int]
     incomplete: dict[str, list[str]]
     deletes: int
-    max_deletions: int
-    left: int
     plan: PlanRef
+    # With defaults: a summary planned before they existed still reads (a run in flight during a deploy).
+    max_deletions: int | None = None
+    left: int = 0
 
 
 class Batch(msgspec.Struct, Generic[R], frozen=True):
@@ -387,6 +388,9 @@ def evaluate_policy(
     plan_ref = PlanRef(ids.execution, ids.lease, config_digest(config))
     dry_run = bool(params.get("dry_run"))
     deletes = [] if dry_run or plan.capped or foreign else plan.deletes()
+    if deletes:  # one round trip, empty unless this execution planned before: what it recorded stands
+        done = ledger.outcomes(ids.fields())
+        deletes = [d for d in deletes if (d.resource.scope, d.resource.uid) not in done]
     seconds = send_deadline(sweep, lease, started) - time.time()
     fits, left = fit_before_deadline([d.resource for d in deletes], target.unit, target.delete_rate, seconds)
     if left:
@@ -396,7 +400,7 @@ def evaluate_policy(
         )
         log.warning("%d planned deletes %s", len(left), why)
         ledger.write(outcome_records(ids.fields(), target, NOT_ATTEMPTED, ((r, why) for r in left)))
-    units = cut_batches(fits, config.airflow.delete_batch_size, target.unit)
+    units = cut_batches(fits, config.airflow.delete_batch_size, target.unit, config.airflow.max_delete_batches)
     return Planned(
         batches=[Batch(plan_ref, unit) for unit in units],
         summary=summarize(plan, plan_ref, sweep_input, overrides, len(left), triggered_by, dry_run, foreign),
@@ -451,19 +455,21 @@ def run_overrides(params: dict[str, object], ids: Ids, triggered_by: str, rerun:
     at or below the cap only lowers it: a limit, no override, kept in every execution.
     """
     wanted = params.get("max_deletions")
-    limit = configured if wanted is None else int(wanted)  # type: ignore[call-overload]
-    raised = limit > configured
+    reason = str(params.get("override_reason") or "").strip()
+    asked = configured if wanted is None else int(wanted)  # type: ignore[call-overload]
+    lower = min(asked, configured)  # what holds in every execution, override or not
+    # Raised only with a reason, checked again here: the config may have lowered the cap since resolve_scopes.
+    raised = asked > configured and bool(reason)
     budget = bool(params.get("override_budget"))
     if not (budget or raised):
-        return Overrides(None, limit, None)
-    reason = str(params["override_reason"])
+        return Overrides(None, lower, None)
     record: dict[str, object] = {"reason": reason, "user": triggered_by, "budget": budget}
     if raised:
-        record["max_deletions"] = limit
+        record["max_deletions"] = asked
     if rerun or ids.execution > 0:
         why = "the run was cleared or re-run: an override applies to its first execution only"
-        return Overrides(None, configured, {**record, "applied": False, "why": why})
-    return Overrides(Override(reason, triggered_by) if budget else None, limit, {**record, "applied": True})
+        return Overrides(None, lower, {**record, "applied": False, "why": why})
+    return Overrides(Override(reason, triggered_by) if budget else None, asked, {**record, "applied": True})
 
 
 def budget_check(summary: Summary) -> Branch:
