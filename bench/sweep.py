@@ -13,6 +13,8 @@ bounds of the adapter benchmarks; and the peak RSS of the heaviest step.
 ``dag.test()`` runs every task, mapped ones included, one after another in this
 process: the listing shards that a real executor runs side by side run in series
 here, so the listing figure is an upper bound of what a deployment sees.
+``--executor celery --workers N`` sweeps the same fleets on N Celery workers instead
+(``bench/celery_sweep.py``).
 """
 
 from __future__ import annotations
@@ -241,7 +243,14 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20_000)
     parser.add_argument("--k8s-orphaned", type=float, default=0.05)
     parser.add_argument("--k8s-latency", type=float, default=0.010)
+    parser.add_argument("--executor", choices=["dag-test", "celery"], default="dag-test")
+    parser.add_argument("--workers", type=int, default=2, help="Celery workers (with --executor celery)")
     args = parser.parse_args()
+    if args.executor == "celery":
+        from bench.celery_sweep import main as celery_main
+
+        celery_main(args, HOME, writers)
+        return
 
     subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True)
     mongo = MongoCommands()
@@ -298,13 +307,19 @@ def main() -> None:
 
     from reaper.config import parse_settings
 
-    batch = parse_settings({}, "defaults").airflow.delete_batch_size
+    defaults = parse_settings({}, "defaults").airflow
+
+    def batches(deletes: int) -> int:
+        """How many delete tasks ``cut_batches`` makes of single-resource units: at most max_delete_batches."""
+        return math.ceil(deletes / max(defaults.delete_batch_size, math.ceil(deletes / defaults.max_delete_batches)))
+
     reaped = gce_calls.get("delete", 0)
-    gce_batches = math.ceil(reaped / batch)
-    # Ledger: 1 decisions write and 2 finds for an earlier execution; per delete batch: 1 outcomes find
-    # and 1 intents find; per delete: 1 lease check, 3 writes (the intent, marked sent, the outcome);
-    # then record's outcomes find and summary; the lease (find_one_and_update, delete); createIndexes.
-    ledger_bound = {"update": 1 + 3 * reaped + 1, "find": 2 + 2 * gce_batches + reaped + 1}
+    gce_batches = batches(reaped)
+    # Ledger: 1 decisions write, 2 finds for an earlier execution and 1 for this one's outcomes so far;
+    # per delete batch: 1 outcomes find and 1 intents find; per delete: 1 lease check, 3 writes (the
+    # intent, marked sent, the outcome); then record's outcomes find and summary; the lease
+    # (find_one_and_update, delete); createIndexes.
+    ledger_bound = {"update": 1 + 3 * reaped + 1, "find": 3 + 2 * gce_batches + reaped + 1}
     gce_pages = args.projects * math.ceil(args.per_project / GCE_PAGE)
     print(f"# dag.test() sweeps; state {gce_run.state} (GCE), {k8s_run.state} (Kubernetes)")  # type: ignore[attr-defined]
     report(
@@ -325,13 +340,13 @@ def main() -> None:
         [f"Mongo commands: {gce_mongo}", f"deleted {reaped:,}; interval 10 min: {gce_wall / 600:.0%} of it"],
     )
     k8s_deleted = k8s_calls.get("delete", 0)
-    k8s_batches = math.ceil(k8s_deleted / batch)
+    k8s_batches = batches(k8s_deleted)  # runs of 4 objects never split: at most one more object a batch
     reaped_runs = len(orphans)
     per_kind = {"Pod": args.runs, "Secret": 2 * args.runs, "NetworkPolicy": args.runs}
     # Per reaped run: its 4 objects read again before the Pod, the Pod read at least once after its
     # delete, the other 3 read again and its Pods listed once it is gone; its evidence read twice
     # (NATS: one key; the run store: one find). Ledger as for GCE, per object deleted.
-    k8s_finds = math.ceil(args.runs / 1000) + 2 * reaped_runs + 2 + 2 * k8s_batches + k8s_deleted + 1
+    k8s_finds = math.ceil(args.runs / 1000) + 2 * reaped_runs + 3 + 2 * k8s_batches + k8s_deleted + 1
     report(
         f"reaper_k8s_enforcement: {args.runs:,} runs ({4 * args.runs:,} objects), {args.k8s_latency * 1000:.0f} ms",
         k8s_wall,
