@@ -1,0 +1,150 @@
+"""Whole sweeps on the CeleryExecutor (``python bench/sweep.py --executor celery --workers N``; issue 12.4).
+
+The fleets of ``bench/sweep.py`` (100,000 GCE instances, 20,000 Kubernetes runs), swept by a real Airflow
+(api-server, scheduler, dag-processor; :mod:`include.airflow_components`) with ``N`` Celery workers of one
+task slot each, the sweep files on ``gs://`` (gcp-storage-emulator). Prints, per sweep: the wall time of
+the run, the listing's span (first ``list_inventory`` start to last end, from the task instances), the
+workers the shards ran on, and the API calls against their lower bounds. Store round trips are counted
+by ``bench/sweep.py`` in one process; here the tasks run in other processes and are not counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections import Counter
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+import requests
+
+from bench.gce_sweep import start_emulator
+from bench.k8s_sweep import start_world
+from include.emulators.http import Daemon, free_port, server_binary
+from reaper.gce.inventory import PAGE_SIZE as GCE_PAGE
+from reaper.k8s.inventory import PAGE_SIZE as K8S_PAGE
+from tests.helpers.airflow import Rest, airflow_site
+from tests.integration.prometheus import Prometheus
+
+BUCKET = "reaper-sweeps"
+
+
+def _ts(text: object) -> float:
+    return datetime.fromisoformat(str(text)).timestamp()
+
+
+def sweep(rest: Rest, dag_id: str) -> tuple[str, float, list[dict]]:
+    """Trigger ``dag_id`` and wait for it: its state, wall time (start to end) and task instances."""
+    run_id = rest.trigger_dag(dag_id)
+    run = rest.wait_for(dag_id, run_id, timeout=1800)
+    return str(run["state"]), _ts(run["end_date"]) - _ts(run["start_date"]), rest.task_instances(dag_id, run_id)
+
+
+def listing(tis: list[dict]) -> tuple[float, Counter[str]]:
+    """The listing's span in seconds, and how many shards each worker ran."""
+    shards = [ti for ti in tis if ti["task_id"] == "list_inventory"]
+    span = max(_ts(t["end_date"]) for t in shards) - min(_ts(t["start_date"]) for t in shards)
+    return span, Counter(str(t["hostname"]) for t in shards)
+
+
+def report(title: str, state: str, wall: float, tis: list[dict], calls: list[tuple[str, int, int]]) -> None:
+    span, hosts = listing(tis)
+    print(f"\n## {title}: {state}")
+    print(f"  run (start to end) {wall:8.2f} s, {len(tis)} task instances")
+    print(f"  listing span       {span:8.2f} s  shards per worker: {dict(sorted(hosts.items()))}")
+    print(f"  {'calls':24s} {'made':>8s} {'lower bound':>12s}")
+    for name, made, bound in calls:
+        print(f"  {name:24s} {made:8d} {bound:12d}{'' if made == bound else '  <-'}")
+
+
+def main(args: argparse.Namespace, home: Path, writers: Callable[[list[str]], int]) -> None:
+    """Both sweeps on ``args.workers`` Celery workers (the fleet arguments are bench/sweep.py's; ``writers``
+    serves the managers' writer health for Prometheus)."""
+    runs = [f"run-{r:06d}" for r in range(args.runs)]
+    orphans = set(runs[:: round(1 / args.k8s_orphaned)])
+    projects = [f"ci-project-{p:03d}" for p in range(args.projects)]
+    redis_port, store_port = free_port(), free_port()
+    started: list[Daemon] = []
+    world = start_world(runs, orphans, args.k8s_latency)
+    emulator, endpoint = start_emulator(args)
+    (home / "prometheus").mkdir()
+    prometheus = Prometheus(home / "prometheus", [f"127.0.0.1:{writers(projects)}"])
+    try:
+        redis = [server_binary("redis-server"), "--port", str(redis_port), "--bind", "127.0.0.1", "--save", ""]
+        started.append(Daemon(redis, redis_port, "redis"))
+        storage = [server_binary("gcp-storage-emulator"), "start", "--host", "127.0.0.1", "--port", str(store_port)]
+        started.append(Daemon([*storage, "--in-memory", "--default-bucket", BUCKET, "-q"], store_port, "storage"))
+        prometheus.wait_for("runner_manager_heartbeat_last_pass_timestamp_seconds", lambda r: len(r) == len(projects))
+        config = home / "reaper.yaml"
+        config.write_text(
+            json.dumps(
+                {
+                    "gce": {"projects": projects, "writer_health": {"prometheus_url": prometheus.url}},
+                    "k8s": {"clusters": ["bench_cluster"], "delete_rate_per_cluster": 1000.0},
+                    "max_deletions_per_sweep": 100_000,
+                    "airflow": {
+                        "gce_schedule": 0,
+                        "k8s_schedule": 0,
+                        "sweep_store": f"gs://reaper_sweeps@{BUCKET}/sweeps",
+                        "retries": 0,
+                        "run_timeout": "10m",
+                    },
+                }
+            )
+        )
+        store = {"is_anonymous": True, "project": "bench", "gcs.endpoint": f"http://127.0.0.1:{store_port}"}
+        compute = {"api_endpoint": endpoint, "anonymous": True}
+        connections = {
+            "google_cloud_default": {"conn_type": "google_cloud_platform", "extra": compute},
+            "bench_cluster": {"conn_type": "kubernetes", "extra": {"kube_config": json.dumps(world.kubeconfig())}},
+            "nats_default": {"conn_type": "generic", "host": "127.0.0.1", "port": world.nats_port},
+            "mongo_default": {"conn_type": "mongo", "host": "127.0.0.1", "port": world.mongo_port},
+            "reaper_sweeps": {"conn_type": "google_cloud_platform", "extra": store},
+        }
+        settings = {f"AIRFLOW_CONN_{k.upper()}": json.dumps(v) for k, v in connections.items()}
+        settings |= {"GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false", "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING"}
+        broker = f"redis://127.0.0.1:{redis_port}/0"
+        with airflow_site(home, config, "reaper_k8s_enforcement", broker_url=broker, settings=settings) as site:
+            site.use("CeleryExecutor", workers=args.workers)
+            rest = Rest(site.deployment.base_url)
+            gce_state, gce_wall, gce_tis = sweep(rest, "reaper_gce_enforcement")
+            gce_calls = requests.get(f"{endpoint}/_emulator/stats", timeout=30).json()["counters"]
+            k8s_state, k8s_wall, k8s_tis = sweep(rest, "reaper_k8s_enforcement")
+            k8s_calls = world.api_calls()
+    finally:
+        for daemon in reversed(started):
+            daemon.stop(timeout=30)
+        prometheus.stop()
+        emulator.terminate()
+        world.stop()
+
+    print(f"# CeleryExecutor, {args.workers} worker(s) of one task slot each, on this machine's cores")
+    reaped = gce_calls.get("delete", 0)
+    report(
+        f"reaper_gce_enforcement: {args.projects * args.per_project:,} instances, {args.projects} projects",
+        gce_state,
+        gce_wall,
+        gce_tis,
+        [
+            (
+                "aggregated_list",
+                gce_calls.get("aggregated_list", 0),
+                args.projects * math.ceil(args.per_project / GCE_PAGE),
+            ),
+            ("get", gce_calls.get("get", 0), reaped),
+            ("delete", reaped, reaped),
+        ],
+    )
+    per_kind = {"Pod": args.runs, "Secret": 2 * args.runs, "NetworkPolicy": args.runs}
+    report(
+        f"reaper_k8s_enforcement: {args.runs:,} runs ({4 * args.runs:,} objects)",
+        k8s_state,
+        k8s_wall,
+        k8s_tis,
+        [
+            ("list", k8s_calls.get("list", 0), sum(math.ceil(n / K8S_PAGE) for n in per_kind.values()) + len(orphans)),
+            ("delete", k8s_calls.get("delete", 0), 4 * len(orphans)),
+        ],
+    )
