@@ -106,9 +106,12 @@ def overview(
     if dag_id:
         _readable(dag_id, dags)
     summaries = _window(led, frozenset({dag_id}) if dag_id else dags, days)
-    hrefs = {(str(s["dag_id"]), str(s["run_id"]), int(s.get("execution") or 0)): "" for s in summaries}
-    for dag, run, execution in hrefs:
-        hrefs[dag, run, execution] = urls.sweep(dag, run)
+    hrefs = {
+        (str(s["dag_id"]), str(s["run_id"]), int(s.get("execution") or 0)): urls.sweep(
+            str(s["dag_id"]), str(s["run_id"])
+        )
+        for s in summaries
+    }
     latest = sorted(summaries, key=lambda s: s["at"], reverse=True)[:50]  # type: ignore[arg-type,return-value]
     return views.overview_page(panels(summaries, hrefs), latest, urls, days, {str(s["dag_id"]) for s in summaries})
 

@@ -51,6 +51,10 @@ ORDERS = {
     "reason": "reason",
     "execution": "execution",
 }
+# A run's decision records in the audit view's default order: the ``sweep_rows`` index, whole, so that
+# a page in that order is read off the index (no sort in memory, whatever the sweep's size).
+ROW_PREFIX = ("dag_id", "run_id", "kind")
+ROW_ORDER = ("scope", "name", "uid", "execution")
 # The parts of a sweep summary no chart of the overview reads.
 SUMMARY_UNCHARTED = ("kept", "hygiene", "warnings", "incomplete", "plan")
 TTL = "expireAfterSeconds"
@@ -180,7 +184,7 @@ class Ledger:
         ensure_index(self.sweeps, [(f, 1) for f in EXECUTION], "sweep", unique=True)
         ensure_index(self.sweeps, [("at", 1)], "retention", ttl=self.retention)
         # The audit view's reads: a run's decisions by page, a resource's history, the overview's window.
-        ensure_index(self.records, [(f, 1) for f in ("dag_id", "run_id", "kind", "scope", "name")], "sweep_rows")
+        ensure_index(self.records, [(f, 1) for f in (*ROW_PREFIX, *ROW_ORDER)], "sweep_rows")
         ensure_index(self.records, [("name", 1), ("dag_id", 1)], "by_name")
         ensure_index(self.records, [("uid", 1), ("dag_id", 1)], "by_uid")
         ensure_index(self.sweeps, [("dag_id", 1), ("at", 1)], "timeline")
@@ -263,7 +267,7 @@ class Ledger:
             return [], 0
         field = ORDERS[order.lstrip("-")]
         direction = -1 if order.startswith("-") else 1
-        sort = [(field, direction), *((f, 1) for f in ("scope", "name", "uid", "execution") if f != field)]
+        sort = [(field, direction), *((f, 1) for f in ROW_ORDER if f != field)]
         page = self.records.find(query, {"_id": 0}).sort(sort).skip(skip).limit(limit)
         return list(page), self.records.count_documents(query)
 
@@ -272,7 +276,7 @@ class Ledger:
         query = self._decision_query(dag_id, run_id, filters)
         if query is None:
             return iter(())
-        sort = [(f, 1) for f in ("scope", "name", "uid", "execution")]
+        sort = [(f, 1) for f in ROW_ORDER]
         return self.records.find(query, {"_id": 0}, batch_size=ONE_BATCH).sort(sort)
 
     def _decision_query(self, dag_id: str, run_id: str, filters: RowFilter) -> dict[str, object] | None:
@@ -295,11 +299,17 @@ class Ledger:
         return query
 
     def companions(self, dag_id: str, run_id: str, uids: Collection[str] | None = None) -> list[dict[str, object]]:
-        """The intents and outcomes of a DAG run, of these resources only when ``uids`` is given (one page)."""
-        query: dict[str, object] = {"dag_id": dag_id, "run_id": run_id, "kind": {"$in": ["intent", "outcome"]}}
-        if uids is not None:
-            query["uid"] = {"$in": sorted(uids)}
-        return list(self.records.find(query, {"_id": 0, "evidence": 0}, batch_size=ONE_BATCH))
+        """The intents and outcomes of a DAG run, of these resources only when ``uids`` is given (one page).
+
+        A page's are looked up by uid alone (the ``by_uid`` index answers it whole; a uid is the
+        same resource in every sweep, so a page's uids have few records) and narrowed here.
+        """
+        wanted = ("intent", "outcome")
+        if uids is None:
+            query: dict[str, object] = {"dag_id": dag_id, "run_id": run_id, "kind": {"$in": list(wanted)}}
+            return list(self.records.find(query, {"_id": 0, "evidence": 0}, batch_size=ONE_BATCH))
+        found = self.records.find({"uid": {"$in": sorted(uids)}}, {"_id": 0, "evidence": 0}, batch_size=ONE_BATCH)
+        return [r for r in found if r.get("dag_id") == dag_id and r.get("run_id") == run_id and r.get("kind") in wanted]
 
     def history(self, term: str, dag_ids: Collection[str], limit: int = HISTORY_SHOWN) -> list[dict[str, object]]:
         """Every record, of these DAGs, of the resources named ``term`` or with uid ``term``, newest first.

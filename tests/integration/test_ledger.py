@@ -178,7 +178,7 @@ WANTED = {
     "ledger": {
         "fence": (list(FENCE), True, None),
         "retention": (["at"], False, 400 * DAY),
-        "sweep_rows": (["dag_id", "run_id", "kind", "scope", "name"], False, None),
+        "sweep_rows": (["dag_id", "run_id", "kind", "scope", "name", "uid", "execution"], False, None),
         "by_name": (["name", "dag_id"], False, None),
         "by_uid": (["uid", "dag_id"], False, None),
     },
