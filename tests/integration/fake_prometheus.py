@@ -29,7 +29,8 @@ def series(manager: str, project: str, value: str, at: float) -> dict[str, objec
 
 
 class FakePrometheus:
-    """Answers the failed-passes query with ``failed`` and any other query with ``last``.
+    """Answers the failed-passes query with ``failed``, a query of the past (``offset``) with ``past``
+    when set, and any other query with ``last``.
 
     An answer is ``(HTTP status, body)``; a body that is not ``bytes`` is sent as
     JSON. ``queries`` records every query received, so a test can count them.
@@ -38,6 +39,7 @@ class FakePrometheus:
     def __init__(self) -> None:
         self.last: tuple[int, object] = (200, vector())
         self.failed: tuple[int, object] = (200, vector())
+        self.past: tuple[int, object] | None = None
         self.queries: list[str] = []
         fake = self
 
@@ -49,7 +51,8 @@ class FakePrometheus:
                 url = urlsplit(self.path)
                 query = parse_qs(url.query).get("query", [""])[0]
                 fake.queries.append(query)
-                code, body = fake.failed if FAILED_METRIC in query else fake.last
+                past = fake.past if fake.past and " offset " in query else None
+                code, body = fake.failed if FAILED_METRIC in query else past or fake.last
                 data = body if isinstance(body, bytes) else json.dumps(body).encode()
                 self.send_response(code if url.path == "/api/v1/query" else 404)
                 self.send_header("Content-Type", "application/json")

@@ -136,3 +136,15 @@ def test_every_manager_with_a_sample_within_the_quarantine_is_reporting(promethe
 def test_anything_but_a_complete_answer_with_history_is_unknown(prometheus, body: object, code: int) -> None:
     prometheus.answer(body, None, codes=(code, 200))
     assert reporting(prometheus.url) is None
+
+
+def test_no_manager_reporting_at_all_is_unknown_not_every_manager_gone(prometheus) -> None:
+    from tests.integration.fake_prometheus import vector
+
+    # History older than the quarantine, nothing within it: a scrape or Prometheus outage that long
+    # looks the same as every manager gone at once, and surprising evidence keeps.
+    prometheus.answer(vector(), None)
+    prometheus.past = (200, vector({"metric": {}, "value": [STARTED, "3"]}))
+    assert reporting(prometheus.url) is None
+    prometheus.answer(vector({"metric": {"manager": "m1", "project": "p1"}, "value": [STARTED, "1"]}), None)
+    assert reporting(prometheus.url) == {("m1", "p1")}

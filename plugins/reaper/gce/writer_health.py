@@ -74,7 +74,8 @@ class PrometheusWriterHealth:
         sample counts, even one whose value is unusable (the manager was there). ``None``: unknown,
         when the answers cannot be trusted whole or the source holds no last-pass sample from the
         window before this one: a Prometheus younger than the window (or with a shorter retention)
-        cannot tell a manager gone for that long from one it never scraped.
+        cannot tell a manager gone for that long from one it never scraped; and when no manager at
+        all reported within the window, which a scrape outage that long looks like too.
         """
         cfg = self.config
         span = f"{int(window.total_seconds())}s"
@@ -89,6 +90,9 @@ class PrometheusWriterHealth:
             return None
         if not history:
             log.warning("writer health holds no report older than %s: no group is residual yet", span)
+            return None
+        if not seen:  # a scrape or Prometheus outage that long reads the same as every manager gone at once
+            log.warning("no writer reported within %s, though some did before: no group is residual", span)
             return None
         return frozenset(seen)
 
