@@ -55,6 +55,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/k8s_sweep.py
 	$(BIN)/python bench/audit.py
 	$(BIN)/python bench/sweep.py 2>/dev/null
+	$(BIN)/python bench/incident.py 2>/dev/null
 
 clean:
 	rm -rf $(VENV) .demo .pytest_cache .ruff_cache .hypothesis

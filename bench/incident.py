@@ -1,0 +1,185 @@
+"""Benchmark of seed 004's incident recovery at full scale (``python bench/incident.py``; issue 15.3).
+
+Ten projects with live managers; the managers of two crash-looped and abandoned 8,000 VMs between
+them (heartbeats 5 h old, their writers passing again with empty stores). Through the real
+``reaper_gce_enforcement`` DAG (``dag.test()``), against the GCE emulator in its own process (20 ms
+latency), a real Prometheus (writer health) and SecantusDB (the ledger):
+
+1. the scheduled sweep: the two projects held on their budget, the other eight enforced;
+2. the recovery: one manual run with ``override_budget``, ``override_reason``, ``max_deletions``
+   and ``scopes`` (the two projects), and, if its deadline left some, the runs after it.
+
+Prints the time from the override's trigger to the last deletion against the rate-limit bound,
+``abandoned / (projects x delete_rate_per_project)``, the busiest second of each project (never
+above the rate plus the one banked token), and what each run left for the next.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "plugins"), str(Path(__file__).resolve().parents[1])]
+from bench.sweep import HOME, ROOT, configure, writers  # noqa: E402  (sets AIRFLOW_HOME: import it before Airflow)
+from include.emulators.http import free_port, start_secantusdb  # noqa: E402
+from include.emulators.shapes import gcloud_instance  # noqa: E402
+from tests.integration.prometheus import Prometheus  # noqa: E402
+
+HEARTBEAT = "runner_manager_heartbeat"
+REASON = "INC-13578 replay: runner managers OOM crash-looped and abandoned their VMs"
+
+
+def seed(path: Path, projects: list[str], crashed: list[str], live: int, abandoned: int) -> tuple[int, int]:
+    """A gcloud export of the fleet: live VMs everywhere, one orphan per healthy project, the crashed ones' VMs."""
+    now, instances, n = time.time(), [], 0
+    for project in projects:
+        for kind, count, age in (("live", live, 60), ("gone", abandoned if project in crashed else 1, 5 * 3600)):
+            for i in range(count):
+                n += 1
+                labels = {"ci_ephemeral": "true", HEARTBEAT: str(int(now - age))}
+                zone = f"us-east1-{'bcd'[i % 3]}"
+                instances.append(
+                    gcloud_instance(project, zone, f"{project}-{kind}-{i}", n, "RUNNING", labels, now - 86400)
+                )
+    path.write_text(json.dumps(instances))
+    return len(projects) * live, len(instances) - len(projects) * live
+
+
+def start_emulator(seed_file: Path, latency: float) -> tuple[subprocess.Popen[str], str]:
+    port = free_port()
+    cmd = [sys.executable, "-m", "include.emulators.gce", "--port", str(port), "--latency", str(latency)]
+    process = subprocess.Popen([*cmd, "--seed", str(seed_file)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    line = process.stdout.readline() if process.stdout else ""
+    if "GCE emulator on" not in line:
+        process.kill()
+        raise RuntimeError(f"emulator did not start: {line!r}")
+    return process, line.split()[3]
+
+
+def run(dag_id: str, **conf: object) -> object:
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(ROOT / "dags")).dags[dag_id].test(run_conf=conf or None)
+
+
+def busiest_seconds(sent: list[tuple[str, float]]) -> dict[str, int]:
+    """Per project, the most delete calls recorded as sent within any one second."""
+    times: dict[str, list[float]] = defaultdict(list)
+    for project, at in sent:
+        times[project].append(at)
+    most: dict[str, int] = {}
+    for project, ts in times.items():
+        ts.sort()
+        j = 0
+        most[project] = 0
+        for i, t in enumerate(ts):
+            while ts[j] < t - 1.0:
+                j += 1
+            most[project] = max(most[project], i - j + 1)
+    return most
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--projects", type=int, default=10)
+    parser.add_argument("--crashed", type=int, default=2)
+    parser.add_argument("--abandoned", type=int, default=8000, help="VMs abandoned, over the crashed projects")
+    parser.add_argument("--live", type=int, default=100, help="live VMs per project")
+    parser.add_argument("--rate", type=float, default=20.0, help="gce.delete_rate_per_project")
+    parser.add_argument("--latency", type=float, default=0.020)
+    args = parser.parse_args()
+
+    from pymongo import MongoClient
+
+    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True)
+    projects = [f"ci-project-{p:02d}" for p in range(args.projects)]
+    crashed = projects[: args.crashed]
+    live, orphans = seed(HOME / "fleet.json", projects, crashed, args.live, args.abandoned // args.crashed)
+    emulator, endpoint = start_emulator(HOME / "fleet.json", args.latency)
+    mongo = start_secantusdb()
+    (HOME / "prometheus").mkdir()
+    prometheus = Prometheus(HOME / "prometheus", [f"127.0.0.1:{writers(projects)}"])
+    try:
+        prometheus.wait_for("runner_manager_heartbeat_last_pass_timestamp_seconds", lambda r: len(r) == len(projects))
+        os.environ["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"] = json.dumps(
+            {"conn_type": "google_cloud_platform", "extra": {"api_endpoint": endpoint, "anonymous": True}}
+        )
+        gce = {
+            "projects": projects,
+            "writer_health": {"prometheus_url": prometheus.url},
+            "delete_rate_per_project": args.rate,
+        }
+        configure(
+            HOME,
+            mongo.port,
+            {
+                "gce": gce,
+                "k8s": {"enabled": False},
+                "airflow": {"sweep_store": f"file://{HOME}/sweeps", "retries": 0},
+                # SecantusDB (Python) takes seconds to upsert 8,000 decisions in one bulk write, more on a busy
+                # machine; MongoDB takes well under one. The default 10 s would time the benchmark out, not the reaper.
+                "ledger": {"timeout": "60s"},
+            },
+        )
+        db = MongoClient(f"mongodb://127.0.0.1:{mongo.port}/", tz_aware=True)["reaper"]
+        print(
+            f"# {live:,} live VMs in {len(projects)} projects; {orphans:,} orphans, "
+            f"{args.abandoned:,} of them in {crashed}"
+        )
+
+        started = time.perf_counter()
+        held = run("reaper_gce_enforcement")
+        summary = db.sweeps.find_one({"run_id": held.run_id})  # type: ignore[attr-defined]
+        holds = {s["scope"]: s["holds"] for s in summary["scopes"] if s["holds"]}
+        print(
+            f"scheduled sweep: {time.perf_counter() - started:.1f} s, {held.state}; "  # type: ignore[attr-defined]
+            f"holds {holds}; outcomes {summary['outcomes']}"
+        )
+
+        triggered = time.time()
+        runs, left = [], args.abandoned
+        while left and len(runs) < 5:
+            recovery = run(
+                "reaper_gce_enforcement",
+                override_budget=True,
+                override_reason=REASON,
+                max_deletions=args.abandoned,
+                scopes=crashed,
+            )
+            summary = db.sweeps.find_one({"run_id": recovery.run_id})  # type: ignore[attr-defined]
+            outcomes = Counter(summary["outcomes"])
+            runs.append((recovery.state, summary["why"], dict(outcomes)))  # type: ignore[attr-defined]
+            left -= outcomes["deleted"]
+        last = db.ledger.find_one(
+            {"action": "outcome", "result": "deleted", "scope": {"$in": crashed}}, sort=[("at", -1)]
+        )
+        sent = [
+            (r["scope"], r["at"].timestamp())
+            for r in db.ledger.find({"action": "delete_intent", "sent": True, "scope": {"$in": crashed}})
+        ]
+    finally:
+        prometheus.stop()
+        emulator.terminate()
+        mongo.stop()
+
+    took = last["at"].timestamp() - triggered if last else float("nan")
+    bound = args.abandoned / (args.crashed * args.rate)
+    for i, (state, why, outcomes) in enumerate(runs, 1):
+        print(f"recovery run {i}: {state}; {why}; outcomes {outcomes}")
+    print(f"override to last deletion: {took:.1f} s; rate-limit bound {bound:.1f} s; ratio {took / bound:.2f}x")
+    print(f"busiest second per project: {busiest_seconds(sent)} (rate {args.rate:g}/s + 1 banked token)")
+    print(f"abandoned VMs left: {left}")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        shutil.rmtree(HOME, ignore_errors=True)
