@@ -28,7 +28,7 @@ from pymongo import MongoClient, monitoring  # noqa: E402
 from include.emulators.http import start_secantusdb  # noqa: E402
 from reaper.audit import READ_RUNS, app, ledger, limits, readable_dags  # noqa: E402
 from reaper.config import LedgerConfig, Settings  # noqa: E402
-from reaper.ledger import Ledger  # noqa: E402
+from reaper.ledger import ROW_ORDER, Ledger  # noqa: E402
 from reaper.report.reasons import Limits  # noqa: E402
 
 DAG = "reaper_gce_enforcement"
@@ -206,10 +206,29 @@ def main() -> None:
         for title, path, repeat in pages:
             seconds, made, size = timed(http, trips, path, repeat)
             print(f"{title:<52} {seconds:>8.3f}s {made:>12} {made * ping:>11.3f}s {size / 1024:>8.0f} KB")
+        for title, cursor in (
+            ("page query, default order", led.records.find(_page_query()).sort([(f, 1) for f in ROW_ORDER]).limit(50)),
+            ("page's intents and outcomes", led.records.find({"uid": {"$in": ["7000000000", "7000000100"]}})),
+            ("overview window", led.sweeps.find({"dag_id": {"$in": [DAG]}, "at": {"$gte": datetime.now(UTC)}})),
+        ):
+            print(f"# plan of the {title}: {_stages(cursor.explain()['queryPlanner']['winningPlan'])}")
     finally:
         app.dependency_overrides.clear()
         client.close()
         daemon.stop()
+
+
+def _page_query() -> dict[str, object]:
+    return {"dag_id": DAG, "run_id": RUN, "kind": "decision"}
+
+
+def _stages(plan: dict[str, object]) -> str:
+    """A winning plan as its chain of stages, e.g. ``LIMIT <- FETCH <- IXSCAN sweep_rows``."""
+    chain = []
+    while plan:
+        chain.append(f"{plan['stage']} {plan.get('indexName', '')}".strip())
+        plan = plan.get("inputStage") or {}  # type: ignore[assignment]
+    return " <- ".join(chain)
 
 
 def _ping(client: MongoClient) -> float:

@@ -144,6 +144,10 @@ def process_client(conn_id: str, timeout: float) -> MongoClient:
     return client
 
 
+# The audit view's filters that test one field of a decision record for equality: filter -> field.
+FILTERED_FIELDS = {"scope": "scope", "kind": "resource_kind", "rule": "rule", "reason": "reason", "action": "action"}
+
+
 class RowFilter(NamedTuple):
     """The audit view's filters of a run's rows; each given narrows them (``name``: a name holding it, or a uid)."""
 
@@ -154,6 +158,15 @@ class RowFilter(NamedTuple):
     action: str = ""
     outcome: str = ""
     name: str = ""
+
+    def equalities(self) -> dict[str, str]:
+        """The filters that are a decision record's field equal to a value, as record field -> value."""
+        return {field: getattr(self, name) for name, field in FILTERED_FIELDS.items() if getattr(self, name)}
+
+    def matches(self, record: dict[str, object]) -> bool:
+        """Whether a decision record passes the filters but the outcome: the query's test, for records at hand."""
+        named = not self.name or self.name in str(record.get("name", "")) or record.get("uid") == self.name
+        return named and all(record.get(field) == value for field, value in self.equalities().items())
 
 
 class Ledger:
@@ -260,43 +273,55 @@ class Ledger:
         """One page of a DAG run's decision records (all its executions) and how many match in all.
 
         ``order`` is a key of :data:`ORDERS` (``-`` first for descending). Two round trips on the
-        ``sweep_rows`` index (the count and the page), plus one for an outcome filter.
+        ``sweep_rows`` index (the page and the count). With an outcome filter the outcomes are few
+        (at most the sweep's deletes): their decisions are looked up by uid and paged here.
         """
-        query = self._decision_query(dag_id, run_id, filters)
-        if query is None:
-            return [], 0
         field = ORDERS[order.lstrip("-")]
-        direction = -1 if order.startswith("-") else 1
-        sort = [(field, direction), *((f, 1) for f in ROW_ORDER if f != field)]
+        descending = order.startswith("-")
+        if filters.outcome:
+            found = self._with_outcome(dag_id, run_id, filters)
+            found.sort(key=lambda r: tuple(str(r.get(f, "")) for f in ROW_ORDER if f != field))
+            found.sort(key=lambda r: str(r.get(field, "")), reverse=descending)
+            return found[skip : skip + limit], len(found)
+        query = self._decision_query(dag_id, run_id, filters)
+        sort = [(field, -1 if descending else 1), *((f, 1) for f in ROW_ORDER if f != field)]
         page = self.records.find(query, {"_id": 0}).sort(sort).skip(skip).limit(limit)
         return list(page), self.records.count_documents(query)
 
     def decisions(self, dag_id: str, run_id: str, filters: RowFilter) -> Iterable[dict[str, object]]:
         """Every decision record of a DAG run that matches ``filters``, in the default order (an export)."""
-        query = self._decision_query(dag_id, run_id, filters)
-        if query is None:
-            return iter(())
+        if filters.outcome:
+            return sorted(self._with_outcome(dag_id, run_id, filters), key=lambda r: [str(r.get(f)) for f in ROW_ORDER])
         sort = [(f, 1) for f in ROW_ORDER]
-        return self.records.find(query, {"_id": 0}, batch_size=ONE_BATCH).sort(sort)
+        return self.records.find(self._decision_query(dag_id, run_id, filters), {"_id": 0}, batch_size=ONE_BATCH).sort(
+            sort
+        )
 
-    def _decision_query(self, dag_id: str, run_id: str, filters: RowFilter) -> dict[str, object] | None:
-        """The query of ``filters``; None when an outcome filter already proves nothing matches."""
-        query: dict[str, object] = {"dag_id": dag_id, "run_id": run_id, "kind": "decision"}
-        for name, field in (("scope", "scope"), ("kind", "resource_kind"), ("rule", "rule"), ("reason", "reason")):
-            value = getattr(filters, name)
-            if value:
-                query[field] = value
-        if filters.action:
-            query["action"] = filters.action
+    @staticmethod
+    def _decision_query(dag_id: str, run_id: str, filters: RowFilter) -> dict[str, object]:
+        query: dict[str, object] = {"dag_id": dag_id, "run_id": run_id, "kind": "decision", **filters.equalities()}
         if filters.name:  # literally, not as a pattern; a uid too
             query["$or"] = [{"name": {"$regex": re.escape(filters.name)}}, {"uid": filters.name}]
-        if filters.outcome:
-            outcome = {"dag_id": dag_id, "run_id": run_id, "kind": "outcome", "result": filters.outcome}
-            uids = sorted({str(r["uid"]) for r in self.records.find(outcome, {"_id": 0, "uid": 1})})
-            if not uids:
-                return None
-            query["uid"] = {"$in": uids}
         return query
+
+    def _with_outcome(self, dag_id: str, run_id: str, filters: RowFilter) -> list[dict[str, object]]:
+        """The decision records of the run's resources with this outcome that match the other filters.
+
+        Two round trips: the outcomes (on ``sweep_rows``), then their resources' records by uid alone
+        (``by_uid`` answers it whole), narrowed here by :meth:`RowFilter.matches`.
+        """
+        outcome = {"dag_id": dag_id, "run_id": run_id, "kind": "outcome", "result": filters.outcome}
+        keys = {(r.get("execution"), r.get("lease"), r["uid"]) for r in self.records.find(outcome, {"_id": 0})}
+        if not keys:
+            return []
+        found = self.records.find({"uid": {"$in": sorted({str(uid) for _, _, uid in keys})}}, {"_id": 0})
+        return [
+            r
+            for r in found
+            if (r.get("execution"), r.get("lease"), r.get("uid")) in keys
+            and (r.get("dag_id"), r.get("run_id"), r.get("kind")) == (dag_id, run_id, "decision")
+            and filters.matches(r)
+        ]
 
     def companions(self, dag_id: str, run_id: str, uids: Collection[str] | None = None) -> list[dict[str, object]]:
         """The intents and outcomes of a DAG run, of these resources only when ``uids`` is given (one page).
@@ -315,14 +340,14 @@ class Ledger:
         """Every record, of these DAGs, of the resources named ``term`` or with uid ``term``, newest first.
 
         A name as the decision records it (an instance's or an object's own name); the intents and
-        outcomes of those resources come along by uid, whatever their name. On the ``by_name`` and
-        ``by_uid`` indexes: three round trips.
+        outcomes of those resources come along by uid, whatever their name. Two round trips, each
+        answered by one index whole (``by_name``, ``by_uid``); the DAGs are narrowed here.
         """
-        dags = {"$in": sorted(dag_ids)}
-        named = {"dag_id": dags, "kind": "decision", "name": term}
+        named = {"name": term, "kind": "decision"}
         uids = {str(r["uid"]) for r in self.records.find(named, {"_id": 0, "uid": 1}).limit(limit)} | {term}
-        query = {"uid": {"$in": sorted(uids)}, "dag_id": dags}
-        return list(self.records.find(query, {"_id": 0}, batch_size=ONE_BATCH).sort("at", -1).limit(limit))
+        found = self.records.find({"uid": {"$in": sorted(uids)}}, {"_id": 0}, batch_size=ONE_BATCH)
+        mine = [r for r in found if r.get("dag_id") in dag_ids]
+        return sorted(mine, key=lambda r: str(r.get("at")), reverse=True)[:limit]
 
     def tally(self) -> Counter[tuple[str, str, str]]:
         """Every record counted by (target, action, why): why is its reason, else its result, else empty."""

@@ -107,7 +107,7 @@ def _shot(driver, name: str) -> None:  # type: ignore[no-untyped-def]
     """A full-page screenshot in the artifacts folder."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     height = driver.execute_script("return document.documentElement.scrollHeight")
-    driver.set_window_size(1400, min(max(height, 600), 4000))
+    driver.set_window_size(1400, min(max(height + 200, 600), 4000))  # the window, not the page: room for its frame
     driver.save_screenshot(str(ARTIFACTS / f"{name}.png"))
     driver.set_window_size(1400, 1000)
 

@@ -166,6 +166,9 @@ def test_filters_order_and_pages_are_applied_by_the_server(http) -> None:
     assert http.get(base, params={"order": "-name", "size": 1, "page": 5}).json()["rows"] == []
     assert [r["kind"] for r in http.get(base, params={"kind": "Secret"}).json()["rows"]] == ["Secret"]
     assert {r["kind"] for r in http.get(base, params={"outcome": "deleted"}).json()["rows"]} == {"Pod", "Secret"}
+    second = http.get(base, params={"outcome": "deleted", "order": "-kind", "size": 1, "page": 2}).json()
+    assert second["total"] == 2 and [r["kind"] for r in second["rows"]] == ["Pod"]  # paged after the outcome
+    assert http.get(base, params={"outcome": "deleted", "kind": "Pod", "name": "done"}).json()["total"] == 1
     assert http.get(base, params={"reason": "lease_absent_run_active"}).json()["total"] == 1
     assert http.get(base, params={"name": "crashed"}).json()["total"] == 1
     assert http.get(base, params={"name": "u-Pod"}).json()["total"] == 1  # a uid

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 FILTERS = ("scope", "kind", "rule", "reason", "action", "outcome", "name")
 SORTABLE = ("scope", "kind", "location", "name", "uid", "action", "rule", "reason", "execution")
-# The row table's columns: (header, row field it sorts by or "", cell).
+# The per-resource table's headers; those in SORTABLE link to sorting by them.
 ROW_HEADERS = ("scope", "kind", "location", "name", "uid", "action", "rule", "reason", "intent", "outcome", "detail")
 
 
