@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import socket
 import sys
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,7 +59,7 @@ class Deployment:
     broker_url: str = ""
     port: int = field(default_factory=free_port)
     settings: dict[str, str] = field(default_factory=dict)
-    jwt_secret: str = field(default_factory=lambda: uuid.uuid4().hex)
+    jwt_secret: str = field(default_factory=lambda: secrets.token_hex(32))  # 64 bytes: SHA-512 wants no fewer
 
     @property
     def base_url(self) -> str:
