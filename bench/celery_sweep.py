@@ -22,13 +22,12 @@ import requests
 
 from bench.gce_sweep import start_emulator
 from bench.k8s_sweep import start_world
-from include.emulators.http import Daemon, free_port, server_binary
+from include.airflow_components import SWEEP_STORE, redis_argv, storage_emulator_argv, sweep_store_settings
+from include.emulators.http import Daemon, free_port
 from reaper.gce.inventory import PAGE_SIZE as GCE_PAGE
 from reaper.k8s.inventory import PAGE_SIZE as K8S_PAGE
 from tests.helpers.airflow import Rest, airflow_site
 from tests.integration.prometheus import Prometheus
-
-BUCKET = "reaper-sweeps"
 
 
 def _ts(text: object) -> float:
@@ -72,10 +71,8 @@ def main(args: argparse.Namespace, home: Path, writers: Callable[[list[str]], in
     (home / "prometheus").mkdir()
     prometheus = Prometheus(home / "prometheus", [f"127.0.0.1:{writers(projects)}"])
     try:
-        redis = [server_binary("redis-server"), "--port", str(redis_port), "--bind", "127.0.0.1", "--save", ""]
-        started.append(Daemon(redis, redis_port, "redis"))
-        storage = [server_binary("gcp-storage-emulator"), "start", "--host", "127.0.0.1", "--port", str(store_port)]
-        started.append(Daemon([*storage, "--in-memory", "--default-bucket", BUCKET, "-q"], store_port, "storage"))
+        started.append(Daemon(redis_argv(redis_port), redis_port, "redis"))
+        started.append(Daemon(storage_emulator_argv(store_port), store_port, "gcp-storage-emulator"))
         prometheus.wait_for("runner_manager_heartbeat_last_pass_timestamp_seconds", lambda r: len(r) == len(projects))
         config = home / "reaper.yaml"
         config.write_text(
@@ -87,24 +84,22 @@ def main(args: argparse.Namespace, home: Path, writers: Callable[[list[str]], in
                     "airflow": {
                         "gce_schedule": 0,
                         "k8s_schedule": 0,
-                        "sweep_store": f"gs://reaper_sweeps@{BUCKET}/sweeps",
+                        "sweep_store": SWEEP_STORE,
                         "retries": 0,
                         "run_timeout": "10m",
                     },
                 }
             )
         )
-        store = {"is_anonymous": True, "project": "bench", "gcs.endpoint": f"http://127.0.0.1:{store_port}"}
         compute = {"api_endpoint": endpoint, "anonymous": True}
         connections = {
             "google_cloud_default": {"conn_type": "google_cloud_platform", "extra": compute},
             "bench_cluster": {"conn_type": "kubernetes", "extra": {"kube_config": json.dumps(world.kubeconfig())}},
             "nats_default": {"conn_type": "generic", "host": "127.0.0.1", "port": world.nats_port},
             "mongo_default": {"conn_type": "mongo", "host": "127.0.0.1", "port": world.mongo_port},
-            "reaper_sweeps": {"conn_type": "google_cloud_platform", "extra": store},
         }
         settings = {f"AIRFLOW_CONN_{k.upper()}": json.dumps(v) for k, v in connections.items()}
-        settings |= {"GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false", "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING"}
+        settings |= sweep_store_settings(store_port) | {"AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING"}
         broker = f"redis://127.0.0.1:{redis_port}/0"
         with airflow_site(home, config, "reaper_k8s_enforcement", broker_url=broker, settings=settings) as site:
             site.use("CeleryExecutor", workers=args.workers)

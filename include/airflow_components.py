@@ -10,7 +10,9 @@ what took finding out (``shared/notes/airflow-traps.md``) is written once:
   worker dies); one task at a time per worker slot with no prefetch, so mapped tasks spread over workers;
 - each worker has an ``AIRFLOW_HOME`` (its logs) and a ``TMPDIR`` of its own, so a task that read
   another task's local file would fail, its own log-server port, and its own hostname, which Airflow
-  records as the ``hostname`` of every task instance it runs (:func:`worker_hostname`).
+  records as the ``hostname`` of every task instance it runs (:func:`worker_hostname`);
+- off GCP, the sweep store on ``gcp-storage-emulator`` (a Redis broker and that emulator are started
+  from :func:`redis_argv` and :func:`storage_emulator_argv`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,31 @@ from include.emulators.http import free_port, server_binary
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER_NAME = "REAPER_WORKER_HOSTNAME"  # read by worker_hostname() in each worker's tasks
+
+
+SWEEP_BUCKET = "reaper-sweeps"
+SWEEP_STORE = f"gs://reaper_sweeps@{SWEEP_BUCKET}/sweeps"  # the connection reaper_sweeps: sweep_store_settings()
+
+
+def redis_argv(port: int) -> list[str]:
+    """A Redis broker on ``127.0.0.1:port`` that keeps nothing on disk."""
+    return [server_binary("redis-server"), "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+
+
+def storage_emulator_argv(port: int) -> list[str]:
+    """gcp-storage-emulator on ``127.0.0.1:port``, in memory, with the sweep store's bucket."""
+    argv = [server_binary("gcp-storage-emulator"), "start", "--host", "127.0.0.1", "--port", str(port)]
+    return [*argv, "--in-memory", "--default-bucket", SWEEP_BUCKET, "-q"]
+
+
+def sweep_store_settings(port: int) -> dict[str, str]:
+    """What every process needs to reach :data:`SWEEP_STORE` on the storage emulator on ``port``."""
+    extra = {"is_anonymous": True, "project": "reaper-local", "gcs.endpoint": f"http://127.0.0.1:{port}"}
+    return {
+        "AIRFLOW_CONN_REAPER_SWEEPS": json.dumps({"conn_type": "google_cloud_platform", "extra": extra}),
+        # gcsfs otherwise probes the bucket type over gRPC, which the emulator does not speak (60 s a call)
+        "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+    }
 
 
 def worker_hostname() -> str:

@@ -26,8 +26,9 @@ from dataclasses import dataclass
 import pytest
 from pymongo import MongoClient
 
+from include.airflow_components import SWEEP_STORE, redis_argv, storage_emulator_argv, sweep_store_settings
 from include.emulators.gce import Emulator
-from include.emulators.http import Daemon, free_port, server_binary, wait_until
+from include.emulators.http import Daemon, free_port, wait_until
 from include.emulators.k8s import K8sEmulator
 from tests.e2e.test_scheduler import one_outcome_per_intent, seed_terminated, slow_deletes
 from tests.helpers.airflow import Rest, Site, airflow_site
@@ -39,7 +40,6 @@ pytestmark = pytest.mark.slow  # heavy: real Airflow processes; see the docstrin
 GCE, K8S = "reaper_gce_enforcement", "reaper_k8s_enforcement"
 PROJECTS = ["p", "q", "r", "s"]  # in two listing shards; "p" is where test_scheduler's helpers seed
 ZONE = "us-east1-b"
-BUCKET = "reaper-sweeps"
 STORES = "reaper_celery_stores"  # run records and run leases (MongoDB)
 LEDGER = "reaper_celery"
 WORKERS = {"reaper-worker-1", "reaper-worker-2"}
@@ -69,7 +69,7 @@ def reaper_config() -> dict[str, object]:
             "run_timeout": "120s",
             "retries": 1,
             "retry_delay": "1s",
-            "sweep_store": f"gs://reaper_sweeps@{BUCKET}/sweeps",
+            "sweep_store": SWEEP_STORE,
             "lease_wait": "1s",
         },
     }
@@ -140,38 +140,30 @@ def celery(tmp_path_factory, mongo_server) -> Iterator[Celery]:  # type: ignore[
     config = home / "reaper.yaml"
     config.write_text(json.dumps(reaper_config()))
     mongo = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")
-    stores = mongo[STORES]
-    stores.runs.insert_many(
-        [
-            {"_id": "live", "status": "running"},
-            {"_id": "dead", "status": "failed"},
-            {"_id": "done", "status": "succeeded"},
-            {"_id": "running-no-lease", "status": "running"},
-        ]
-    )
-    stores.run_leases.insert_one({"_id": "live"})  # no expiry: held while it exists
     redis_port, store_port = free_port(), free_port()
-    redis = Daemon(
-        [server_binary("redis-server"), "--port", str(redis_port), "--bind", "127.0.0.1", "--save", ""],
-        redis_port,
-        "redis",
-    )
-    started: list[object] = [redis]
+    daemons: list[Daemon] = []
+    worlds: list[World] = []
     try:
-        argv = [server_binary("gcp-storage-emulator"), "start", "--host", "127.0.0.1", "--port", str(store_port)]
-        started.append(
-            Daemon([*argv, "--in-memory", "--default-bucket", BUCKET, "-q"], store_port, "gcp-storage-emulator")
+        stores = mongo[STORES]
+        stores.runs.insert_many(
+            [
+                {"_id": "live", "status": "running"},
+                {"_id": "dead", "status": "failed"},
+                {"_id": "done", "status": "succeeded"},
+                {"_id": "running-no-lease", "status": "running"},
+            ]
         )
-        local, distributed = World.seeded(), World.seeded()
-        started += [local, distributed]
-        sweeps = {"is_anonymous": True, "project": "reaper-e2e", "gcs.endpoint": f"http://127.0.0.1:{store_port}"}
+        stores.run_leases.insert_one({"_id": "live"})  # no expiry: held while it exists
+        daemons.append(Daemon(redis_argv(redis_port), redis_port, "redis"))
+        daemons.append(Daemon(storage_emulator_argv(store_port), store_port, "gcp-storage-emulator"))
+        for _ in ("local", "distributed"):
+            worlds.append(World.seeded())
+        local, distributed = worlds
         settings = {
             "AIRFLOW_CONN_MONGO_DEFAULT": json.dumps(
                 {"conn_type": "mongo", "host": "127.0.0.1", "port": mongo_server.port}
             ),
-            "AIRFLOW_CONN_REAPER_SWEEPS": json.dumps({"conn_type": "google_cloud_platform", "extra": sweeps}),
-            # gcsfs otherwise probes the bucket type over gRPC, which the emulator does not speak: 60 s a call
-            "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+            **sweep_store_settings(store_port),
             "AIRFLOW__CORE__PARALLELISM": "4",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
@@ -185,8 +177,10 @@ def celery(tmp_path_factory, mongo_server) -> Iterator[Celery]:  # type: ignore[
         with airflow_site(home, config, GCE, executor="CeleryExecutor", broker_url=broker, settings=settings) as site:
             yield Celery(site, Rest(site.deployment.base_url), mongo[LEDGER], local, distributed)
     finally:
-        for thing in reversed(started):
-            thing.stop() if isinstance(thing, Daemon) else thing.close()  # type: ignore[attr-defined]
+        for world in worlds:
+            world.close()
+        for daemon in daemons:
+            daemon.stop()
         mongo.drop_database(STORES)
         mongo.drop_database(LEDGER)
         mongo.close()
