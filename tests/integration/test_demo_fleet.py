@@ -37,7 +37,12 @@ def test_without_nats_the_demo_fleet_keeps_leases_in_mongodb(tmp_path, postgres)
     try:
         wait_until(lambda: (tmp_path / "fleet.json").exists(), "the demo fleet", 60, fleet)
         world = json.loads((tmp_path / "fleet.json").read_text())
-        values = {"STATE": tmp_path, "PROMETHEUS_URL": "http://127.0.0.1:9", "PUSHGATEWAY_URL": ""}
+        values = {
+            "STATE": tmp_path,
+            "PROMETHEUS_URL": "http://127.0.0.1:9",
+            "PUSHGATEWAY_URL": "",
+            "SWEEP_STORE": f"file://{tmp_path}/sweeps",  # the local demo's: make demo without EXECUTOR=celery
+        }
         rendered = render(HERE / "reaper.yaml", tmp_path / "reaper.yaml", {**values, "LEASE_SOURCE": "mongo"})
         config = parse_settings(yaml.safe_load(rendered.read_text()), str(rendered))
         assert config.k8s.lease_source == "mongo"
