@@ -56,6 +56,17 @@ def configure(sweeper, writers: str, endpoint: str, **more: object) -> None:  # 
     )
 
 
+def recover(sweeper, max_deletions: int):  # type: ignore[no-untyped-def]
+    """The operator's recovery from a manual trigger alone: the crashed projects, their budget overridden, a cap."""
+    return sweeper.run(
+        "reaper_gce_enforcement",
+        override_budget=True,
+        override_reason=REASON,
+        max_deletions=max_deletions,
+        scopes=CRASHED,
+    )
+
+
 def names(fleet) -> set[str]:  # type: ignore[no-untyped-def]
     return set().union(*(fleet.names(p) for p in PROJECTS))
 
@@ -116,13 +127,7 @@ def test_the_crashed_projects_are_held_and_an_operator_recovers_them_from_one_ma
 
     # The recovery: one manual run, limited to the crashed projects, over the cap with a reason.
     started = time.monotonic()
-    recovery = sweeper.run(
-        "reaper_gce_enforcement",
-        override_budget=True,
-        override_reason=REASON,
-        max_deletions=2 * ABANDONED,
-        scopes=CRASHED,
-    )
+    recovery = recover(sweeper, 2 * ABANDONED)
     assert recovery.state == "success"
     assert names(fleet) == live, "every abandoned VM gone, every live one kept"
     assert max(busiest_second(fleet, started).values()) <= rate + 1 + CONCURRENCY  # one banked token
@@ -151,13 +156,7 @@ def test_a_recovery_that_cannot_finish_before_its_deadline_stops_in_time_and_lea
     timeouts = {"request_timeout": "2s", "delete_rate_per_project": 5, "delete_concurrency": CONCURRENCY}
     configure(sweeper, writers, endpoint, gce=timeouts, ledger={"timeout": "2s"}, airflow={"run_timeout": "30s"})
     db = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")["reaper"]
-    recovery = sweeper.run(
-        "reaper_gce_enforcement",
-        override_budget=True,
-        override_reason=REASON,
-        max_deletions=2 * ABANDONED,
-        scopes=CRASHED,
-    )
+    recovery = recover(sweeper, 2 * ABANDONED)
     assert recovery.state == "success"
     assert recovery.end_date - recovery.start_date < timedelta(seconds=30), "the run outlived its own timeout"
     outcomes = {r["name"]: r for r in db.ledger.find({"run_id": recovery.run_id, "action": "outcome"})}
@@ -172,15 +171,10 @@ def test_a_recovery_that_cannot_finish_before_its_deadline_stops_in_time_and_lea
     calls = {"run_id": recovery.run_id, "action": "delete_intent", "sent": True, "name": {"$in": sorted(left)}}
     assert db.ledger.count_documents(calls) == 0
     summary = db.sweeps.find_one({"run_id": recovery.run_id})
-    assert summary["outcomes"] == dict(results) and summary["state"] == "success" and 0 < summary["left"] <= len(left)
+    # Left when planned (what the rate could not send in the time left), or by the batch the deadline stopped.
+    assert summary["outcomes"] == dict(results) and summary["state"] == "success" and summary["left"] <= len(left)
 
     # The next run, with its own override (the budget still trips on what is left), takes the rest.
     configure(sweeper, writers, endpoint, gce={**timeouts, "delete_rate_per_project": 100})
-    rest = sweeper.run(
-        "reaper_gce_enforcement",
-        override_budget=True,
-        override_reason=REASON,
-        max_deletions=2 * ABANDONED,
-        scopes=CRASHED,
-    )
+    rest = recover(sweeper, 2 * ABANDONED)
     assert rest.state == "success" and names(fleet) == live | (abandoned - crashed)
