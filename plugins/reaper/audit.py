@@ -230,3 +230,14 @@ def api_history(led: LedgerDep, lim: LimitsDep, dags: DagsDep, q: str) -> list[d
 # so without Airflow's login.
 app = FastAPI(title="Reaper audit", docs_url=None, redoc_url=None, openapi_url=None)
 app.include_router(router)
+
+
+@app.exception_handler(ConfigError)
+def unreadable_config(request: Request, exc: ConfigError) -> HTMLResponse | JSONResponse:
+    """The API server reads the reaper's config as the DAGs do: a bad or missing one is one clear answer
+    (503, the file, the key and what to set), not a bare 500. Only after the login: the router's
+    dependencies, Airflow's authentication first, run before the ledger's."""
+    why = f"{exc} (the API server reads REAPER_CONFIG, else include/reaper.yaml, as the DAGs do)"
+    if "/api/" in request.url.path:
+        return JSONResponse({"detail": why}, status_code=503)
+    return HTMLResponse(views.config_error_page(why, _urls(request)), status_code=503)

@@ -282,3 +282,18 @@ def test_the_overview_window_leaves_older_sweeps_out(http, led) -> None:
     led.sweeps.insert_one({**GCE, "run_id": "old", "at": old, "why": "old sweep"})
     assert [s["why"] for s in http.get("/api/sweeps").json()] == ["1 deletes within the cap"]
     assert len(http.get("/api/sweeps", params={"days": 30}).json()) == 2
+
+
+@pytest.mark.parametrize(("path", "kind"), [("/", "text/html"), ("/api/sweeps", "application/json")])
+def test_a_bad_config_is_one_clear_answer_after_the_login(tmp_path, monkeypatch, path: str, kind: str) -> None:
+    bad = tmp_path / "reaper.yaml"
+    bad.write_text("ledger:\n  timeout: soon\n")
+    monkeypatch.setenv("REAPER_CONFIG", str(bad))
+    assert TestClient(app).get(path).status_code == 401  # the login first: nothing about the config leaks
+    app.dependency_overrides.update({READ_RUNS: lambda: None, readable_dags: lambda: frozenset({GCE_DAG})})
+    try:
+        response = TestClient(app).get(path)
+    finally:
+        app.dependency_overrides.clear()
+    assert response.status_code == 503 and response.headers["content-type"].startswith(kind)
+    assert str(bad) in response.text and "ledger.timeout" in response.text and "REAPER_CONFIG" in response.text

@@ -318,6 +318,14 @@ def sweep_page(
 # --- one resource's history -----------------------------------------------------------------------
 
 
+def config_error_page(why: str, urls: Urls) -> str:
+    """The page in place of every other when the reaper's config cannot be read."""
+    body = (
+        f"<h1>The reaper's config cannot be read</h1><p>{text(why)}</p><p>Nothing can be shown until it is fixed.</p>"
+    )
+    return document("Reaper: config error", body, urls.nav())
+
+
 def history_page(term: str, rows: list[Row], urls: Urls) -> str:
     """Every decision about a resource across sweeps, newest first, with a one-line story."""
     form = (
