@@ -92,9 +92,11 @@ def fit_before_deadline(
 
     A bound, not an estimate: every send takes a token of its scope's bucket (one banked, then
     ``rate`` a second), so no more than ``1 + rate * seconds`` of a scope go out however fast the
-    rest is. Planning more would only queue batches past the run's deadline, each a task that
-    starts, finds the deadline passed and records its resources as left: at incident scale, enough
-    of them to outlast the margin and have the run killed by its own timeout mid-batch.
+    rest is (each delete task banks its own first token: a few of what is left might have fit,
+    never the other way round). Planning more would only queue batches past the run's deadline,
+    each a task that starts, finds the deadline passed and records its resources as left: at
+    incident scale, enough of them to outlast the margin and have the run killed by its own
+    timeout mid-batch.
     """
     most = 1 + rate * seconds if seconds > 0 else 0  # past the deadline the guard sends nothing
     taken: Counter[str] = Counter()
