@@ -54,6 +54,14 @@ def stale(plan: PlanRef, current: PlanRef) -> str | None:
     return None
 
 
+def units_of(resources: Iterable[Resource], unit: Callable[[Resource], Hashable]) -> dict[Hashable, list[Resource]]:
+    """Resources by the unit they are deleted in (a Kubernetes run, a GCE instance), in plan order."""
+    grouped: dict[Hashable, list[Resource]] = {}
+    for resource in resources:
+        grouped.setdefault(unit(resource), []).append(resource)
+    return grouped
+
+
 def cut_batches(
     resources: Iterable[Resource], size: int, unit: Callable[[Resource], Hashable], most: int | None = None
 ) -> list[list[Resource]]:
@@ -69,9 +77,7 @@ def cut_batches(
     incident-scale plan cut at ``size`` would queue dozens (slow operations make that likely: the
     deadline fit bounds the sends by the rate, not by how long each delete takes).
     """
-    grouped: dict[Hashable, list[Resource]] = {}
-    for resource in resources:
-        grouped.setdefault(unit(resource), []).append(resource)
+    grouped = units_of(resources, unit)
     if most:
         # Every batch but the last then holds at least ceil(n / most) resources: no more than ``most``.
         count, largest = sum(map(len, grouped.values())), max(map(len, grouped.values()), default=1)
@@ -103,10 +109,7 @@ def fit_before_deadline(
     full: set[str] = set()  # units stay in plan order: none of a full scope's later ones jumps the queue
     fits: list[Resource] = []
     left: list[Resource] = []
-    grouped: dict[Hashable, list[Resource]] = {}
-    for resource in resources:
-        grouped.setdefault(unit(resource), []).append(resource)
-    for members in grouped.values():
+    for members in units_of(resources, unit).values():
         scope = members[0].scope
         if scope not in full and taken[scope] + len(members) <= most:
             taken[scope] += len(members)
@@ -161,9 +164,7 @@ def delete_batch(ledger: LedgerLike, target: Target, fence: Fence, resources: li
     uids = {r.uid for r in resources}
     done = ledger.outcomes(fence.ids, uids)
     sent = ledger.intents(fence.ids, uids)
-    units: dict[Hashable, list[Resource]] = defaultdict(list)
-    for resource in resources:
-        units[target.unit(resource)].append(resource)
+    units = units_of(resources, target.unit)
 
     def key(resource: Resource) -> tuple[str, str]:
         return resource.scope, resource.uid
