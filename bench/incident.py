@@ -23,13 +23,14 @@ import shutil
 import subprocess
 import sys
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "plugins"), str(Path(__file__).resolve().parents[1])]
 from bench.sweep import HOME, ROOT, configure, writers  # noqa: E402  (sets AIRFLOW_HOME: import it before Airflow)
 from include.emulators.http import free_port, start_secantusdb  # noqa: E402
 from include.emulators.shapes import gcloud_instance  # noqa: E402
+from tests.helpers.gce import busiest_second  # noqa: E402
 from tests.integration.prometheus import Prometheus  # noqa: E402
 
 HEARTBEAT = "runner_manager_heartbeat"
@@ -67,23 +68,6 @@ def run(dag_id: str, **conf: object) -> object:
     from airflow.dag_processing.dagbag import DagBag
 
     return DagBag(dag_folder=str(ROOT / "dags")).dags[dag_id].test(run_conf=conf or None)
-
-
-def busiest_seconds(sent: list[tuple[str, float]]) -> dict[str, int]:
-    """Per project, the most delete calls recorded as sent within any one second."""
-    times: dict[str, list[float]] = defaultdict(list)
-    for project, at in sent:
-        times[project].append(at)
-    most: dict[str, int] = {}
-    for project, ts in times.items():
-        ts.sort()
-        j = 0
-        most[project] = 0
-        for i, t in enumerate(ts):
-            while ts[j] < t - 1.0:
-                j += 1
-            most[project] = max(most[project], i - j + 1)
-    return most
 
 
 def main() -> None:
@@ -174,7 +158,7 @@ def main() -> None:
     for i, (state, why, outcomes) in enumerate(runs, 1):
         print(f"recovery run {i}: {state}; {why}; outcomes {outcomes}")
     print(f"override to last deletion: {took:.1f} s; rate-limit bound {bound:.1f} s; ratio {took / bound:.2f}x")
-    print(f"busiest second per project: {busiest_seconds(sent)} (rate {args.rate:g}/s + 1 banked token)")
+    print(f"busiest second per project: {busiest_second(sent)} (rate {args.rate:g}/s + 1 banked token)")
     print(f"abandoned VMs left: {left}")
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -66,3 +67,19 @@ def healthy_writers(projects: list[str], folder: Path) -> Iterator[str]:
         prom.stop()
         for m in managers:
             m.kill()
+
+
+def busiest_second(events: Iterable[tuple[str, float]]) -> dict[str, int]:
+    """Per scope, the most of ``(scope, time)`` events within any one second: how a delete rate is checked."""
+    times: dict[str, list[float]] = defaultdict(list)
+    for scope, at in events:
+        times[scope].append(at)
+    most: dict[str, int] = {}
+    for scope, ts in times.items():
+        ts.sort()
+        j = most[scope] = 0
+        for i, t in enumerate(ts):
+            while ts[j] < t - 1.0:
+                j += 1
+            most[scope] = max(most[scope], i - j + 1)
+    return most
