@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from include.emulators.http import ApiError, Faults, State
+from include.emulators.k8s.rbac import Subject, subject
 
 # resource -> (kind, apiVersion)
 RESOURCES = {
@@ -57,6 +58,7 @@ class Cluster(State):
         self._sorted: dict[str, list[tuple[str, str, str]]] = {}  # resource -> keys in list order (lazy)
         self._dependents: dict[str, set[tuple[str, str, str]]] = {}  # owner uid -> dependent keys
         self._stopped: set[tuple[str, str, str]] = set()  # terminating Pods whose containers have stopped
+        self.subjects: dict[str, Subject] = {}  # bearer token -> what it may do (RBAC); other tokens: anything
 
     def _version(self) -> str:
         return str(next(self._versions))
@@ -183,7 +185,7 @@ class Cluster(State):
         self,
         resource: str,
         namespace: str | None,
-        matches: Callable[[dict[str, str]], bool],
+        matches: Callable[[dict[str, object]], bool],
         after: tuple[str, str] | None,
         limit: int,
     ) -> tuple[list[dict[str, object]], tuple[str, str] | None]:
@@ -198,7 +200,7 @@ class Cluster(State):
                 if namespace is not None and key[1] != namespace:
                     continue
                 obj = self.objects[key]
-                if not matches(obj["metadata"].get("labels") or {}):  # type: ignore[union-attr]
+                if not matches(obj):
                     continue
                 if limit and len(page) == limit:
                     last = page[-1]["metadata"]
@@ -208,6 +210,11 @@ class Cluster(State):
 
     # --- for tests ---------------------------------------------------------------------------
 
+    def grant(self, token: str, documents: list[dict]) -> None:
+        """Requests bearing ``token`` may do what these RBAC manifests grant their ServiceAccount, nothing more."""
+        with self.lock:
+            self.subjects[token] = subject(documents)
+
     def reset(self) -> None:
         """An empty cluster again, for tests that reuse one server across many examples."""
         with self.lock:
@@ -216,6 +223,7 @@ class Cluster(State):
             self._dependents.clear()
             self._stopped.clear()
             self.deletes.clear()
+            self.subjects.clear()
         self.clear_hooks()
 
     def names(self, resource: str | None = None) -> set[str]:

@@ -2,9 +2,12 @@
 
 ``/api/v1/{pods,secrets}`` and ``/apis/networking.k8s.io/v1/networkpolicies``, all
 namespaces or one: list (``labelSelector`` with equality- and set-based terms,
-``limit``/``continue``, ``PartialObjectMetadataList`` when the ``Accept`` header
-asks for it), get, create, delete (``preconditions``: 409 on mismatch;
-``propagationPolicy``). Errors are ``Status`` objects, as the API returns them.
+``fieldSelector`` on ``metadata.name`` and ``metadata.namespace``, ``limit``/``continue``,
+``PartialObjectMetadataList`` when the ``Accept`` header asks for it), get, create, delete
+(``preconditions``: 409 on mismatch; ``propagationPolicy``). Errors are ``Status`` objects, as the
+API returns them. A namespace's list selected by one name is its own request kind, ``list_named``
+(how the reaper reads an object again without ``get``), so hooks and counters can tell it apart;
+tokens granted RBAC (``Cluster.grant``) get 403 for anything their roles do not allow.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import base64
 import json
 import re
 from collections.abc import Callable
+from urllib.parse import parse_qs, urlsplit
 
 from include.emulators.http import ApiError, Handler, Route, Server
 from include.emulators.k8s.cluster import RESOURCES, Cluster
@@ -25,8 +29,18 @@ _ROUTES: list[Route] = [
     ("GET", re.compile(_PREFIX + r"/namespaces/([^/]+)/(pods|secrets|networkpolicies)/([^/]+)$"), "get"),
     ("DELETE", re.compile(_PREFIX + r"/namespaces/([^/]+)/(pods|secrets|networkpolicies)/([^/]+)$"), "delete"),
 ]
-_REASONS = {404: "NotFound", 409: "Conflict", 410: "Expired", 422: "Invalid", 429: "TooManyRequests"}
+_REASONS = {
+    400: "BadRequest",
+    403: "Forbidden",
+    404: "NotFound",
+    409: "Conflict",
+    410: "Expired",
+    422: "Invalid",
+    429: "TooManyRequests",
+}
 _METADATA_ONLY = "as=PartialObjectMetadata"  # ...List for lists
+_FIELDS = ("metadata.name", "metadata.namespace")  # the field selectors every resource supports
+_VERBS = {"list": "list", "list_namespaced": "list", "list_named": "list", "get": "get", "create": "create"}
 
 
 def parse_selector(text: str) -> Callable[[dict[str, str]], bool]:
@@ -54,6 +68,27 @@ def parse_selector(text: str) -> Callable[[dict[str, str]], bool]:
     return lambda labels: all(test(labels) for test in tests)
 
 
+def parse_field_selector(text: str) -> tuple[Callable[[dict[str, object]], bool], str | None]:
+    """A field selector as a predicate over an object's metadata, and the one name it requires, if any.
+
+    Only ``metadata.name`` and ``metadata.namespace`` with ``=``, ``==`` or ``!=``, as the API
+    server supports for every resource; any other field is a 400, as there.
+    """
+    tests: list[Callable[[dict[str, object]], bool]] = []
+    name = None
+    for term in (t.strip() for t in text.split(",") if t.strip()):
+        m = re.fullmatch(r"([\w.]+)\s*(==|=|!=)\s*(.*)", term)
+        if not m or m.group(1) not in _FIELDS:
+            raise ApiError(400, "BadRequest", f'"{term}" is not a known field selector: only {", ".join(_FIELDS)}')
+        field, op, value = m.group(1).split(".")[1], m.group(2), m.group(3)
+        if op == "!=":
+            tests.append(lambda meta, f=field, v=value: meta.get(f) != v)
+        else:
+            tests.append(lambda meta, f=field, v=value: meta.get(f) == v)
+            name = value if field == "name" else name
+    return (lambda meta: all(test(meta) for test in tests)), name
+
+
 def _continue_token(after: tuple[str, str], version: str) -> str:
     """Like the API server's: the key to resume after, and the list's resource version."""
     return base64.urlsafe_b64encode(json.dumps({"after": after, "rv": version}).encode()).decode()
@@ -78,11 +113,21 @@ class K8sHandler(Handler):
             "code": error.code,
         }
 
+    def _route(self, method: str, path: str) -> tuple[str, tuple[str, ...]]:
+        kind, args = super()._route(method, path)
+        if kind == "list_namespaced":
+            query = parse_qs(urlsplit(self.path).query)
+            _, name = parse_field_selector(query.get("fieldSelector", [""])[0])
+            if name is not None:
+                return "list_named", (*args, name)
+        return kind, args
+
     def handle_api(self, kind: str, args: tuple[str, ...], query: dict[str, list[str]]) -> object:
         cluster = self.state
+        self._authorize(kind, args)
         if kind == "list":
             return self._list(args[0], None, query)
-        if kind == "list_namespaced":
+        if kind in ("list_namespaced", "list_named"):
             return self._list(args[1], args[0], query)
         namespace, resource = args[0], args[1]
         if kind == "create":
@@ -90,6 +135,13 @@ class K8sHandler(Handler):
         if kind == "get":
             return self._serve_objects(resource, [cluster.get(resource, namespace, args[2])])[0]
         return self._serve_objects(resource, [cluster.delete(resource, namespace, args[2], self.body())])[0]
+
+    def _authorize(self, kind: str, args: tuple[str, ...]) -> None:
+        token = (self.headers.get("Authorization") or "").removeprefix("Bearer ").strip()
+        granted = self.state.subjects.get(token)
+        if granted is not None:
+            namespace, resource = (None, args[0]) if kind == "list" else (args[0], args[1])
+            granted.authorize(_VERBS.get(kind, kind), resource, namespace)
 
     def _serve_objects(self, resource: str, objects: list[dict[str, object]]) -> list[dict[str, object]]:
         if _METADATA_ONLY in (self.headers.get("Accept") or ""):
@@ -101,7 +153,12 @@ class K8sHandler(Handler):
 
     def _list(self, resource: str, namespace: str | None, query: dict[str, list[str]]) -> object:
         cluster = self.state
-        matches = parse_selector(query.get("labelSelector", [""])[0])
+        labels = parse_selector(query.get("labelSelector", [""])[0])
+        fields, name = parse_field_selector(query.get("fieldSelector", [""])[0])
+
+        def matches(obj: dict[str, object]) -> bool:
+            return labels(obj["metadata"].get("labels") or {}) and fields(obj["metadata"])  # type: ignore[union-attr]
+
         limit = int(query.get("limit", ["0"])[0] or 0)
         token = query.get("continue", [""])[0]
         after = None
@@ -119,7 +176,12 @@ class K8sHandler(Handler):
                 after = tuple(json.loads(base64.urlsafe_b64decode(token.encode()))["after"])
             except (ValueError, KeyError, TypeError):
                 raise ApiError(400, "BadRequest", "continue key is not valid") from None
-        page, resume = cluster.select(resource, namespace, matches, after, limit)  # type: ignore[arg-type]
+        if namespace is not None and name is not None:  # at most one object: looked up, as an index would
+            with cluster.lock:
+                found = cluster.objects.get((resource, namespace, name))
+            page, resume = ([found] if found is not None and matches(found) else []), None
+        else:
+            page, resume = cluster.select(resource, namespace, matches, after, limit)  # type: ignore[arg-type]
         with cluster.lock:
             if token and resume and cluster.faults.repeat_continue_tokens > 0:
                 cluster.faults.repeat_continue_tokens -= 1
