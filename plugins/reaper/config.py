@@ -210,6 +210,8 @@ class PostgresStepStoreConfig(_Section):
 class K8sConfig(_Section):
     enabled: bool = True
     clusters: list[str] = ["kubernetes_default"]
+    # The sandbox namespaces, listed one by one (a namespaced Role suffices); empty: every namespace.
+    namespaces: list[Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")]] = []
     selector: Selector = {"iterion.io/managed": "true"}
     run_label: str = Field("iterion.io/run-id", min_length=1)
     terminal_statuses: list[str] = Field(["succeeded", "failed", "cancelled"], min_length=1)
@@ -238,6 +240,15 @@ class K8sConfig(_Section):
     @classmethod
     def _lower(cls, statuses: list[str]) -> list[str]:
         return [s.lower() for s in statuses]
+
+    @field_validator("namespaces")
+    @classmethod
+    def _once_each(cls, namespaces: list[str]) -> list[str]:
+        """A namespace named twice would be listed twice: the same objects twice in one listing."""
+        twice = sorted({n for n in namespaces if namespaces.count(n) > 1})
+        if twice:
+            raise ValueError(f"each namespace once; named more than once: {', '.join(twice)}")
+        return namespaces
 
 
 class BudgetConfig(_Section):

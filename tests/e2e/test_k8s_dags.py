@@ -109,7 +109,7 @@ def test_an_opt_out_added_while_the_dag_deletes_keeps_the_whole_run(kube, nats_s
                 meta["labels"] = {**meta["labels"], "reaper.io/keep": "true"}
                 meta["resourceVersion"] = cluster._version()
 
-    cluster.on("before", "get", opt_out)
+    cluster.on("before", "list_named", opt_out)
     run = sweeper.run("reaper_k8s_enforcement")
     assert run.state == "success" and len(cluster.objects) == 4 and cluster.deletes == []
     results = {r["result"] for r in client["reaper"].ledger.find({"run_id": run.run_id, "action": "outcome"})}

@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 
 import nats
+import psycopg
 from nats.js.api import KeyValueConfig
+from pymongo import MongoClient
 
 from include.emulators.k8s import RESOURCE_OF_KIND, Cluster
 from include.emulators.shapes import kube_pod, kube_run
+from reaper.config import Settings
+from reaper.k8s.deleter import K8sDeleter
+from reaper.k8s.evidence import gather
+from reaper.k8s.inventory import list_cluster
+from reaper.model import Outcome, Phase, Plan, incomplete_scopes
+from reaper.policy import evaluate
+from reaper.stores.mongo import MongoRunStore
+from reaper.stores.nats import NatsLeases
+from reaper.stores.postgres import PostgresStepStore
+from tests.helpers import fast_backoff
 
 MANAGED = {"iterion.io/managed": "true"}
 
@@ -44,3 +57,23 @@ async def put_kv(url: str, bucket: str, keys: list[str]) -> None:
     if keys:
         await kv.delete(keys[-1])  # a released lease
     await client.close()
+
+
+def sweep(  # type: ignore[no-untyped-def]
+    api, config: Settings, nats_url: str, mongo: MongoClient, postgres_dsn: str | None
+) -> tuple[Plan, list[Outcome]]:
+    """One enforcement sweep of the cluster ``c1`` through every adapter, as the DAG's steps chain them."""
+    listing = list_cluster(api, "c1", config.k8s.selector, fast_backoff(), 10, namespaces=config.k8s.namespaces)
+    leases = NatsLeases(nats_url, config.k8s.nats_leases)
+    runs = MongoRunStore(mongo, config.k8s.mongo_run_store)
+    steps = (
+        PostgresStepStore(lambda: psycopg.connect(postgres_dsn), config.k8s.postgres_step_store)
+        if postgres_dsn
+        else None
+    )
+    evidence = gather(
+        listing.resources, config, leases.read, runs.read, steps.read if steps else None, incomplete_scopes([listing])
+    )
+    plan = evaluate(listing.resources, evidence, config, Phase.ENFORCEMENT, datetime.now(UTC))
+    outcomes = K8sDeleter(lambda _: api, config, fast_backoff()).delete([d.resource for d in plan.deletes()])
+    return plan, outcomes

@@ -31,17 +31,30 @@ def dockerfile() -> tuple[str, dict[str, PurePosixPath]]:
     return version.group(1), {src: PurePosixPath(dst) for src, dst in copies}
 
 
-def test_the_swept_cluster_rbac_grants_list_get_delete_on_the_three_kinds_only() -> None:
-    docs = list(yaml.safe_load_all((DEPLOY / "rbac-swept-cluster.yaml").read_text()))
+def rbac(name: str) -> list[dict]:
+    return list(yaml.safe_load_all((DEPLOY / name).read_text()))
+
+
+@pytest.mark.parametrize(
+    ("name", "role_kind", "binding_kind"),
+    [
+        ("rbac-swept-cluster.yaml", "Role", "RoleBinding"),
+        ("rbac-swept-cluster-all-namespaces.yaml", "ClusterRole", "ClusterRoleBinding"),
+    ],
+)
+def test_the_swept_cluster_rbac_grants_list_and_delete_on_the_three_kinds_only(
+    name: str, role_kind: str, binding_kind: str
+) -> None:
+    docs = rbac(name)
     roles = [d for d in docs if d["kind"] in ("Role", "ClusterRole")]
-    assert len(roles) == 1
+    assert [r["kind"] for r in roles] == [role_kind]
     granted = {
         (group, resource): set(rule["verbs"])
         for rule in roles[0]["rules"]
         for group in rule["apiGroups"]
         for resource in rule["resources"]
     }
-    needed = {"list", "get", "delete"}  # inventory lists; the deleter re-reads (metadata only), then deletes
+    needed = {"list", "delete"}  # the inventory and the re-reads before a delete list (by name); then delete
     assert granted == {
         ("", "pods"): needed,
         ("", "secrets"): needed,
@@ -49,10 +62,20 @@ def test_the_swept_cluster_rbac_grants_list_get_delete_on_the_three_kinds_only()
     }
     (binding,) = [d for d in docs if d["kind"].endswith("RoleBinding")]
     (account,) = [d for d in docs if d["kind"] == "ServiceAccount"]
-    assert binding["roleRef"]["name"] == roles[0]["metadata"]["name"]
+    assert binding["kind"] == binding_kind
+    role = {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": roles[0]["metadata"]["name"]}
+    assert binding["roleRef"] == role
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": account["metadata"]["namespace"]}
     ]
+
+
+def test_the_namespaced_role_is_in_the_namespaces_the_sample_config_lists() -> None:
+    """The Role only works if the reaper lists those namespaces one by one (k8s.namespaces)."""
+    namespaces = load_config(DEPLOY / "reaper.yaml").k8s.namespaces
+    docs = rbac("rbac-swept-cluster.yaml")
+    assert namespaces
+    assert {d["metadata"]["namespace"] for d in docs if d["kind"] in ("Role", "RoleBinding")} == set(namespaces)
 
 
 def test_the_helm_values_run_the_image_the_dockerfile_builds() -> None:

@@ -128,7 +128,7 @@ def test_a_409_then_a_failed_read_of_the_pod_is_terminating_and_every_intent_has
     guard = SendGuard(intent=lambda r: intents.append(r.uid), outcome=lambda r, res, _d: outcomes.update({r.uid: res}))
 
     def refuse(_: tuple[str, ...]) -> None:
-        cluster.faults.fail_next["get"] = ["503"]  # the read that follows fails
+        cluster.faults.fail_next["list_named"] = ["503"]  # the read that follows fails
         raise ApiError(409, "Conflict", "Precondition failed: UID in precondition")
 
     cluster.on("before", "delete", refuse)

@@ -3,43 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
 
 import psycopg
 from pymongo import MongoClient
 
 from include.emulators.http import start_secantusdb
 from reaper.config import parse_settings
-from reaper.k8s.deleter import K8sDeleter
-from reaper.k8s.evidence import gather
-from reaper.k8s.inventory import list_cluster
-from reaper.model import Phase, incomplete_scopes
-from reaper.policy import evaluate
-from reaper.stores.mongo import MongoRunStore
-from reaper.stores.nats import NatsLeases
-from reaper.stores.postgres import PostgresStepStore
-from tests.helpers import fast_backoff
-from tests.helpers.k8s import MANAGED, put_leases, seed_pod, seed_run
+from tests.helpers.k8s import MANAGED, put_leases, seed_pod, seed_run, sweep
 
 STEP = {"iterion.io/step": "build", "iterion.io/attempt": "1"}
-
-
-def sweep(api, config, nats_url: str, mongo: MongoClient, postgres_dsn: str | None):  # type: ignore[no-untyped-def]
-    """One enforcement sweep through every adapter; returns (plan, outcomes)."""
-    listing = list_cluster(api, "c1", config.k8s.selector, fast_backoff(), 10)
-    leases = NatsLeases(nats_url, config.k8s.nats_leases)
-    runs = MongoRunStore(mongo, config.k8s.mongo_run_store)
-    steps = (
-        PostgresStepStore(lambda: psycopg.connect(postgres_dsn), config.k8s.postgres_step_store)
-        if postgres_dsn
-        else None
-    )
-    evidence = gather(
-        listing.resources, config, leases.read, runs.read, steps.read if steps else None, incomplete_scopes([listing])
-    )
-    plan = evaluate(listing.resources, evidence, config, Phase.ENFORCEMENT, datetime.now(UTC))
-    outcomes = K8sDeleter(lambda _: api, config, fast_backoff()).delete([d.resource for d in plan.deletes()])
-    return plan, outcomes
 
 
 def runs_by_reason(plan) -> dict[str, str]:  # type: ignore[no-untyped-def]

@@ -245,7 +245,7 @@ def run_sweep(world: World, emulator, mongo_port: int, point: str, mutation: str
     fence = Fence(IDS, HOLDER, str(lease["token"]), None)
     pod = f"sandbox-{VICTIM}"
     if point == "in_rate_limit_wait":  # after the run's token, its first request: the re-read of its Pod
-        world.cluster.on("before", "get", lambda args: args[2] == pod and mutate(), times=None)
+        world.cluster.on("before", "list_named", lambda args: args[2] == pod and mutate(), times=None)
     if point == "between_check_and_delete":  # everything was read again; the Pod's delete has arrived
         world.cluster.on("before", "delete", lambda args: args[2] == pod and mutate(), times=None)
     for batch in batches[:-1]:
@@ -477,7 +477,7 @@ def _answer_lost(_: tuple[str, ...]) -> None:
 
 POD_A = "Pod/ci/sandbox-orphan-a"  # the first object deleted
 API_FAULTS = {
-    "re-read throttled, failing, slow": ("get", ["429", "503", "timeout"]),
+    "re-read throttled, failing, slow": ("list_named", ["429", "503", "timeout"]),
     "delete throttled, failing, slow": ("delete", ["429", "503", "timeout"]),
     "Pod listing failing": ("list", ["503", "429"]),
     "delete applied, answer lost": ("delete", "lost"),

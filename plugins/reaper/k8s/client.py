@@ -8,6 +8,8 @@ Raw JSON is decoded with the same typed decoder as ``kubectl`` exports.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from urllib3 import exceptions as u3exc
@@ -18,6 +20,17 @@ PATHS = {
     "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
 }
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+
+
+def collection_paths(kind: str, namespaces: Sequence[str]) -> list[str]:
+    """Where objects of ``kind`` are listed: cluster-wide, or in each of ``namespaces`` when named.
+
+    Named namespaces are what lets a namespaced ``Role`` suffice in the swept cluster (``k8s.namespaces``).
+    """
+    prefix, resource = PATHS[kind]
+    if not namespaces:
+        return [f"{prefix}/{resource}"]
+    return [f"{prefix}/namespaces/{namespace}/{resource}" for namespace in namespaces]
 
 
 def api_client_from_connection(conn_id: str) -> k8s.ApiClient:

@@ -1,7 +1,8 @@
 """Deleting orphaned runs' objects, a run at a time: Pod, then Secrets, then NetworkPolicy.
 
 Before a run's first delete, after its rate-limit token, its objects are read again (same uid and
-resourceVersion) and so is its evidence (``revalidate``: the lease still absent, the run still
+resourceVersion; each through a list of its namespace selected by name, so that the reaper needs
+``list`` and ``delete`` only, no ``get``) and so is its evidence (``revalidate``: the lease still absent, the run still
 terminal or gone); a run that changed in any of these is skipped whole. Every delete carries
 ``preconditions.uid`` and ``preconditions.resourceVersion``, so an object recreated, relabelled or
 opted out after the plan answers 409 and is skipped, and ``propagationPolicy: Background``; answers
@@ -28,7 +29,7 @@ from kubernetes.client.exceptions import ApiException
 from reaper.config import Settings
 from reaper.fence import UNCONFIRMED, Halted, SendGuard
 from reaper.k8s.client import METADATA_ONLY as METADATA_LIST
-from reaper.k8s.client import PATHS, call, transient
+from reaper.k8s.client import PATHS, call, collection_paths, transient
 from reaper.model import K8sObject, Outcome
 from reaper.ratelimit import BucketsPerScope
 from reaper.retry import Backoff
@@ -50,6 +51,7 @@ Revalidate = Callable[[str, str], str | None]
 
 
 class _Meta(msgspec.Struct):
+    name: str = ""
     uid: str = ""
     resourceVersion: str = ""
     deletionTimestamp: str | None = None
@@ -64,7 +66,7 @@ class _List(msgspec.Struct):
 
 
 _ANSWER = msgspec.json.Decoder(_Answer)
-_PODS = msgspec.json.Decoder(_List)
+_LIST = msgspec.json.Decoder(_List)
 
 
 def run_key(obj: K8sObject, run_label: str) -> tuple[str, str]:
@@ -83,6 +85,7 @@ class K8sDeleter:
         cfg = config.k8s
         self.api_for = api_for
         self.run_label = cfg.run_label
+        self.namespaces = cfg.namespaces
         self.concurrency = cfg.delete_concurrency
         self.timeout = cfg.request_timeout.total_seconds()
         self.pod_gone_timeout = cfg.pod_gone_timeout.total_seconds()
@@ -136,24 +139,26 @@ class K8sDeleter:
         return self.revalidate(obj.cluster, obj.labels.get(self.run_label, "")) if self.revalidate else None
 
     def _pods_of_run(self, obj: K8sObject) -> str | None:
-        """Whether any Pod of the run exists, managed or not: its Secrets and NetworkPolicy then stay."""
+        """Whether any Pod of the run exists, managed or not: its Secrets and NetworkPolicy then stay.
+
+        Cluster-wide, or in every listed namespace with ``k8s.namespaces`` (what the reaper may see).
+        """
         api = self.api_for(obj.cluster)
-        prefix, resource = PATHS["Pod"]
         query: list[tuple[str, object]] = [("labelSelector", f"{self.run_label}={obj.labels.get(self.run_label, '')}")]
         try:
-            raw = self.backoff.call(
-                lambda: call(api, "GET", f"{prefix}/{resource}", self.timeout, query, accept=METADATA_LIST),
-                transient,
-            )
-            pods = _PODS.decode(raw).items
+            for path in collection_paths("Pod", self.namespaces):
+                raw = self.backoff.call(
+                    lambda p=path: call(api, "GET", p, self.timeout, query, accept=METADATA_LIST), transient
+                )
+                pods = _LIST.decode(raw).items
+                if pods:
+                    return f"a Pod of the run exists ({pods[0].metadata.uid}): its Secrets and NetworkPolicy stay"
         except Exception as exc:
             return f"the run's Pods unreadable before its Secrets: {type(exc).__name__}"
-        if pods:
-            return f"a Pod of the run exists ({pods[0].metadata.uid}): its Secrets and NetworkPolicy stay"
         return None
 
     def _changed(self, members: list[K8sObject]) -> str | None:
-        """Whether any object of the run changed since the plan (recreated, relabelled, opted out).
+        """Whether any object of the run changed since the plan (recreated, relabelled or opted out).
 
         The preconditions catch a change to the object being deleted; this catches one to the
         run's other objects before its Pod goes: the decision is the run's, not the object's.
@@ -161,21 +166,34 @@ class K8sDeleter:
         api = self.api_for(members[0].cluster)  # a run lives in one cluster
         for obj in members:
             try:
-                raw = self.backoff.call(
-                    lambda o=obj: call(api, "GET", self._path(o), self.timeout, accept=METADATA), transient
-                )
-                meta = _ANSWER.decode(raw).metadata
+                meta = self.backoff.call(lambda o=obj: self._read(api, o), transient)
             except ApiException as exc:
-                if exc.status == 404:
-                    continue  # gone already: nothing to protect
                 return f"{obj.kind} {obj.namespace}/{obj.name} unreadable before the delete: HTTP {exc.status}"
             except Exception as exc:
                 return f"{obj.kind} {obj.namespace}/{obj.name} unreadable before the delete: {type(exc).__name__}"
+            if meta is None:
+                continue  # gone already: nothing to protect
             if meta.uid != obj.uid:
                 return f"{obj.kind} {obj.namespace}/{obj.name} was recreated since the plan"
             if obj.resource_version and meta.resourceVersion != obj.resource_version:
                 return f"{obj.kind} {obj.namespace}/{obj.name} changed since the plan (resourceVersion)"
         return None
+
+    def _read(self, api: k8s.ApiClient, obj: K8sObject) -> _Meta | None:
+        """The object's metadata as it is now, or None when it is gone.
+
+        A list of its namespace selected by name, not a ``get``: the reaper's Role then needs no
+        ``get`` on Secrets (only ``list`` and ``delete``). More than one answer, or one of another name
+        (a server that ignored the selector), is not this object: it raises, and the caller reads that
+        as unreadable (keep).
+        """
+        prefix, resource = PATHS[obj.kind]
+        path = f"{prefix}/namespaces/{obj.namespace}/{resource}"
+        query: list[tuple[str, object]] = [("fieldSelector", f"metadata.name={obj.name}")]
+        items = _LIST.decode(call(api, "GET", path, self.timeout, query, accept=METADATA_LIST)).items
+        if len(items) > 1 or any(item.metadata.name != obj.name for item in items):
+            raise ValueError("the answer is not this one object: the field selector was not applied")
+        return items[0].metadata if items else None
 
     def _record(self, obj: K8sObject, guard: SendGuard, result: str, detail: str) -> Outcome:
         guard.record(obj, result, detail)
@@ -235,12 +253,10 @@ class K8sDeleter:
         """Whether the planned Pod (same uid) still exists with a deletionTimestamp; in doubt (a failed
         read), it is: the run's Secrets and NetworkPolicy then wait for a later sweep."""
         try:
-            meta = _ANSWER.decode(call(api, "GET", self._path(obj), self.timeout, accept=METADATA)).metadata
-        except ApiException as exc:
-            return exc.status != 404
+            meta = self._read(api, obj)
         except Exception:
             return True
-        return meta.uid == obj.uid and meta.deletionTimestamp is not None
+        return meta is not None and meta.uid == obj.uid and meta.deletionTimestamp is not None
 
     def _still_terminating(self, api: k8s.ApiClient, obj: K8sObject, answer: bytes, guard: SendGuard) -> bool:
         """After a graceful delete: wait (bounded) for the Pod to go; True while it is still there.

@@ -1,24 +1,25 @@
 """Listing managed Pods, Secrets (metadata only) and NetworkPolicies of a cluster, completely or not at all.
 
-Cluster-wide lists with the label selector, ``limit=500`` and ``continue``
-tokens to the end. A ``410 Gone`` (the continue token expired) restarts that
-list once; a second one, a continue token the server already gave (a list that
-would never end), or any failure after retries, marks the cluster incomplete,
-which holds every delete in it. Hygiene findings (Pods without
-``activeDeadlineSeconds``, objects without ``ownerReferences``) are collected
-for the report: the seed design's two other defences.
+Cluster-wide lists (or, with ``k8s.namespaces``, one list per named namespace) with the
+label selector, ``limit=500`` and ``continue`` tokens to the end. A ``410 Gone`` (the
+continue token expired) restarts that list once; a second one, a continue token the server
+already gave (a list that would never end), or any failure after retries (a namespace the
+reaper may not list among them), marks the cluster incomplete, which holds every delete in it.
+Hygiene findings (Pods without ``activeDeadlineSeconds``, objects without ``ownerReferences``)
+are collected for the report: the seed design's two other defences.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 
 import msgspec
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from reaper.exports import KubeItem, k8s_object
-from reaper.k8s.client import METADATA_ONLY, PATHS, call, selector_string, transient
+from reaper.k8s.client import METADATA_ONLY, PATHS, call, collection_paths, selector_string, transient
 from reaper.model import K8sObject, ScopeListing
 from reaper.retry import Backoff
 
@@ -57,9 +58,34 @@ def list_kind(
     backoff: Backoff,
     timeout: float,
     page_size: int = PAGE_SIZE,
+    namespaces: Sequence[str] = (),
 ) -> tuple[list[K8sObject], int, str | None]:
-    """All objects of one kind: (objects, pages, problem or None). Secrets are metadata only."""
-    prefix, resource = PATHS[kind]
+    """All objects of one kind, cluster-wide or in each named namespace: (objects, pages, problem or None).
+
+    Secrets are metadata only. A problem in one namespace is the whole kind's: the cluster is incomplete.
+    """
+    objects: list[K8sObject] = []
+    pages = 0
+    for path in collection_paths(kind, namespaces):
+        found, read, problem = _list_path(api, cluster, kind, path, selector, backoff, timeout, page_size)
+        objects += found
+        pages += read
+        if problem:
+            return objects, pages, problem
+    return objects, pages, None
+
+
+def _list_path(
+    api: k8s.ApiClient,
+    cluster: str,
+    kind: str,
+    path: str,
+    selector: dict[str, str],
+    backoff: Backoff,
+    timeout: float,
+    page_size: int,
+) -> tuple[list[K8sObject], int, str | None]:
+    """One collection to its end: every page, an expired continue token restarting it once."""
     accept = METADATA_ONLY if kind == "Secret" else "application/json"
     restarts = 0
     while True:
@@ -71,9 +97,7 @@ def list_kind(
                 query: list[tuple[str, object]] = [("labelSelector", selector_string(selector)), ("limit", page_size)]
                 if token:
                     query.append(("continue", token))
-                raw = backoff.call(
-                    lambda q=query: call(api, "GET", f"{prefix}/{resource}", timeout, q, accept=accept), transient
-                )
+                raw = backoff.call(lambda q=query: call(api, "GET", path, timeout, q, accept=accept), transient)
                 page = _PAGE.decode(raw)
                 pages += 1
                 objects += [k8s_object(item, cluster, kind) for item in page.items]
@@ -101,11 +125,12 @@ def list_cluster(
     backoff: Backoff,
     timeout: float,
     page_size: int = PAGE_SIZE,
+    namespaces: Sequence[str] = (),
 ) -> ScopeListing:
     listing = ScopeListing("k8s", cluster)
     managed: list[K8sObject] = []
     for kind in PATHS:
-        objects, pages, problem = list_kind(api, cluster, kind, selector, backoff, timeout, page_size)
+        objects, pages, problem = list_kind(api, cluster, kind, selector, backoff, timeout, page_size, namespaces)
         managed += objects
         listing.pages += pages
         if problem:

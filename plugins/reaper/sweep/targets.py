@@ -181,6 +181,7 @@ class K8sTarget:
                 k8s.selector,
                 Backoff(k8s.max_retries),
                 k8s.request_timeout.total_seconds(),
+                namespaces=k8s.namespaces,
             )
             for cluster in scopes
         ]

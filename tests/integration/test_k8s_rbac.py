@@ -1,0 +1,159 @@
+"""The reaper sweeps with exactly the RBAC of ``deploy/`` (issue 12.3): list and delete, no ``get``, a namespaced
+Role where the sandbox namespaces are named. The emulator authorizes the ServiceAccount's token as the API server
+would (403 for anything its role does not allow), so a call the manifests do not grant fails here too."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import yaml
+from kubernetes import config as kconfig
+
+from reaper.config import parse_settings
+from reaper.k8s.deleter import CHANGED, K8sDeleter
+from reaper.k8s.inventory import list_cluster
+from tests.helpers import ROOT, fast_backoff
+from tests.helpers.k8s import MANAGED, put_leases, seed_run, sweep
+
+TOKEN = "reaper-service-account-token"
+SANDBOXES = "ci-sandboxes"  # the namespace deploy/rbac-swept-cluster.yaml's Role is in
+
+
+def as_reaper(emulator, manifest: str):  # type: ignore[no-untyped-def]
+    """An ApiClient bearing the ServiceAccount's token, the emulator enforcing ``deploy/<manifest>`` for it."""
+    emulator.cluster.grant(TOKEN, list(yaml.safe_load_all((ROOT / "deploy" / manifest).read_text())))
+    kubeconfig = emulator.kubeconfig()
+    kubeconfig["users"][0]["user"]["token"] = TOKEN
+    return kconfig.new_client_from_config_dict(kubeconfig)
+
+
+def settings(db: str, namespaces: list[str]):  # type: ignore[no-untyped-def]
+    return parse_settings(
+        {
+            "k8s": {
+                "namespaces": namespaces,
+                "mongo_run_store": {"database": db},
+                "delete_rate_per_cluster": 1000.0,
+            },
+            "budget": {"min_stale": 100},
+        },
+        "test",
+    )
+
+
+def seed(cluster, client, db: str, url: str) -> None:  # type: ignore[no-untyped-def]
+    """An orphan and a live run in the sandbox namespace, and an orphan elsewhere."""
+    seed_run(cluster, "orphan", namespace=SANDBOXES)
+    seed_run(cluster, "live", namespace=SANDBOXES)
+    seed_run(cluster, "elsewhere", namespace="team-b")
+    asyncio.run(put_leases(url, ["live"]))
+    client[db]["runs"].insert_many(
+        [
+            {"_id": "orphan", "status": "failed"},
+            {"_id": "live", "status": "running"},
+            {"_id": "elsewhere", "status": "failed"},
+        ]
+    )
+
+
+def runs_left(cluster) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    left: dict[str, int] = {}
+    for obj in cluster.objects.values():
+        run = obj["metadata"]["labels"]["iterion.io/run-id"]
+        left[run] = left.get(run, 0) + 1
+    return left
+
+
+def test_the_namespaced_role_is_enough_to_reap_the_named_namespaces(kube, nats_server, mongo) -> None:
+    cluster, _, emulator = kube
+    client, db = mongo
+    url = f"nats://127.0.0.1:{nats_server.port}"
+    seed(cluster, client, db, url)
+    api = as_reaper(emulator, "rbac-swept-cluster.yaml")
+
+    _, outcomes = sweep(api, settings(db, [SANDBOXES]), url, client, None)
+
+    assert [(o.name, o.result) for o in outcomes] == [
+        ("sandbox-orphan", "deleted"),
+        ("sandbox-orphan-egress-ca", "deleted"),
+        ("sandbox-orphan-files", "deleted"),
+        ("sandbox-orphan", "deleted"),
+    ]
+    assert runs_left(cluster) == {"live": 4, "elsewhere": 4}  # the other namespace is never seen
+    # Every re-read was a list by name: 4 before the Pod, 3 before its Secrets, and the Pod's terminating polls.
+    assert cluster.counters["get"] == 0 and cluster.counters["list_named"] >= 7
+    assert cluster.secret_data_served is False
+
+
+def test_the_cluster_role_reaps_every_namespace(kube, nats_server, mongo) -> None:
+    cluster, _, emulator = kube
+    client, db = mongo
+    url = f"nats://127.0.0.1:{nats_server.port}"
+    seed(cluster, client, db, url)
+    api = as_reaper(emulator, "rbac-swept-cluster-all-namespaces.yaml")
+
+    _, outcomes = sweep(api, settings(db, []), url, client, None)
+
+    assert {o.result for o in outcomes} == {"deleted"} and len(outcomes) == 8
+    assert runs_left(cluster) == {"live": 4}
+    assert cluster.counters["get"] == 0 and cluster.secret_data_served is False
+
+
+def test_a_namespaced_role_without_named_namespaces_lists_nothing_and_deletes_nothing(kube, nats_server, mongo) -> None:
+    """Cluster-wide lists are forbidden to a Role: the cluster is incomplete, so everything is held."""
+    cluster, _, emulator = kube
+    client, db = mongo
+    url = f"nats://127.0.0.1:{nats_server.port}"
+    seed(cluster, client, db, url)
+    api = as_reaper(emulator, "rbac-swept-cluster.yaml")
+
+    listing = list_cluster(api, "c1", MANAGED, fast_backoff(), 10)
+    assert listing.problems and all("HTTP 403" in p for p in listing.problems)
+    _, outcomes = sweep(api, settings(db, []), url, client, None)
+    assert outcomes == [] and runs_left(cluster) == {"orphan": 4, "live": 4, "elsewhere": 4}
+
+
+def test_a_namespace_the_role_does_not_cover_holds_the_whole_cluster(kube, nats_server, mongo) -> None:
+    cluster, _, emulator = kube
+    client, db = mongo
+    url = f"nats://127.0.0.1:{nats_server.port}"
+    seed(cluster, client, db, url)
+    api = as_reaper(emulator, "rbac-swept-cluster.yaml")
+
+    plan, outcomes = sweep(api, settings(db, [SANDBOXES, "team-b"]), url, client, None)
+    assert outcomes == [] and runs_left(cluster) == {"orphan": 4, "live": 4, "elsewhere": 4}
+    assert {d.reason for d in plan.decisions if "orphan" in d.resource.name} == {"inventory_incomplete"}
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(lambda body, other: {**body, "items": body["items"] + [other]}, id="two-objects"),
+        pytest.param(lambda body, other: {**body, "items": [other]}, id="another-name"),
+    ],
+)
+def test_a_server_that_ignores_the_field_selector_keeps_the_run(kube, answer) -> None:  # type: ignore[no-untyped-def]
+    """The re-read before a delete must be this one object; any other answer is unreadable, so the run stays."""
+    cluster, api, _ = kube
+    seed_run(cluster, "orphan", namespace=SANDBOXES)
+    other = {"kind": "PartialObjectMetadata", "metadata": {"name": "someone-else", "uid": "u-1"}}
+    cluster.rewrites["list_named"] = lambda body: answer(body, other)
+    config = settings("unused", [SANDBOXES])
+    objects = list_cluster(api, "c1", MANAGED, fast_backoff(), 10, namespaces=[SANDBOXES]).resources
+
+    outcomes = K8sDeleter(lambda _: api, config, fast_backoff(0)).delete(objects)
+
+    assert {o.result for o in outcomes} == {CHANGED} and len(cluster.objects) == 4
+    assert all("unreadable before the delete" in o.detail for o in outcomes)
+
+
+def test_the_emulator_refuses_field_selectors_the_api_server_does_not_support(kube) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    from reaper.k8s.client import call
+
+    _, api, _ = kube
+    with pytest.raises(ApiException) as refused:
+        call(api, "GET", f"/api/v1/namespaces/{SANDBOXES}/secrets", 10, [("fieldSelector", "spec.nodeName=n1")])
+    assert refused.value.status == 400
