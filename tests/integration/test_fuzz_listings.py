@@ -103,8 +103,9 @@ def gce_pages(draw) -> tuple[list[dict[str, object]], bool, int]:  # type: ignor
                 drawn = draw(st.lists(gce_instance(), min_size=1, max_size=3))
                 items[f"zones/{zone}"] = {"instances": [i for i, _ in drawn]}
                 for inst, good in drawn:
-                    complete = complete and good and inst.get("id") not in seen
-                    seen.add(inst.get("id"))
+                    key = int(str(inst["id"])) if good else None  # "1", "01" and 1 are the one instance 1
+                    complete = complete and good and key not in seen
+                    seen.add(key)
                     count += 1
             else:
                 code = {"no_results": "NO_RESULTS_ON_PAGE", "unreachable": "UNREACHABLE"}.get(shape, "DEPRECATED")
