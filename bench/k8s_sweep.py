@@ -203,7 +203,7 @@ def main() -> None:
     )
     print(f"{'API calls':10s} {'made':>8s} {'lower bound':>12s}")
     print(f"{'list':10s} {counts.get('list', 0):8d} {pages + runs_reaped:12d}")
-    print(f"{'get':10s} {counts.get('get', 0):8d} {8 * runs_reaped:12d}")
+    print(f"{'list_named':10s} {counts.get('list_named', 0):8d} {8 * runs_reaped:12d}")  # re-reads by name
     print(f"{'delete':10s} {counts.get('delete', 0):8d} {4 * runs_reaped:12d}")
     print(
         f"run store: {finds} find commands for {args.runs:,} runs (lower bound {math.ceil(args.runs / 1000)}); "

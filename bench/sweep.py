@@ -354,7 +354,7 @@ def main() -> None:
         k8s_run,
         [
             ("list", k8s_calls.get("list", 0), sum(math.ceil(n / K8S_PAGE) for n in per_kind.values()) + reaped_runs),
-            ("get", k8s_calls.get("get", 0), 8 * reaped_runs),
+            ("list by name", k8s_calls.get("list_named", 0), 8 * reaped_runs),
             ("delete", k8s_deleted, 4 * reaped_runs),
             ("run store + ledger find", k8s_mongo.get("find", 0), k8s_finds),
             ("ledger update commands", k8s_mongo.get("update", 0), 1 + 3 * k8s_deleted + 1),
