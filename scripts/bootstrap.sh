@@ -24,6 +24,9 @@ command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || missin
 command -v pg_ctlcluster >/dev/null 2>&1 || missing+=("postgresql")
 # Redis: the CeleryExecutor's broker (the Celery tests and `make demo EXECUTOR=celery` start their own).
 command -v redis-server >/dev/null 2>&1 || missing+=("redis-server")
+# curl and jq: the README's deployment guide uses them, and its test runs that guide as written.
+command -v curl >/dev/null 2>&1 || missing+=("curl")
+command -v jq >/dev/null 2>&1 || missing+=("jq")
 # The audit view is tested once in a real browser.
 command -v chromium >/dev/null 2>&1 || missing+=("chromium")
 command -v chromedriver >/dev/null 2>&1 || missing+=("chromium-driver")
