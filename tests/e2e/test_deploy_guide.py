@@ -1,0 +1,124 @@
+"""The README's "Trying a deployment against the emulators", followed literally: its own ``sh`` blocks
+(those after ``<!-- guide: emulators -->``, in order, in one bash), on a fresh ``AIRFLOW_HOME`` and a
+fresh PostgreSQL database, with no variable of the test's own Airflow, up to one report-only sweep per
+target; then its ``<!-- guide: stop -->`` block.
+
+Only the placeholders the guide itself reads as ``${NAME:-default}`` are set: every ``*_PORT`` to a free
+port, ``TRIAL`` to a temporary directory, ``TRIAL_DB`` to a database name of this test's own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from include.emulators.http import free_port
+from tests.helpers import POSTGRES_DSN, ROOT
+
+GUIDE_BLOCK = re.compile(r"^<!-- guide: (\w+) -->\n```sh\n(.*?)^```$", re.S | re.M)
+PLACEHOLDER = re.compile(r"\$\{(\w+):-")
+SWEEPS = ("reaper_gce_report_only", "reaper_k8s_report_only")
+
+
+def guide(kind: str) -> str:
+    """The README's blocks of ``kind``, in order, as one script."""
+    blocks = [body for k, body in GUIDE_BLOCK.findall((ROOT / "README.md").read_text()) if k == kind]
+    assert blocks, f"README.md has no <!-- guide: {kind} --> block"
+    return "\n".join(blocks)
+
+
+def placeholders(script: str, trial: Path) -> dict[str, str]:
+    """A value for each ``${NAME:-default}`` of the guide: the test picks ports and places, nothing else."""
+    values = {}
+    for name in sorted(set(PLACEHOLDER.findall(script))):
+        if name.endswith("_PORT"):
+            values[name] = str(free_port())
+        elif name == "TRIAL":
+            values[name] = str(trial)
+        elif name == "TRIAL_DB":
+            values[name] = f"reaper_guide_{uuid.uuid4().hex[:8]}"
+        else:
+            raise AssertionError(f"the guide reads ${{{name}}}, which this test does not know how to set")
+    return values
+
+
+def tail(path: Path, lines: int = 60) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else "(no log)"
+
+
+@pytest.mark.slow
+def test_the_deployment_guide_sweeps_each_target_report_only(tmp_path: Path) -> None:
+    script = guide("emulators")
+    trial = tmp_path / "trial"
+    values = placeholders(script, trial)
+    # A new user's shell: none of the test's own Airflow settings (conftest's AIRFLOW_HOME, unit-test mode).
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "REAPER"))} | values
+    log = tmp_path / "guide.log"
+    with log.open("wb") as out:
+        bash = subprocess.Popen(
+            ["bash", "-c", f"set -e\n{script}"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # what it starts in the background stays in its process group
+        )
+    try:
+        try:
+            code = bash.wait(timeout=240)
+        except subprocess.TimeoutExpired:
+            code = None
+        logs = "\n".join(f"--- {p.name}\n{tail(p, 30)}" for p in sorted((trial / "logs").glob("reaper_*.log")))
+        assert code == 0, f"the guide exited {code}:\n{tail(log)}\n{logs}"
+
+        with psycopg.connect(database_dsn(values["TRIAL_DB"])) as db:
+            states = dict(db.execute("SELECT dag_id, state FROM dag_run").fetchall())
+        assert states == dict.fromkeys(SWEEPS, "success")
+
+        # What the guide's own look at the audit view's JSON printed: one summary per sweep.
+        sweeps = {s["dag_id"]: s for s in map(json.loads, (trial / "sweeps.jsonl").read_text().splitlines())}
+        assert set(sweeps) == set(SWEEPS)
+        assert decided(sweeps["reaper_gce_report_only"]) == {("report", "heartbeat_stale"): 40}
+        assert decided(sweeps["reaper_k8s_report_only"]) == {
+            ("report", "sandbox_orphan"): 40,  # 10 runs, 4 objects each
+            ("report", "lease_absent_run_active"): 20,  # the 5 crashed runs
+        }
+        # ... and the emulators' request counters it printed: not one delete call reached either.
+        gce, k8s = (json.loads(line) for line in log.read_text().splitlines() if line.startswith('{"counters"'))
+        assert "delete" not in gce["counters"] and "delete" not in k8s["counters"] and k8s["deletes"] == 0
+        assert gce["counters"]["aggregated_list"] >= 3 and k8s["counters"]["list"] >= 3  # each project, kind listed
+    finally:
+        stop(bash, env, tmp_path)
+        with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{values["TRIAL_DB"]}" WITH (FORCE)')
+
+
+def decided(summary: dict[str, object]) -> dict[tuple[str, str], int]:
+    """A sweep summary's decisions that are not keep, counted by (action, reason)."""
+    counts: dict[tuple[str, str], int] = {}
+    for d in summary["decisions"]:  # type: ignore[union-attr]
+        if d["action"] != "keep":
+            counts[d["action"], d["reason"]] = counts.get((d["action"], d["reason"]), 0) + d["count"]
+    return counts
+
+
+def database_dsn(name: str) -> str:
+    return POSTGRES_DSN.rsplit("/", 1)[0] + f"/{name}"
+
+
+def stop(bash: subprocess.Popen, env: dict[str, str], tmp_path: Path) -> None:
+    """The guide's own stop block, then whatever of the guide's process group is still there."""
+    with (tmp_path / "stop.log").open("wb") as out:
+        subprocess.run(["bash", "-c", guide("stop")], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(bash.pid, signal.SIGKILL)  # nothing of the guide's should be left
+    bash.wait(timeout=10)
