@@ -30,9 +30,9 @@ from include.airflow_components import SWEEP_STORE, redis_argv, storage_emulator
 from include.emulators.gce import Emulator
 from include.emulators.http import Daemon, free_port, wait_until
 from include.emulators.k8s import K8sEmulator
-from tests.e2e.test_scheduler import one_outcome_per_intent, seed_terminated, slow_deletes
+from tests.helpers import one_outcome_per_intent
 from tests.helpers.airflow import Rest, Site, airflow_site
-from tests.helpers.gce import add_instance
+from tests.helpers.gce import add_instance, seed_terminated, slow_deletes
 from tests.helpers.k8s import seed_run
 
 pytestmark = pytest.mark.slow  # heavy: real Airflow processes; see the docstring

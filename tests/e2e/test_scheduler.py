@@ -12,7 +12,6 @@ LocalExecutor and a PostgreSQL metadata DB; the Compute emulator and SecantusDB 
 
 from __future__ import annotations
 
-import itertools
 import json
 import time
 from collections import Counter
@@ -26,13 +25,13 @@ from pymongo import MongoClient
 
 from include.emulators.gce import Emulator, Fleet
 from include.emulators.http import ApiError, wait_until
+from tests.helpers import one_outcome_per_intent
 from tests.helpers.airflow import Rest, airflow_site
-from tests.helpers.gce import add_instance
+from tests.helpers.gce import seed_terminated, slow_deletes
 
 DAG = "reaper_gce_terminated_cleanup"
 RUN_TIMEOUT = 34.0  # seconds; deletes stop 3s + 3s + 5s (request, ledger, slack) before it
 MARGIN = 11.0
-IDS = itertools.count(10_000)
 
 
 def reaper_config(home: Path, run_timeout: float = RUN_TIMEOUT, **gce: object) -> dict[str, object]:
@@ -109,29 +108,6 @@ def airflow(tmp_path_factory, mongo_server) -> Iterator[Airflow]:  # type: ignor
             yield Airflow(site.deployment.base_url, config, home, emulator.fleet, mongo)
     finally:
         emulator.close()
-
-
-def seed_terminated(fleet: Fleet, count: int, prefix: str) -> None:
-    """``count`` stopped VMs, each its own id (the same id twice would make the listing incomplete)."""
-    for i in range(count):
-        add_instance(fleet, "p", "us-east1-b", f"{prefix}-{i:03d}", status="TERMINATED", instance_id=next(IDS))
-
-
-def slow_deletes(fleet: Fleet, seconds: float) -> list[float]:
-    """Each delete operation takes ``seconds``; returns the wall-clock times delete calls arrive at."""
-    fleet.clear_hooks()
-    arrivals: list[float] = []
-    fleet.on("before", "delete", lambda _: arrivals.append(time.time()), times=None)
-    fleet.on("before", "operation_wait", lambda _: time.sleep(seconds), times=None)
-    return arrivals
-
-
-def one_outcome_per_intent(ledger, run_id: str) -> Counter[str]:  # type: ignore[no-untyped-def]
-    intents = Counter(r["uid"] for r in ledger.ledger.find({"run_id": run_id, "action": "delete_intent"}))
-    outcomes = list(ledger.ledger.find({"run_id": run_id, "action": "outcome"}))
-    per_uid = Counter(r["uid"] for r in outcomes)
-    assert all(per_uid[uid] == 1 for uid in intents), "an intent without exactly one outcome"
-    return Counter(r["result"] for r in outcomes)
 
 
 def test_deletes_that_outlast_the_run_stop_before_its_timeout_and_every_outcome_is_kept(airflow) -> None:

@@ -7,6 +7,7 @@ normalized resources for the policy tests. Each name means one thing across the 
 from __future__ import annotations
 
 import os
+from collections import Counter
 from pathlib import Path
 
 from pymongo import monitoring
@@ -37,3 +38,12 @@ class FindCounter(monitoring.CommandListener):
 
     def failed(self, event: monitoring.CommandFailedEvent) -> None:
         pass
+
+
+def one_outcome_per_intent(ledger, run_id: str) -> Counter[str]:  # type: ignore[no-untyped-def]
+    """Asserts that every delete intent of the run has exactly one outcome; the outcomes counted by result."""
+    intents = Counter(r["uid"] for r in ledger.ledger.find({"run_id": run_id, "action": "delete_intent"}))
+    outcomes = list(ledger.ledger.find({"run_id": run_id, "action": "outcome"}))
+    per_uid = Counter(r["uid"] for r in outcomes)
+    assert all(per_uid[uid] == 1 for uid in intents), "an intent without exactly one outcome"
+    return Counter(r["result"] for r in outcomes)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
@@ -83,3 +84,21 @@ def busiest_second(events: Iterable[tuple[str, float]]) -> dict[str, int]:
                 j += 1
             most[scope] = max(most[scope], i - j + 1)
     return most
+
+
+_IDS = itertools.count(10_000)  # ids of seeded stopped VMs, unique across tests sharing a fleet
+
+
+def seed_terminated(fleet: Fleet, count: int, prefix: str) -> None:
+    """``count`` stopped VMs in ``p``, each its own id (the same id twice would make the listing incomplete)."""
+    for i in range(count):
+        add_instance(fleet, "p", "us-east1-b", f"{prefix}-{i:03d}", status="TERMINATED", instance_id=next(_IDS))
+
+
+def slow_deletes(fleet: Fleet, seconds: float) -> list[float]:
+    """Each delete operation takes ``seconds``; returns the wall-clock times delete calls arrive at."""
+    fleet.clear_hooks()
+    arrivals: list[float] = []
+    fleet.on("before", "delete", lambda _: arrivals.append(time.time()), times=None)
+    fleet.on("before", "operation_wait", lambda _: time.sleep(seconds), times=None)
+    return arrivals
