@@ -89,13 +89,24 @@ class GceHandler(Handler):
 
     def render(self, kind: str, body: object, query: dict[str, list[str]]) -> bytes:
         """Partial responses: the ``X-Goog-FieldMask`` header or ``fields`` parameter, as the real API."""
-        mask = self.headers.get("X-Goog-FieldMask") or query.get("fields", [""])[0]
+        mask = self._mask(query)
         if mask:
             try:
                 body = fieldmask.apply(body, fieldmask.parse(mask))
             except ValueError as exc:
                 raise ApiError(400, "invalidParameter", str(exc)) from None
         return super().render(kind, body, query)
+
+    def _mask(self, query: dict[str, list[str]]) -> str:
+        return self.headers.get("X-Goog-FieldMask") or query.get("fields", [""])[0]
+
+    def _served_instances(self, query: dict[str, list[str]]) -> fieldmask.Tree:
+        """What of each listed instance the request's mask selects ({}: all of it, as for no or a bad mask)."""
+        try:
+            tree = fieldmask.parse(self._mask(query)) if self._mask(query) else {}
+        except ValueError:
+            return {}  # render answers 400
+        return tree.get("items", {}).get("*", {}).get("instances", {}) if tree else {}
 
     def handle_api(self, kind: str, args: tuple[str, ...], query: dict[str, list[str]]) -> object:
         fleet = self.state
@@ -121,6 +132,7 @@ class GceHandler(Handler):
     def _aggregated(self, project: str, query: dict[str, list[str]]) -> object:
         fleet = self.state
         wanted, size, offset = _page_args(query)
+        served_fields = self._served_instances(query)
         if (project, offset // size) in fleet.faults.failing_pages:
             raise ApiError(503, "backendError", f"injected failure of page {offset // size}")
         with fleet.lock:
@@ -141,7 +153,10 @@ class GceHandler(Handler):
                 if zone in unreachable:
                     items[f"zones/{zone}"] = _warning("UNREACHABLE", f"Zone {zone} is unreachable", zone)
                 elif on_page:
-                    items[f"zones/{zone}"] = {"instances": json.loads(json.dumps(on_page))}
+                    # Copied under the lock (the answer is rendered after it), and only what the mask
+                    # serves: copying 500 whole instances took 25 ms a page, the emulator's CPU, not the API's.
+                    served = fieldmask.apply(on_page, served_fields)
+                    items[f"zones/{zone}"] = {"instances": json.loads(json.dumps(served))}
                 else:
                     items[f"zones/{zone}"] = _warning("NO_RESULTS_ON_PAGE", "There are no results for scope", zone)
         body: dict[str, object] = {
