@@ -65,7 +65,7 @@ def test_the_deployment_guide_sweeps_each_target_report_only(tmp_path: Path) -> 
     log = tmp_path / "guide.log"
     with log.open("wb") as out:
         bash = subprocess.Popen(
-            ["bash", "-c", f"set -e\n{script}"],
+            ["bash", "-c", f"set -ex\nPS4='+ $SECONDS s: '\n{script}"],  # each command traced, with the time
             cwd=ROOT,
             env=env,
             stdout=out,
@@ -87,6 +87,7 @@ def test_the_deployment_guide_sweeps_each_target_report_only(tmp_path: Path) -> 
         # What the guide's own look at the audit view's JSON printed: one summary per sweep.
         sweeps = {s["dag_id"]: s for s in map(json.loads, (trial / "sweeps.jsonl").read_text().splitlines())}
         assert set(sweeps) == set(SWEEPS)
+        assert all(s["state"] == "success" and not s["outcomes"] for s in sweeps.values())
         assert decided(sweeps["reaper_gce_report_only"]) == {("report", "heartbeat_stale"): 40}
         assert decided(sweeps["reaper_k8s_report_only"]) == {
             ("report", "sandbox_orphan"): 40,  # 10 runs, 4 objects each
