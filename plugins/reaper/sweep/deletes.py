@@ -65,29 +65,38 @@ def units_of(resources: Iterable[Resource], unit: Callable[[Resource], Hashable]
 def cut_batches(
     resources: Iterable[Resource], size: int, unit: Callable[[Resource], Hashable], most: int | None = None
 ) -> list[list[Resource]]:
-    """Batches of at most ``size`` resources that never split a unit (a Kubernetes run: DESIGN.md 6).
+    """Batches that never split a unit (a Kubernetes run: DESIGN.md 6), each with at most ``size`` resources
+    of any one scope.
 
-    A unit larger than ``size`` makes a batch of its own: splitting it would let a retried or
-    reordered batch delete a run's Secrets apart from (or before) its Pod. Units are taken round
-    robin over scopes: the policy yields deletes scope by scope, and a batch of a few scopes would
-    wait on their rate limits while the others sit idle.
+    A batch is a delete task, and what sets a task's length is its scopes' rate limits: every send
+    waits on its scope's bucket, and the buckets of different scopes run side by side. So a batch is
+    bounded per scope, and a plan that sends no more than ``size`` in each scope (ten in each of 200
+    projects) is one task, however many scopes it spans. Cutting it further would buy nothing: the
+    target's pool runs one batch at a time, and every batch costs a task start.
 
-    ``most``: no more batches than that, larger ones if need be. Each batch is a task; those still
+    A unit larger than ``size`` makes a batch of its own in its scope: splitting it would let a
+    retried or reordered batch delete a run's Secrets apart from (or before) its Pod. Units are taken
+    round robin over scopes: the policy yields deletes scope by scope, and a batch of a few scopes
+    would wait on their rate limits while the others sit idle.
+
+    ``most``: no more batches than that; consecutive batches are merged if need be. Those still
     queued when the run's deadline comes each cost a task start inside the send margin, and an
     incident-scale plan cut at ``size`` would queue dozens (slow operations make that likely: the
     deadline fit bounds the sends by the rate, not by how long each delete takes).
     """
-    grouped = units_of(resources, unit)
-    if most:
-        # Every batch but the last then holds at least ceil(n / most) resources: no more than ``most``.
-        count, largest = sum(map(len, grouped.values())), max(map(len, grouped.values()), default=1)
-        size = max(size, -(-count // most) + largest - 1)
     batches: list[list[Resource]] = []
-    for members in round_robin(grouped.values(), key=lambda members: members[0].scope):
-        if batches and len(batches[-1]) + len(members) <= size:
+    counts: Counter[str] = Counter()  # the last batch's resources per scope
+    for members in round_robin(units_of(resources, unit).values(), key=lambda members: members[0].scope):
+        scope = members[0].scope
+        if batches and counts[scope] + len(members) <= size:
             batches[-1].extend(members)
         else:
             batches.append(list(members))
+            counts.clear()
+        counts[scope] += len(members)
+    if most and len(batches) > most:
+        merged = -(-len(batches) // most)  # batches per merged batch: then no more than ``most``
+        batches = [[r for batch in batches[i : i + merged] for r in batch] for i in range(0, len(batches), merged)]
     return batches
 
 
