@@ -55,9 +55,12 @@ def evaluate(
     at = now.timestamp()
     modes = effective_modes(config, phase)
     resources = resources if isinstance(resources, list) else list(resources)
-    instances = [r for r in resources if type(r) is GceInstance]
-    # A single-target inventory without fleeting groups (the usual sweep) needs no second pass.
-    others = [r for r in resources if type(r) is not GceInstance] if len(instances) < len(resources) else []
+    # A single-target inventory without fleeting groups (the usual sweep) is read as it is, not copied.
+    if set(map(type, resources)) <= {GceInstance}:
+        instances, others = resources, []
+    else:
+        instances = [r for r in resources if type(r) is GceInstance]
+        others = [r for r in resources if type(r) is not GceInstance]
     objects = [r for r in others if type(r) is K8sObject]
     groups = [r for r in others if type(r) is GceGroup]
 
