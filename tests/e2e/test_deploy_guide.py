@@ -98,9 +98,10 @@ def test_the_deployment_guide_sweeps_each_target_report_only(tmp_path: Path) -> 
         assert "delete" not in gce["counters"] and "delete" not in k8s["counters"] and k8s["deletes"] == 0
         assert gce["counters"]["aggregated_list"] >= 3 and k8s["counters"]["list"] >= 3  # each project, kind listed
     finally:
-        stop(bash, env, tmp_path)
+        left = stop(bash, env, tmp_path)
         with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{values["TRIAL_DB"]}" WITH (FORCE)')
+    assert not left, f"the guide's stop block left these running:\n{left}\n{tail(tmp_path / 'stop.log')}"
 
 
 def decided(summary: dict[str, object]) -> dict[tuple[str, str], int]:
@@ -116,10 +117,16 @@ def database_dsn(name: str) -> str:
     return POSTGRES_DSN.rsplit("/", 1)[0] + f"/{name}"
 
 
-def stop(bash: subprocess.Popen, env: dict[str, str], tmp_path: Path) -> None:
-    """The guide's own stop block, then whatever of the guide's process group is still there."""
+def stop(bash: subprocess.Popen, env: dict[str, str], tmp_path: Path) -> str:
+    """The guide's own stop block; then whatever of the guide's process group it left is killed, and
+    returned (``ps`` lines; empty when the block stopped everything)."""
     with (tmp_path / "stop.log").open("wb") as out:
         subprocess.run(["bash", "-c", guide("stop")], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    ps = ["ps", "-o", "pid=,stat=,args=", "--sid", str(bash.pid)]
+    left = "\n".join(
+        line for line in subprocess.run(ps, capture_output=True, text=True).stdout.splitlines() if " Z" not in line
+    )
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(bash.pid, signal.SIGKILL)  # nothing of the guide's should be left
+        os.killpg(bash.pid, signal.SIGKILL)
     bash.wait(timeout=10)
+    return left
