@@ -32,6 +32,7 @@ from include.emulators.gce import Emulator, Fleet
 from include.emulators.gce.manager import ManagerSimulator
 from include.emulators.http import free_port
 from include.emulators.k8s import RESOURCE_OF_KIND, K8sEmulator
+from include.emulators.runs import Runs, write_runs
 from include.emulators.shapes import gcloud_instance, kube_pod, kube_run
 from reaper.gce.clients import compute_clients
 
@@ -116,10 +117,8 @@ def seed_k8s(emulator: K8sEmulator, now: float) -> None:
 
 def seed_stores(mongo_url: str, postgres_dsn: str) -> None:
     client = MongoClient(mongo_url, serverSelectionTimeoutMS=10_000)
-    runs = client["iterion"]["runs"]
-    runs.delete_many({})
-    docs = [{"_id": run, "status": status} for run, (status, _, _) in RUNS.items() if status]
-    runs.insert_many([*docs, {"_id": "stepped-8", "status": "succeeded"}])
+    status = {run: status for run, (status, _, _) in RUNS.items()}
+    write_runs(client, Runs({**status, "stepped-8": "succeeded"}, leased=[]))  # vanished-6: no record
     client.close()
     with psycopg.connect(postgres_dsn, autocommit=True, connect_timeout=10) as conn:
         conn.execute("DROP TABLE IF EXISTS step_runs")
