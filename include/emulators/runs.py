@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from pymongo import MongoClient
 
-RUN_KEY = "run-{:06d}"  # the run keys of include/emulators/k8s's --generate
+RUN_KEY = "run-{:06d}"  # the run keys of include/emulators/k8s's --generate (it formats them with this)
 KINDS = ("live", "live", "finished", "vanished", "crashed")
 STATUS = {"live": "running", "finished": "succeeded", "vanished": None, "crashed": "running"}
 

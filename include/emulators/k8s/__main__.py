@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from include.emulators.k8s import RESOURCE_OF_KIND, K8sEmulator
+from include.emulators.runs import RUN_KEY
 from include.emulators.shapes import kube_run
 
 
@@ -32,7 +33,7 @@ def main() -> None:
                 emulator.cluster.create(resource, item["metadata"].get("namespace", "default"), item)
     created = time.time() - 3600
     for r in range(args.generate):
-        for obj in kube_run(f"run-{r:06d}", "ci", created, {"iterion.io/managed": "true"}):
+        for obj in kube_run(RUN_KEY.format(r), "ci", created, {"iterion.io/managed": "true"}):
             emulator.cluster.create(RESOURCE_OF_KIND[obj["kind"]], "ci", obj)
     emulator.cluster.faults.latency = args.latency
     if args.kubeconfig:
