@@ -4,8 +4,11 @@ The fleets of ``bench/sweep.py`` (100,000 GCE instances, 20,000 Kubernetes runs)
 (api-server, scheduler, dag-processor; :mod:`include.airflow_components`) with ``N`` Celery workers of one
 task slot each, the sweep files on ``gs://`` (gcp-storage-emulator). Prints, per sweep: the wall time of
 the run, the listing's span (first ``list_inventory`` start to last end, from the task instances), the
-workers the shards ran on, and the API calls against their lower bounds. Store round trips are counted
-by ``bench/sweep.py`` in one process; here the tasks run in other processes and are not counted.
+workers the shards ran on, the API calls against their lower bounds, the GCE sweep's ledger round trips
+(read from SecantusDB's own ``serverStatus`` counters: the tasks run in the workers' processes) against the
+bounds of ``bench/sweep.py``, and the time between task instances (no task of the run running: the
+scheduler, the broker, the workers picking tasks up), which is Airflow's alone. The listing has one shard
+per worker (``airflow.shards``): more would queue on the same workers, each a task start.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 
 import requests
+from pymongo import MongoClient
 
 from bench.gce_sweep import start_emulator
 from bench.k8s_sweep import start_world
@@ -48,10 +52,30 @@ def listing(tis: list[dict]) -> tuple[float, Counter[str]]:
     return span, Counter(str(t["hostname"]) for t in shards)
 
 
+def idle(tis: list[dict], wall: float) -> float:
+    """Seconds of the run in which none of its task instances was running: Airflow's alone."""
+    spans = sorted((_ts(t["start_date"]), _ts(t["end_date"])) for t in tis if t["start_date"] and t["end_date"])
+    busy, reach = 0.0, float("-inf")
+    for start, end in spans:
+        busy += max(0.0, end - max(start, reach))
+        reach = max(reach, end)
+    return wall - busy
+
+
+def mongo_ops(port: int) -> Counter[str]:
+    """SecantusDB's command counters (``serverStatus.opcounters``: find is ``query``; update and
+    findAndModify are ``update``), for every client of the server, whatever process."""
+    with MongoClient("127.0.0.1", port, directConnection=True) as client:
+        return Counter(client.admin.command("serverStatus")["opcounters"])
+
+
 def report(title: str, state: str, wall: float, tis: list[dict], calls: list[tuple[str, int, int]]) -> None:
     span, hosts = listing(tis)
+    tasks = Counter(str(t["task_id"]) for t in tis)
     print(f"\n## {title}: {state}")
-    print(f"  run (start to end) {wall:8.2f} s, {len(tis)} task instances")
+    print(f"  run (start to end) {wall:8.2f} s, {len(tis)} task instances ({tasks['delete']} delete)")
+    between = idle(tis, wall)
+    print(f"  between tasks      {between:8.2f} s  {100 * between / wall:5.1f} % (no task running: Airflow's alone)")
     print(f"  listing span       {span:8.2f} s  shards per worker: {dict(sorted(hosts.items()))}")
     print(f"  {'calls':24s} {'made':>8s} {'lower bound':>12s}")
     for name, made, bound in calls:
@@ -87,6 +111,7 @@ def main(args: argparse.Namespace, home: Path, writers: Callable[[list[str]], in
                         "sweep_store": SWEEP_STORE,
                         "retries": 0,
                         "run_timeout": "10m",
+                        "shards": args.workers,
                     },
                 }
             )
@@ -104,8 +129,10 @@ def main(args: argparse.Namespace, home: Path, writers: Callable[[list[str]], in
         with airflow_site(home, config, "reaper_k8s_enforcement", broker_url=broker, settings=settings) as site:
             site.use("CeleryExecutor", workers=args.workers)
             rest = Rest(site.deployment.base_url)
+            ops_before = mongo_ops(world.mongo_port)
             gce_state, gce_wall, gce_tis = sweep(rest, "reaper_gce_enforcement")
             gce_calls = requests.get(f"{endpoint}/_emulator/stats", timeout=30).json()["counters"]
+            gce_ops = mongo_ops(world.mongo_port) - ops_before
             k8s_state, k8s_wall, k8s_tis = sweep(rest, "reaper_k8s_enforcement")
             k8s_calls = world.api_calls()
     finally:
@@ -117,6 +144,9 @@ def main(args: argparse.Namespace, home: Path, writers: Callable[[list[str]], in
 
     print(f"# CeleryExecutor, {args.workers} worker(s) of one task slot each, on this machine's cores")
     reaped = gce_calls.get("delete", 0)
+    batches = sum(1 for t in gce_tis if t["task_id"] == "delete")
+    # The bounds of bench/sweep.py: finds 3 + 2 per delete task + 1 per delete + 1; updates 1 + 3 per delete
+    # + 1, and the lease's findAndModify.
     report(
         f"reaper_gce_enforcement: {args.projects * args.per_project:,} instances, {args.projects} projects",
         gce_state,
@@ -130,6 +160,9 @@ def main(args: argparse.Namespace, home: Path, writers: Callable[[list[str]], in
             ),
             ("get", gce_calls.get("get", 0), reaped),
             ("delete", reaped, reaped),
+            ("ledger find commands", gce_ops["query"], 3 + 2 * batches + reaped + 1),
+            ("ledger update + findAndModify", gce_ops["update"], 1 + 3 * reaped + 1 + 1),
+            ("getMore commands", gce_ops["getmore"], 0),
         ],
     )
     per_kind = {"Pod": args.runs, "Secret": 2 * args.runs, "NetworkPolicy": args.runs}
