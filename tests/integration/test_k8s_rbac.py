@@ -157,3 +157,52 @@ def test_the_emulator_refuses_field_selectors_the_api_server_does_not_support(ku
     with pytest.raises(ApiException) as refused:
         call(api, "GET", f"/api/v1/namespaces/{SANDBOXES}/secrets", 10, [("fieldSelector", "spec.nodeName=n1")])
     assert refused.value.status == 400
+
+
+def test_a_new_pod_in_the_secrets_own_namespace_keeps_them_whatever_k8s_namespaces_says(kube) -> None:  # type: ignore[no-untyped-def]
+    """Review finding (hardening): the Pod check looked only in the namespaces of the deleter's config, never in
+    the Secrets' own, the one namespace whose Pods can mount them (the DAG refuses a plan made under another
+    config; this is the deleter's own interface)."""
+    cluster, api, _ = kube
+    seed_run(cluster, "r", namespace="ci")
+    with cluster.lock:
+        cluster.objects.pop(("pods", "ci", "sandbox-r"))  # its Pod went in an earlier sweep
+        cluster._sorted.pop("pods", None)
+    objects = list_cluster(api, "c1", MANAGED, fast_backoff(), 10, namespaces=["ci"]).resources
+    assert {o.kind for o in objects} == {"Secret", "NetworkPolicy"}
+    (pod,) = [o for o in seed_run(type(cluster)(), "r") if o["kind"] == "Pod"]  # a retried step's new Pod
+    pod["metadata"] = {**pod["metadata"], "uid": "new-pod"}
+    cluster.create("pods", "ci", pod)
+
+    outcomes = K8sDeleter(lambda _: api, settings("unused", ["other"]), fast_backoff()).delete(objects)
+
+    assert {o.result for o in outcomes} == {CHANGED} and len(cluster.objects) == 4
+
+
+def test_the_emulator_puts_a_role_without_a_namespace_in_default_as_kubectl_does() -> None:
+    """Otherwise a manifest that lost its namespace would grant everywhere here and nothing on a real cluster."""
+    from include.emulators.http import ApiError
+    from include.emulators.k8s.rbac import subject
+
+    account = {"name": "reaper", "namespace": "reaper-system"}
+    granted = subject(
+        [
+            {"kind": "ServiceAccount", "metadata": account},
+            {
+                "kind": "Role",
+                "metadata": {"name": "r"},
+                "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["list"]}],
+            },
+            {
+                "kind": "RoleBinding",
+                "metadata": {"name": "r"},
+                "roleRef": {"kind": "Role", "name": "r"},
+                "subjects": [{"kind": "ServiceAccount", **account}],
+            },
+        ]
+    )
+    granted.authorize("list", "secrets", "default")
+    for elsewhere in (None, SANDBOXES):
+        with pytest.raises(ApiError) as refused:
+            granted.authorize("list", "secrets", elsewhere)
+        assert refused.value.code == 403

@@ -69,9 +69,9 @@ def config(db: str, **k8s: object) -> Settings:
 class World:
     """The emulated cluster, the runners' leases in NATS, the run store and the ledger in MongoDB."""
 
-    def __init__(self, cluster: Cluster, api, nats_url: str, mongo: MongoClient, db: str) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, cluster: Cluster, api, nats_url: str, mongo: MongoClient, db: str, namespaces=()) -> None:  # type: ignore[no-untyped-def]
         self.cluster, self.api, self.nats_url, self.mongo, self.db = cluster, api, nats_url, mongo, db
-        self.config = config(db)
+        self.config = config(db, namespaces=list(namespaces))  # named: every list is a namespace's
         self.ledger = Ledger(mongo, LedgerConfig(database=db))
         self.ledger.ensure_indexes()
         for run in (*ORPHANS, VICTIM, *LIVE):
@@ -177,7 +177,7 @@ CASES = [
 
 
 def plan_batches(world: World, target: K8sTarget, mutate: Callable[[], None], point: str) -> list[list]:  # type: ignore[no-untyped-def]
-    listing = list_cluster(world.api, "c1", MANAGED, fast_backoff(), 10)
+    listing = list_cluster(world.api, "c1", MANAGED, fast_backoff(), 10, namespaces=world.config.k8s.namespaces)
     if point == "after_listing":
         mutate()
     evidence = target.evidence(listing.resources, [])
@@ -312,10 +312,38 @@ def world(kube, nats_server, mongo, mongo_server):  # type: ignore[no-untyped-de
     yield World(cluster, api, f"nats://127.0.0.1:{nats_server.port}", client, db), emulator, mongo_server.port
 
 
+@pytest.fixture
+def named_world(kube, nats_server, mongo, mongo_server):  # type: ignore[no-untyped-def]
+    """The world with ``k8s.namespaces`` named, as deploy/ ships it: every list, the deleter's included, is
+    a namespace's (``list_namespaced``, ``list_named``), never cluster-wide."""
+    cluster, api, emulator = kube
+    client, db = mongo
+    world = World(cluster, api, f"nats://127.0.0.1:{nats_server.port}", client, db, namespaces=("ci",))
+    yield world, emulator, mongo_server.port
+    assert cluster.counters["list"] == 0, "a cluster-wide list in the named-namespace mode"
+
+
 @pytest.mark.parametrize(("point", "mutation"), CASES, ids=[f"{p}-{m}" for p, m in CASES])
 def test_nothing_changed_live_or_opted_out_is_deleted(world, point: str, mutation: str) -> None:
     w, emulator, mongo_port = world
     run_sweep(w, emulator, mongo_port, point, mutation)
+    assert_invariant(w, point, mutation)
+
+
+# The points inside the deleter, where its reads differ between the modes (the others are the same code).
+NAMED_CASES = [(p, m) for p, m in CASES if p in ("in_rate_limit_wait", "between_check_and_delete")]
+
+
+@pytest.mark.parametrize(("point", "mutation"), NAMED_CASES, ids=[f"{p}-{m}" for p, m in NAMED_CASES])
+def test_with_named_namespaces_nothing_changed_live_or_opted_out_is_deleted(  # type: ignore[no-untyped-def]
+    named_world, monkeypatch, point: str, mutation: str
+) -> None:
+    w, emulator, mongo_port = named_world
+    fired: list[str] = []
+    change = MUTATIONS[mutation]
+    monkeypatch.setitem(MUTATIONS, mutation, lambda world: (fired.append(mutation), change(world)))
+    run_sweep(w, emulator, mongo_port, point, mutation)
+    assert fired, f"{point}: the world never changed, so the sweep proves nothing"
     assert_invariant(w, point, mutation)
 
 
@@ -422,21 +450,22 @@ def test_a_lease_taken_again_while_the_pod_terminates_keeps_the_rest_of_the_run(
     assert {kind for kind in w.victim()} == {"Secret", "NetworkPolicy"}
 
 
-def test_a_new_pod_of_the_run_after_its_pod_went_keeps_the_rest_of_the_run(world) -> None:
+@pytest.mark.parametrize("mode", ["cluster-wide", "named namespaces"])
+def test_a_new_pod_of_the_run_after_its_pod_went_keeps_the_rest_of_the_run(request, mode: str) -> None:
     # Review finding: a retried step's new Pod (same name, new uid) read as "the old Pod is gone", and
     # the Secrets it mounts were deleted from under it.
-    w, _, _ = world
+    w, _, _ = request.getfixturevalue("world" if mode == "cluster-wide" else "named_world")
     target = w.target()
     victim = plan_batches(w, target, lambda: None, "none")[-1]
     lease = w.ledger.acquire("k8s", HOLDER, timedelta(minutes=10))
     key = ("pods", "ci", f"sandbox-{VICTIM}")
     w.cluster.faults.pod_shutdown = 0.0
 
-    def new_pod_once_gone(_: tuple[str, ...]) -> None:
-        if key not in w.cluster.objects:  # the planned Pod is gone: the driver retries the step
+    def new_pod_once_gone(args: tuple[str, ...]) -> None:
+        if "pods" in args and key not in w.cluster.objects:  # the planned Pod is gone: the step is retried
             recreate_pod(w)
 
-    w.cluster.on("before", "list", new_pod_once_gone, times=None)
+    w.cluster.on("before", "list" if mode == "cluster-wide" else "list_namespaced", new_pod_once_gone, times=None)
     result = delete_batch(w.ledger, target, Fence(IDS, HOLDER, str(lease["token"]), None), victim)
     assert result == {"deleted": 1, "changed_since_plan": 3}
     assert w.victim()["Pod"]["metadata"]["uid"] == "a-new-pod"
@@ -494,6 +523,8 @@ def test_api_faults_give_one_outcome_per_intent_and_no_second_delete(world, case
     w.cluster.faults.timeout_delay = 0.2
     if faults == "lost":
         w.cluster.on("after", "delete", _answer_lost)
+    elif kind == "list":  # the deleter's Pod listing, not the inventory's: from the first delete on
+        w.cluster.on("before", "delete", lambda _: w.cluster.faults.fail_next.update(list=list(faults)))
     else:
         w.cluster.faults.fail_next[kind] = list(faults)
     run_sweep(w, emulator, mongo_port, "none")

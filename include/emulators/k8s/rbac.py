@@ -58,7 +58,7 @@ def subject(documents: list[dict]) -> Subject:
     """The ServiceAccount of these manifests with every rule bound to it."""
     (account,) = [d for d in documents if d["kind"] == "ServiceAccount"]
     name, home = account["metadata"]["name"], account["metadata"]["namespace"]
-    roles = {(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d for d in documents}
+    roles = {(d["kind"], _namespace(d), d["metadata"]["name"]): d for d in documents}
     rules: list[Rule] = []
     for binding in documents:
         if binding["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
@@ -66,7 +66,7 @@ def subject(documents: list[dict]) -> Subject:
         if {"kind": "ServiceAccount", "name": name, "namespace": home} not in binding["subjects"]:
             continue
         ref = binding["roleRef"]
-        where = binding["metadata"].get("namespace") if binding["kind"] == "RoleBinding" else None
+        where = _namespace(binding)
         role = roles.get((ref["kind"], where if ref["kind"] == "Role" else None, ref["name"]))
         if role is None:
             continue  # a binding to a role these manifests do not hold grants nothing
@@ -75,3 +75,10 @@ def subject(documents: list[dict]) -> Subject:
             for r in role["rules"]
         ]
     return Subject(f"system:serviceaccount:{home}:{name}", tuple(rules))
+
+
+def _namespace(document: dict) -> str | None:
+    """Where a manifest's object lives: a namespaced kind without one goes to ``default``, as kubectl puts it."""
+    if document["kind"] in ("Role", "RoleBinding"):
+        return document["metadata"].get("namespace") or "default"
+    return None

@@ -141,12 +141,14 @@ class K8sDeleter:
     def _pods_of_run(self, obj: K8sObject) -> str | None:
         """Whether any Pod of the run exists, managed or not: its Secrets and NetworkPolicy then stay.
 
-        Cluster-wide, or in every listed namespace with ``k8s.namespaces`` (what the reaper may see).
+        Cluster-wide, or in every namespace of ``k8s.namespaces`` and the object's own (a Pod can only
+        mount Secrets of its own namespace, which the plan's config may not have named).
         """
         api = self.api_for(obj.cluster)
         query: list[tuple[str, object]] = [("labelSelector", f"{self.run_label}={obj.labels.get(self.run_label, '')}")]
+        namespaces = sorted({*self.namespaces, obj.namespace}) if self.namespaces else []
         try:
-            for path in collection_paths("Pod", self.namespaces):
+            for path in collection_paths("Pod", namespaces):
                 raw = self.backoff.call(
                     lambda p=path: call(api, "GET", p, self.timeout, query, accept=METADATA_LIST), transient
                 )
