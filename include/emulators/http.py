@@ -225,7 +225,7 @@ class State:
         self.inflight: Counter[str] = Counter()  # requests being served now, per kind
         self.max_inflight: Counter[str] = Counter()  # the most ever served at once, per kind
         self._hooks: dict[tuple[str, str], list[list]] = {}  # (when, kind) -> [[hook, remaining calls]]
-        self.rewrites: dict[str, Callable[[object], object]] = {}  # kind -> rewrite of the answer's body
+        self.rewrites: dict[str, Callable[[object], object]] = {}  # kind -> rewrite of the answer's body (or bytes)
 
     def on(self, when: str, kind: str, hook: Hook, times: int | None = 1) -> None:
         """Change the world at a point of the reaper's conversation with the API (the fault and race harness).
@@ -337,7 +337,9 @@ class Handler(BaseHTTPRequestHandler):
                 body = self.handle_api(kind, args, query)
                 state.fire("after", kind, args)
                 rewrite = state.rewrites.get(kind)
-                self._send(200, self.render(kind, rewrite(body) if rewrite else body, query))
+                answer = rewrite(body) if rewrite else body
+                # Bytes from a rewrite go out as they are: what JSON objects cannot hold (a key twice).
+                self._send(200, answer if isinstance(answer, bytes) else self.render(kind, answer, query))
             finally:
                 with state.lock:
                     state.inflight[kind] -= 1

@@ -78,6 +78,17 @@ def _url_part(url: str, collection: str) -> str:
     return ""
 
 
+def numeric_id(value: str | int) -> str | None:
+    """A Compute resource id as the API means it, or None: ASCII digits of a number from 1 to 2**64 - 1
+    (a uint64; the SDK refused the rest), written without leading zeros, so that "01" and 1 are the one
+    instance 1, as the SDK read them, and the listing's duplicate check sees them as one."""
+    text = str(value)
+    if not (text.isascii() and text.isdigit()):
+        return None
+    number = int(text)
+    return str(number) if 0 < number < 2**64 else None
+
+
 def instance_record(
     name: str,
     instance_id: str | int,
@@ -93,12 +104,12 @@ def instance_record(
     """The one normalizer of an instance, for exports and for the Compute SDK alike.
 
     The project comes from ``selfLink``, else from the ``zone`` URL. An instance without a name, a
-    status, or a numeric id (an absent id reads as 0 in protobuf) cannot be re-validated or deleted
-    by id: it is refused, which makes its listing incomplete.
+    status, or a numeric id (:func:`numeric_id`; an absent id reads as 0) cannot be re-validated or
+    deleted by id: it is refused, which makes its listing incomplete.
     """
-    ident = str(instance_id)
-    if not name or not status or not (ident.isascii() and ident.isdigit()) or int(ident) == 0:
-        raise ValueError(f"instance {name or '?'}: expected a name, a status and a numeric id, got {ident!r}")
+    ident = numeric_id(instance_id)
+    if not name or not status or ident is None:
+        raise ValueError(f"instance {name or '?'}: expected a name, a status and a numeric id, got {instance_id!r}")
     project = _url_part(self_link, "projects") or _url_part(zone_url, "projects")
     if not project:
         raise ValueError(f"instance {name}: no project in selfLink or zone URL")

@@ -54,12 +54,10 @@ CONFIG = parse_settings({"budget": {"min_stale": 1000}, "k8s": {"clusters": ["c1
 
 ids = st.one_of(
     st.integers(1, 10**18).map(str),  # documented: a decimal string
-    st.integers(1, 10**18),  # a JSON number: protobuf's JSON mapping reads it the same
-    # Absent (None), zero, empty, not decimal. Not "٧" (ARABIC-INDIC DIGIT SEVEN): protobuf's JSON parser
-    # reads a string id with int(), which takes any Unicode decimal digit, so the reaper is handed 7 and
-    # cannot tell; a real API sends ASCII, and a delete goes by id only after a re-read by that id
-    # matched the planned name.
-    st.sampled_from(["0", 0, "", None, "abc", " 7"]),
+    st.integers(1, 10**18),  # a JSON number: the JSON mapping reads it the same
+    st.integers(1, 10**18).map(lambda n: f"0{n}"),  # leading zeros: the same number, so the same instance
+    # Absent (None), zero, empty, not decimal, beyond a uint64, not ASCII ("٧", ARABIC-INDIC DIGIT SEVEN).
+    st.sampled_from(["0", 0, "", None, "abc", " 7", str(2**64), 2**64, "٧", "1_0"]),
 )
 created = st.one_of(
     st.just("2026-11-29T10:00:00.000-07:00"),
@@ -79,7 +77,7 @@ def gce_instance(draw) -> tuple[dict[str, object], bool]:  # type: ignore[no-unt
         else:
             inst[field] = value
     ident, stamp = inst.get("id"), inst.get("creationTimestamp")
-    good = bool(ident) and str(ident).isascii() and str(ident).isdigit() and int(str(ident)) > 0
+    good = ident is not None and str(ident).isascii() and str(ident).isdigit() and 0 < int(str(ident)) < 2**64
     good = good and stamp == "2026-11-29T10:00:00.000-07:00"
     if draw(st.integers(0, 9)) == 0:
         for field in draw(st.sets(st.sampled_from(["name", "status"]), min_size=1)):

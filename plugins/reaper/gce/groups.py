@@ -21,6 +21,7 @@ from urllib.parse import quote
 import msgspec
 
 from reaper.config import GceConfig
+from reaper.exports import numeric_id
 from reaper.gce.clients import ComputeClients
 from reaper.gce.inventory import PAGE_SIZE, ApiWarning, Page, aggregated_scopes
 from reaper.model import GceGroup, ScopeListing
@@ -58,8 +59,8 @@ def group_record(project: str, scope: str, igm: RawGroup) -> GceGroup:
     nothing scheduled), so their sum is the number of instances the group holds; the target size
     counts too, for instances being created. A group without a name or a numeric id is refused.
     """
-    name, ident = igm.name, str(igm.id)
-    if not name or not (ident.isascii() and ident.isdigit()) or int(ident) == 0:
+    name, ident = igm.name, numeric_id(igm.id)
+    if not name or ident is None:
         raise ValueError(f"instance group manager {name or '?'} in {scope}: expected a name and a numeric id")
     held = sum(igm.currentActions.values())
     return GceGroup(project, scope.rsplit("/", 1)[-1], name, ident, max(held, igm.targetSize))
