@@ -151,6 +151,44 @@ def part_a(instances_n: int, projects: int, runs: int) -> dict[str, object]:
     }
 
 
+def stages(instances_n: int, projects: int) -> list[tuple[str, float]]:
+    """Each stage of the GCE policy timed alone on the fleet of (a) (best of 5): what bounds the ratio."""
+    import gc
+    from collections import Counter
+
+    from reaper.policy import gce
+
+    instances = synthetic_instances(instances_n, projects)
+    evidence = evidence_for(instances, [])
+    t = gce._Thresholds(CONFIG, NOW, None)
+    groups = gce._first_pass(instances, CONFIG, t)
+
+    def classify() -> None:
+        for group in groups.values():
+            findings: Counter[str] = Counter()
+            for inst in group.rare:
+                gce._classify(inst, t, findings)
+
+    def without_gc() -> object:
+        gc.disable()
+        try:
+            return evaluate(instances, evidence, CONFIG, Phase.ENFORCEMENT, NOW_DT)
+        finally:
+            gc.enable()
+
+    timed = [
+        ("minimal loop", lambda: minimal_loop(instances)),
+        ("first pass", lambda: gce._first_pass(instances, CONFIG, t)),
+        ("heartbeat-age histogram", lambda: [gce._age_histogram(list(g.beats), NOW) for g in groups.values()]),
+        ("rare instances classified", classify),
+        ("duplicate ids", lambda: [g.duplicated() for g in groups.values()]),
+        ("status census", lambda: [Counter(map(gce._STATUS, g.instances())) for g in groups.values()]),
+        ("evaluate, whole", lambda: evaluate(instances, evidence, CONFIG, Phase.ENFORCEMENT, NOW_DT)),
+        ("evaluate, collector off", without_gc),
+    ]
+    return [(name, best_of(5, fn)[0]) for name, fn in timed]
+
+
 def write_export(path: Path, count: int, projects: int) -> None:
     rnd = random.Random(3)
     fleet = synthetic_instances(count, projects)
@@ -228,7 +266,14 @@ def main() -> None:
     parser.add_argument("--export-instances", type=int, default=100_000)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--rss-baseline", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--stages", action="store_true", help="time each stage of the GCE policy alone")
     args = parser.parse_args()
+    if args.stages:
+        timed = stages(args.instances, args.projects)
+        floor = timed[0][1]
+        for name, seconds in timed:
+            print(f"{name:28s} {seconds:6.3f} s  {seconds / floor:5.2f}x the minimal loop")
+        return
     if args.child:
         part_b_child(args.child)
         return
