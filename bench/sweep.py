@@ -197,15 +197,19 @@ def run(dag_id: str, meter: Meter, mongo: MongoCommands) -> tuple[float, object]
     return time.perf_counter() - started, dag_run
 
 
-def task_seconds(dag_run: object) -> tuple[float, Counter[str]]:
-    """The summed duration of the run's task instances as Airflow recorded them, and their number by task."""
+def task_seconds(dag_run: object) -> tuple[float, Counter[str], Counter[str]]:
+    """The summed duration of the run's task instances as Airflow recorded them, their number by task, and
+    their seconds by task."""
     from airflow.models import TaskInstance
     from airflow.utils.session import create_session
 
     with create_session() as session:
         tis = session.query(TaskInstance).filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id).all()  # type: ignore[attr-defined]
-        seconds = sum((ti.end_date - ti.start_date).total_seconds() for ti in tis if ti.end_date and ti.start_date)
-        return seconds, Counter(ti.task_id for ti in tis)
+        took: Counter[str] = Counter()
+        for ti in tis:
+            if ti.end_date and ti.start_date:
+                took[ti.task_id] += (ti.end_date - ti.start_date).total_seconds()
+        return sum(took.values()), Counter(ti.task_id for ti in tis), took
 
 
 def report(
@@ -219,7 +223,7 @@ def report(
             if outer == step:
                 print(f"    of which {inner} calls: {seconds:.2f} s, summed over the step's threads")
     rest = wall - measured
-    in_tasks, tasks = task_seconds(dag_run)
+    in_tasks, tasks, took = task_seconds(dag_run)
     mapped = ", ".join(f"{n} {task}" for task, n in tasks.items() if n > 1)
     print(f"  {'Airflow':10s} {rest:7.2f} s  {100 * rest / wall:5.1f} %  (target < 20 %)")
     print(f"    between tasks (scheduling loop, task state in the DB): {wall - in_tasks:.2f} s")
@@ -227,6 +231,7 @@ def report(
         f"    in {tasks.total()} task instances ({mapped or 'none mapped more than once'}), "
         f"outside the steps (runner, XCom, files): {in_tasks - measured:.2f} s"
     )
+    print("    task instances, start to end: " + ", ".join(f"{task} {seconds:.2f} s" for task, seconds in took.items()))
     print(f"  {'total':10s} {wall:7.2f} s")
     print(f"  {'calls':24s} {'made':>8s} {'lower bound':>12s}")
     for name, made, bound in calls:
