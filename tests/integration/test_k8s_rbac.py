@@ -5,11 +5,15 @@ would (403 for anything its role does not allow), so a call the manifests do not
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
+from dataclasses import dataclass
 
 import pytest
 import yaml
 from kubernetes import config as kconfig
+from pymongo import MongoClient
 
+from include.emulators.k8s import Cluster, K8sEmulator
 from reaper.config import parse_settings
 from reaper.k8s.deleter import CHANGED, K8sDeleter
 from reaper.k8s.inventory import list_cluster
@@ -42,37 +46,40 @@ def settings(db: str, namespaces: list[str]):  # type: ignore[no-untyped-def]
     )
 
 
-def seed(cluster, client, db: str, url: str) -> None:  # type: ignore[no-untyped-def]
-    """An orphan and a live run in the sandbox namespace, and an orphan elsewhere."""
+@dataclass
+class Fleet:
+    """An orphan and a live run in the sandbox namespace, and an orphan elsewhere; their leases and run records."""
+
+    cluster: Cluster
+    emulator: K8sEmulator
+    mongo: MongoClient
+    db: str
+    nats_url: str
+
+    def sweep(self, manifest: str, namespaces: list[str]):  # type: ignore[no-untyped-def]
+        """One enforcement sweep by the ServiceAccount of ``deploy/<manifest>``: (plan, outcomes)."""
+        return sweep(as_reaper(self.emulator, manifest), settings(self.db, namespaces), self.nats_url, self.mongo, None)
+
+    def runs_left(self) -> dict[str, int]:
+        return dict(Counter(obj["metadata"]["labels"]["iterion.io/run-id"] for obj in self.cluster.objects.values()))
+
+
+@pytest.fixture
+def fleet(kube, nats_server, mongo) -> Fleet:  # type: ignore[no-untyped-def]
+    cluster, _, emulator = kube
+    client, db = mongo
+    url = f"nats://127.0.0.1:{nats_server.port}"
     seed_run(cluster, "orphan", namespace=SANDBOXES)
     seed_run(cluster, "live", namespace=SANDBOXES)
     seed_run(cluster, "elsewhere", namespace="team-b")
     asyncio.run(put_leases(url, ["live"]))
-    client[db]["runs"].insert_many(
-        [
-            {"_id": "orphan", "status": "failed"},
-            {"_id": "live", "status": "running"},
-            {"_id": "elsewhere", "status": "failed"},
-        ]
-    )
+    statuses = {"orphan": "failed", "live": "running", "elsewhere": "failed"}
+    client[db]["runs"].insert_many([{"_id": run, "status": status} for run, status in statuses.items()])
+    return Fleet(cluster, emulator, client, db, url)
 
 
-def runs_left(cluster) -> dict[str, int]:  # type: ignore[no-untyped-def]
-    left: dict[str, int] = {}
-    for obj in cluster.objects.values():
-        run = obj["metadata"]["labels"]["iterion.io/run-id"]
-        left[run] = left.get(run, 0) + 1
-    return left
-
-
-def test_the_namespaced_role_is_enough_to_reap_the_named_namespaces(kube, nats_server, mongo) -> None:
-    cluster, _, emulator = kube
-    client, db = mongo
-    url = f"nats://127.0.0.1:{nats_server.port}"
-    seed(cluster, client, db, url)
-    api = as_reaper(emulator, "rbac-swept-cluster.yaml")
-
-    _, outcomes = sweep(api, settings(db, [SANDBOXES]), url, client, None)
+def test_the_namespaced_role_is_enough_to_reap_the_named_namespaces(fleet: Fleet) -> None:
+    _, outcomes = fleet.sweep("rbac-swept-cluster.yaml", [SANDBOXES])
 
     assert [(o.name, o.result) for o in outcomes] == [
         ("sandbox-orphan", "deleted"),
@@ -80,49 +87,33 @@ def test_the_namespaced_role_is_enough_to_reap_the_named_namespaces(kube, nats_s
         ("sandbox-orphan-files", "deleted"),
         ("sandbox-orphan", "deleted"),
     ]
-    assert runs_left(cluster) == {"live": 4, "elsewhere": 4}  # the other namespace is never seen
+    assert fleet.runs_left() == {"live": 4, "elsewhere": 4}  # the other namespace is never seen
     # Every re-read was a list by name: 4 before the Pod, 3 before its Secrets, and the Pod's terminating polls.
-    assert cluster.counters["get"] == 0 and cluster.counters["list_named"] >= 7
-    assert cluster.secret_data_served is False
+    counters = fleet.cluster.counters
+    assert counters["get"] == 0 and counters["list_named"] >= 7
+    assert fleet.cluster.secret_data_served is False
 
 
-def test_the_cluster_role_reaps_every_namespace(kube, nats_server, mongo) -> None:
-    cluster, _, emulator = kube
-    client, db = mongo
-    url = f"nats://127.0.0.1:{nats_server.port}"
-    seed(cluster, client, db, url)
-    api = as_reaper(emulator, "rbac-swept-cluster-all-namespaces.yaml")
-
-    _, outcomes = sweep(api, settings(db, []), url, client, None)
+def test_the_cluster_role_reaps_every_namespace(fleet: Fleet) -> None:
+    _, outcomes = fleet.sweep("rbac-swept-cluster-all-namespaces.yaml", [])
 
     assert {o.result for o in outcomes} == {"deleted"} and len(outcomes) == 8
-    assert runs_left(cluster) == {"live": 4}
-    assert cluster.counters["get"] == 0 and cluster.secret_data_served is False
+    assert fleet.runs_left() == {"live": 4}
+    assert fleet.cluster.counters["get"] == 0 and fleet.cluster.secret_data_served is False
 
 
-def test_a_namespaced_role_without_named_namespaces_lists_nothing_and_deletes_nothing(kube, nats_server, mongo) -> None:
+def test_a_namespaced_role_without_named_namespaces_lists_nothing_and_deletes_nothing(fleet: Fleet) -> None:
     """Cluster-wide lists are forbidden to a Role: the cluster is incomplete, so everything is held."""
-    cluster, _, emulator = kube
-    client, db = mongo
-    url = f"nats://127.0.0.1:{nats_server.port}"
-    seed(cluster, client, db, url)
-    api = as_reaper(emulator, "rbac-swept-cluster.yaml")
-
+    api = as_reaper(fleet.emulator, "rbac-swept-cluster.yaml")
     listing = list_cluster(api, "c1", MANAGED, fast_backoff(), 10)
     assert listing.problems and all("HTTP 403" in p for p in listing.problems)
-    _, outcomes = sweep(api, settings(db, []), url, client, None)
-    assert outcomes == [] and runs_left(cluster) == {"orphan": 4, "live": 4, "elsewhere": 4}
+    _, outcomes = fleet.sweep("rbac-swept-cluster.yaml", [])
+    assert outcomes == [] and fleet.runs_left() == {"orphan": 4, "live": 4, "elsewhere": 4}
 
 
-def test_a_namespace_the_role_does_not_cover_holds_the_whole_cluster(kube, nats_server, mongo) -> None:
-    cluster, _, emulator = kube
-    client, db = mongo
-    url = f"nats://127.0.0.1:{nats_server.port}"
-    seed(cluster, client, db, url)
-    api = as_reaper(emulator, "rbac-swept-cluster.yaml")
-
-    plan, outcomes = sweep(api, settings(db, [SANDBOXES, "team-b"]), url, client, None)
-    assert outcomes == [] and runs_left(cluster) == {"orphan": 4, "live": 4, "elsewhere": 4}
+def test_a_namespace_the_role_does_not_cover_holds_the_whole_cluster(fleet: Fleet) -> None:
+    plan, outcomes = fleet.sweep("rbac-swept-cluster.yaml", [SANDBOXES, "team-b"])
+    assert outcomes == [] and fleet.runs_left() == {"orphan": 4, "live": 4, "elsewhere": 4}
     assert {d.reason for d in plan.decisions if "orphan" in d.resource.name} == {"inventory_incomplete"}
 
 
