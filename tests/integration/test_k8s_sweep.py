@@ -24,6 +24,7 @@ def _config(mongo_db: str, step_store: bool) -> object:
             "k8s": {
                 "step_store": "postgres" if step_store else "none",
                 "mongo_run_store": {"database": mongo_db},
+                "nats_leases": {"timeout": "1s"},  # an unreachable NATS is unknown after it, not after the default
                 "delete_rate_per_cluster": 1000.0,
             },
             "budget": {"min_stale": 100},
