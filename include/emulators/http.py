@@ -367,7 +367,9 @@ class Server:
         self.server = ThreadingHTTPServer((host, port), bound)
         self.server.daemon_threads = True
         self.endpoint = f"http://{host}:{self.server.server_port}"
-        self.thread = threading.Thread(target=self.server.serve_forever, name=handler.__name__, daemon=True)
+        # serve_forever checks for a shutdown every poll_interval (0.5 s by default): every close waited that long.
+        serve = partial(self.server.serve_forever, poll_interval=0.05)
+        self.thread = threading.Thread(target=serve, name=handler.__name__, daemon=True)
 
     def __enter__(self):  # type: ignore[no-untyped-def]
         self.thread.start()

@@ -57,7 +57,7 @@ class Rest:
             run = self.dag_run(dag_id, run_id)
             if run["state"] in ("success", "failed"):
                 return run
-            time.sleep(1)
+            time.sleep(0.25)
         raise TimeoutError(f"{dag_id} {run_id} not finished after {timeout:.0f}s")
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, object]]:
