@@ -127,10 +127,15 @@ def test_deletes_that_outlast_the_run_stop_before_its_timeout_and_every_outcome_
     assert arrivals and expiry, "nothing was deleted, or the lease was never seen"
     assert max(arrivals) < min(started + RUN_TIMEOUT, min(expiry)) - MARGIN + 1.0, "a delete was sent too late"
     results = one_outcome_per_intent(airflow.ledger, run_id)
-    assert results["deleted"] == len(airflow.fleet.deleted_ids) == len(arrivals)
-    assert results["not_attempted"] > 0 and results["deleted"] + results["not_attempted"] == 60
-    deleted = {r["uid"] for r in airflow.ledger.ledger.find({"run_id": run_id, "result": "deleted"})}
-    assert deleted == set(airflow.fleet.deleted_ids)
+    # Every call that went out is recorded as sent: deleted, or its operation still pending at the deadline
+    # (a send in the last second before it waits on a 1 s operation across it); nothing else was sent.
+    assert set(results) <= {"deleted", "operation_pending", "not_attempted"}, results
+    sent = {
+        r["uid"]
+        for r in airflow.ledger.ledger.find({"run_id": run_id, "result": {"$in": ["deleted", "operation_pending"]}})
+    }
+    assert sent == set(airflow.fleet.deleted_ids) and len(sent) == len(arrivals)
+    assert results["not_attempted"] > 0 and sum(results.values()) == 60
     assert airflow.ledger.sweeps.find_one({"run_id": run_id})["state"] == "success"
 
 
