@@ -48,20 +48,24 @@ def generated_runs(count: int) -> Runs:
     return Runs({run: STATUS[kind] for run, kind in kinds.items()}, [run for run, k in kinds.items() if k == "live"])
 
 
-def write_runs(client: MongoClient, runs: Runs, database: str = "iterion", collection: str = "runs") -> None:
-    """Replace the run store's records with ``runs``'."""
+def _replace(client: MongoClient, database: str, collection: str, documents: list[dict[str, object]]) -> None:
+    """The collection's documents, all of them replaced by ``documents``."""
     store = client[database][collection]
     store.delete_many({})
-    if records := runs.records():
-        store.insert_many(records)
+    if documents:
+        store.insert_many(documents)
 
 
-def write_mongo_leases(client: MongoClient, runs: Runs, database: str = "iterion", collection: str = "run_leases"):  # type: ignore[no-untyped-def]
+def write_runs(client: MongoClient, runs: Runs, database: str = "iterion", collection: str = "runs") -> None:
+    """Replace the run store's records with ``runs``'."""
+    _replace(client, database, collection, runs.records())
+
+
+def write_mongo_leases(
+    client: MongoClient, runs: Runs, database: str = "iterion", collection: str = "run_leases"
+) -> None:
     """Replace the Mongo lease collection's documents with one held lease (no expiry) per leased run."""
-    leases = client[database][collection]
-    leases.delete_many({})
-    if runs.leased:
-        leases.insert_many([{"_id": run} for run in runs.leased])
+    _replace(client, database, collection, [{"_id": run} for run in runs.leased])
 
 
 async def put_nats_leases(url: str, runs: Runs, bucket: str = "run_leases", timeout: float = 10) -> None:

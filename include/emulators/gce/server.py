@@ -102,8 +102,9 @@ class GceHandler(Handler):
 
     def _served_instances(self, query: dict[str, list[str]]) -> fieldmask.Tree:
         """What of each listed instance the request's mask selects ({}: all of it, as for no or a bad mask)."""
+        mask = self._mask(query)
         try:
-            tree = fieldmask.parse(self._mask(query)) if self._mask(query) else {}
+            tree = fieldmask.parse(mask) if mask else {}
         except ValueError:
             return {}  # render answers 400
         return tree.get("items", {}).get("*", {}).get("instances", {}) if tree else {}
