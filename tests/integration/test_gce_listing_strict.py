@@ -53,7 +53,26 @@ def label_twice(body: dict) -> bytes:
     return text.replace('"labels":{', '"labels":{"reaper_keep":"true","reaper_keep":"no",', 1).encode()
 
 
-@pytest.mark.parametrize("rewrite", [zone_twice, warning_erased, label_twice])
+def escaped_colons(text: str) -> str:
+    """Label values written ``"\\u003a"`` (a colon, escaped): an earlier count of key ends took each re-encoded
+    one for a key, which offset the keys a repeated key hides (second review)."""
+    return text.replace('"labels":{', '"labels":{"o1":"\\u003a","o2":"\\u003a","o3":"\\u003a",', 1)
+
+
+def warning_erased_offset(body: dict) -> bytes:
+    partial = compact({"code": "PARTIAL_SUCCESS", "message": "Some results may be missing."})
+    items = escaped_colons(compact(body["items"]))
+    return ('{"warning":' + partial + ',"items":' + items + ',"warning":null}').encode()
+
+
+def label_twice_offset(body: dict) -> bytes:
+    text = compact(body).replace('"labels":{', '"labels":{"reaper_keep":"true","reaper_keep":"no","o":"\\u003a",', 1)
+    return text.encode()
+
+
+@pytest.mark.parametrize(
+    "rewrite", [zone_twice, warning_erased, label_twice, warning_erased_offset, label_twice_offset]
+)
 def test_a_key_repeated_in_one_object_makes_the_listing_incomplete(gce, rewrite) -> None:  # type: ignore[no-untyped-def]
     listing = listed(gce, rewrite)
     assert not listing.complete
@@ -63,11 +82,13 @@ def test_a_key_repeated_in_one_object_makes_the_listing_incomplete(gce, rewrite)
 def test_the_same_answer_without_a_repeated_key_is_complete(gce) -> None:  # type: ignore[no-untyped-def]
     """The check counts keys, so it must not refuse an ordinary page: a value with an escaped quote before a
     colon, and one ending in an escaped backslash, are not keys."""
-    note = '"labels":{"note":"a\\":b\\\\",'
+    # Escaped in values: a quote before a colon, a backslash at the end, a colon; an escaped backslash ends a key.
+    note = '"labels":{"note":"a\\":b\\\\","c":"\\u003a","k\\u005c":"v",'
     listing = listed(gce, lambda body: compact(body).replace('"labels":{', note, 1).encode())
     assert listing.complete, listing.problems
     assert len(listing.resources) == 6
     assert listing.resources[0].labels["note"] == 'a":b\\'
+    assert listing.resources[0].labels["c"] == ":" and listing.resources[0].labels["k\\"] == "v"
 
 
 def with_id(index: int, ident: object):  # type: ignore[no-untyped-def]

@@ -122,20 +122,32 @@ def normalize(raw: RawInstance) -> GceInstance:
     )
 
 
-_KEY_END = re.compile(rb'(?<!\\)"\s*:')  # the end of an object key (outside strings, a quote then a colon)
+# Every string of a JSON text, in order, and whether a colon follows it (then it is an object's key).
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"(\s*:)?', re.DOTALL)
+
+
+def _keys(tree: object) -> int:
+    """How many keys the objects of a decoded JSON tree hold (a repeated key counts once: a dict's)."""
+    if isinstance(tree, dict):
+        return len(tree) + sum(map(_keys, tree.values()))
+    if isinstance(tree, list):
+        return sum(map(_keys, tree))
+    return 0
 
 
 def decode_once_each(decoder: msgspec.json.Decoder[S], raw: bytes) -> S:
     """``decoder.decode(raw)``, refusing an answer with a key repeated in one object, as the SDK's parser did.
 
     msgspec, like most JSON parsers, keeps a repeated key's last value: a zone listed twice in one
-    page would hide the first one's instances, a second ``warning`` erase a partial answer's. The keys
-    of the answer are counted against those of the same answer decoded into dicts (where a repeated
-    key is one); any difference raises ``ValueError``, and the page is unreadable.
+    page would hide the first one's instances, a second ``warning`` erase a partial answer's. The
+    keys written in the answer are counted exactly (once the text decodes, it is valid JSON, so
+    scanning its strings from the start, each quote found opens a string, escapes and all) against
+    those of the same answer decoded into dicts; any difference raises ``ValueError``, and the page
+    is unreadable.
     """
     page = decoder.decode(raw)
-    once = msgspec.json.encode(msgspec.json.decode(raw))
-    if len(_KEY_END.findall(raw)) != len(_KEY_END.findall(once)):
+    written = sum(1 for string in _STRING.finditer(raw) if string.group(1) is not None)
+    if written != _keys(msgspec.json.decode(raw)):
         raise ValueError("a key is repeated in one object of the answer")
     return page
 
