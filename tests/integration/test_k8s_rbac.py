@@ -197,3 +197,25 @@ def test_the_emulator_puts_a_role_without_a_namespace_in_default_as_kubectl_does
         with pytest.raises(ApiError) as refused:
             granted.authorize("list", "secrets", elsewhere)
         assert refused.value.code == 403
+
+
+def test_a_new_pod_in_any_namespace_of_the_runs_secrets_keeps_them(kube) -> None:  # type: ignore[no-untyped-def]
+    """Second review: the check looked in the first Secret's namespace only; a run whose Secrets span two
+    namespaces (none of them in the deleter's config) lost the second's beside a new Pod of the run there."""
+    cluster, api, _ = kube
+    seed_run(cluster, "r", namespace="a")
+    for stored in seed_run(cluster, "r", namespace="b"):
+        stored["metadata"]["uid"] = "b-" + stored["metadata"]["uid"]  # uids are unique cluster-wide
+    with cluster.lock:
+        cluster.objects.pop(("pods", "a", "sandbox-r"))  # the run's Pods went in an earlier sweep
+        cluster.objects.pop(("pods", "b", "sandbox-r"))
+        cluster._sorted.pop("pods", None)
+    objects = list_cluster(api, "c1", MANAGED, fast_backoff(), 10, namespaces=["a", "b"]).resources
+    objects.sort(key=lambda o: o.namespace)  # a's first: the check runs before them
+    (pod,) = [o for o in seed_run(type(cluster)(), "r", namespace="b") if o["kind"] == "Pod"]
+    pod["metadata"] = {**pod["metadata"], "uid": "new-pod"}
+    cluster.create("pods", "b", pod)  # a retried step's Pod in b, which mounts b's Secrets
+
+    outcomes = K8sDeleter(lambda _: api, settings("unused", ["other"]), fast_backoff()).delete(objects)
+
+    assert {o.result for o in outcomes} == {CHANGED} and len(cluster.objects) == 7

@@ -126,7 +126,7 @@ class K8sDeleter:
                 continue
             if obj.kind != "Pod" and (i == 0 or members[i - 1].kind == "Pod"):
                 rest = members[i:]
-                changed = self._pods_of_run(obj) or self._changed(rest) or self._evidence_changed(obj)
+                changed = self._pods_of_run(rest) or self._changed(rest) or self._evidence_changed(obj)
                 if changed:
                     return outcomes + [self._record(o, guard, CHANGED, changed) for o in rest]
             outcome = self._delete_one(obj, guard, take_token=i > 0)
@@ -138,15 +138,17 @@ class K8sDeleter:
     def _evidence_changed(self, obj: K8sObject) -> str | None:
         return self.revalidate(obj.cluster, obj.labels.get(self.run_label, "")) if self.revalidate else None
 
-    def _pods_of_run(self, obj: K8sObject) -> str | None:
-        """Whether any Pod of the run exists, managed or not: its Secrets and NetworkPolicy then stay.
+    def _pods_of_run(self, rest: list[K8sObject]) -> str | None:
+        """Whether any Pod of the run exists, managed or not: its remaining Secrets and NetworkPolicies
+        (``rest``) then stay.
 
-        Cluster-wide, or in every namespace of ``k8s.namespaces`` and the object's own (a Pod can only
-        mount Secrets of its own namespace, which the plan's config may not have named).
+        Cluster-wide, or in every namespace of ``k8s.namespaces`` and every one ``rest`` lives in (a Pod
+        can only mount Secrets of its own namespace, which the plan's config may not have named).
         """
+        obj = rest[0]
         api = self.api_for(obj.cluster)
         query: list[tuple[str, object]] = [("labelSelector", f"{self.run_label}={obj.labels.get(self.run_label, '')}")]
-        namespaces = sorted({*self.namespaces, obj.namespace}) if self.namespaces else []
+        namespaces = sorted({*self.namespaces, *(o.namespace for o in rest)}) if self.namespaces else []
         try:
             for path in collection_paths("Pod", namespaces):
                 raw = self.backoff.call(
