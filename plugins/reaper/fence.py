@@ -77,6 +77,18 @@ class SendGuard:
             return "deadline reached: left for the next sweep"
         return self._lease() if lease and self._lease else None
 
+    def stop_at(self, at: float) -> str | None:
+        """Why nothing may be done at unix time ``at`` (a retry's or a wait's end), or None.
+
+        What :class:`reaper.retry.Backoff` asks before it sleeps: every call between the plan and the
+        send, and every wait after it, stops when the run must stop (docs/design.md §6).
+        """
+        if self._stop.is_set():
+            return self._why
+        if self.deadline is not None and at >= self.deadline:
+            return "deadline reached: left for the next sweep"
+        return None
+
     def unsent(self, resource: Resource) -> str:
         """The result of a resource this try stops before its send: ``not_attempted``, unless an earlier
         try's delete call for it went out (its answer lost): then it may have been applied, ``unconfirmed``."""

@@ -36,3 +36,12 @@ def test_the_deadline_and_the_lease_stop_sends_but_waits_only_on_the_deadline() 
     assert guard.check() == "the sweep lease was released" and guard.check(lease=False) is None
     now[0] = 110.0
     assert guard.check(lease=False) == "deadline reached: left for the next sweep"
+
+
+def test_stop_at_refuses_a_wait_that_ends_past_the_deadline_or_after_a_halt() -> None:
+    guard = SendGuard(deadline=110.0, clock=lambda: 100.0)
+    assert guard.stop_at(109.9) is None
+    assert guard.stop_at(110.0) == "deadline reached: left for the next sweep"
+    guard.halt("SIGTERM: the task is being stopped")
+    assert guard.stop_at(101.0) == "SIGTERM: the task is being stopped"
+    assert SendGuard().stop_at(1e12) is None  # no deadline: the adapters' own tests
