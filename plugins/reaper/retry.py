@@ -52,7 +52,9 @@ class Backoff:
         self.max_retries, self.base, self.cap, self.sleep, self.clock = max_retries, base, cap, sleep, clock
         self._rng = rng or random.Random()
 
-    def call(self, fn: Callable[[], T], retryable: Retryable, stop: Stop | None = None, waited: Waited | None = None) -> T:
+    def call(
+        self, fn: Callable[[], T], retryable: Retryable, stop: Stop | None = None, waited: Waited | None = None
+    ) -> T:
         """Run ``fn``; retry it while it raises something ``retryable``; re-raise the last error.
 
         ``stop``: checked with the time each retry would be made at; when it objects, :class:`GaveUp`
