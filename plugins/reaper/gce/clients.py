@@ -8,6 +8,10 @@ zone-operations client is built with the same client options: the SDK's
 extended-operation poller would otherwise poll the real endpoint. Listing pages are read as
 JSON on an authorized session of the same credentials, at the same endpoint
 (:mod:`reaper.gce.inventory`).
+
+Every request says who sends it (``x-goog-api-client: reaper/...``, where the SDK puts its client
+info): a project's rate quotas are shared with its runner managers, and the emulator tells the
+callers apart by it.
 """
 
 from __future__ import annotations
@@ -16,17 +20,36 @@ from dataclasses import dataclass
 
 from google.api_core import exceptions as gexc
 from google.api_core.client_options import ClientOptions
+from google.api_core.gapic_v1.client_info import ClientInfo
 from google.auth.credentials import AnonymousCredentials, Credentials, with_scopes_if_required
 from google.auth.transport.requests import AuthorizedSession
 from google.cloud import compute_v1
 from requests import exceptions as rexc
 
-# Transient failures worth a bounded retry: throttling, server errors, timeouts, dropped connections.
+USER_AGENT = "reaper/0.1.0"
+# Transient failures worth a bounded retry with backoff: server errors, timeouts, dropped connections.
 TRANSIENT = (gexc.TooManyRequests, gexc.ServerError, rexc.Timeout, rexc.ConnectionError)
+# How the Compute API says a rate quota is used up: HTTP 403 with reason ``rateLimitExceeded`` (domain
+# ``usageLimits``), refilled at the next synchronized minute (Compute Engine docs, "Rate quotas";
+# google.rpc ErrorInfo spells the reason RATE_LIMIT_EXCEEDED). Throttling, never a permission failure.
+RATE_LIMIT_REASONS = frozenset({"rateLimitExceeded", "userRateLimitExceeded", "RATE_LIMIT_EXCEEDED"})
 
 
 def transient(exc: BaseException) -> bool:
     return isinstance(exc, TRANSIENT)
+
+
+def throttled(exc: BaseException) -> bool:
+    """A used-up rate quota (403 ``rateLimitExceeded``) or other throttling (429, ``RESOURCE_EXHAUSTED``).
+
+    A 403 for any other reason (a missing permission) is final, as before.
+    """
+    if isinstance(exc, gexc.TooManyRequests):
+        return True
+    if isinstance(exc, gexc.Forbidden):
+        reasons = {error.get("reason") for error in exc.errors if isinstance(error, dict)} | {exc.reason}
+        return bool(reasons & RATE_LIMIT_REASONS)
+    return False
 
 
 @dataclass(frozen=True)
@@ -38,16 +61,23 @@ class ComputeClients:
     host: str  # the endpoint the SDK's clients call, with its scheme: https://compute.googleapis.com by default
 
 
-def compute_clients(credentials: Credentials | None = None, api_endpoint: str | None = None) -> ComputeClients:
+def compute_clients(
+    credentials: Credentials | None = None, api_endpoint: str | None = None, user_agent: str = USER_AGENT
+) -> ComputeClients:
     options = ClientOptions(api_endpoint=api_endpoint) if api_endpoint else None
     credentials = credentials or AnonymousCredentials()
-    instances = compute_v1.InstancesClient(credentials=credentials, client_options=options, transport="rest")
+    info = ClientInfo(user_agent=user_agent)
+    kwargs = {"credentials": credentials, "client_options": options, "transport": "rest", "client_info": info}
+    instances = compute_v1.InstancesClient(**kwargs)  # type: ignore[arg-type]
+    # Scoped as the SDK scopes them (credentials without scopes get its default ones).
+    http = AuthorizedSession(with_scopes_if_required(credentials, None, default_scopes=instances.transport.AUTH_SCOPES))
+    # The SDK's clients name themselves in x-goog-api-client (their User-Agent is requests'): so does this one.
+    http.headers.update({"User-Agent": user_agent, "x-goog-api-client": user_agent})
     return ComputeClients(
         instances,
-        compute_v1.ZoneOperationsClient(credentials=credentials, client_options=options, transport="rest"),
-        compute_v1.InstanceGroupManagersClient(credentials=credentials, client_options=options, transport="rest"),
-        # Scoped as the SDK scopes them (credentials without scopes get its default ones).
-        AuthorizedSession(with_scopes_if_required(credentials, None, default_scopes=instances.transport.AUTH_SCOPES)),
+        compute_v1.ZoneOperationsClient(**kwargs),  # type: ignore[arg-type]
+        compute_v1.InstanceGroupManagersClient(**kwargs),  # type: ignore[arg-type]
+        http,
         instances.transport.host,
     )
 
