@@ -141,6 +141,19 @@ def _per_target(config: Settings, target: str) -> list[dict[str, object]]:
             target,
         ),
     ]
+    if target == "gce":
+        rules.append(
+            _rule(
+                "ReaperThrottled",
+                'max by (target, scope) (reaper_last_sweep_throttled_answers{target="gce"}) > 0',
+                TICKET,
+                "The reaper met {{ $labels.scope }}'s rate quotas used up in consecutive sweeps: raise the quota "
+                "or lower gce.quota.share",
+                # A gauge holds until the next push: above 0 for longer than one schedule, two sweeps in a row.
+                (schedule + SLACK) if schedule else timedelta(minutes=30),
+                target,
+            )
+        )
     if target == "gce" and config.gce.writer_health.source == "prometheus":
         rules.append(
             _rule(

@@ -115,6 +115,56 @@ class WriterHealthConfig(_Section):
     timeout: Duration = timedelta(seconds=10)
 
 
+class QuotaLimits(_Section):
+    """A project's Compute API rate quotas, requests per window per quota group (the documented defaults).
+
+    Raise them to what the project's quota page says where they were raised: the reaper spends a
+    share of these, so a limit set too high makes it spend more than its share of the real one.
+    """
+
+    list_requests: int = Field(1500, ge=1)
+    read_requests: int = Field(1500, ge=1)
+    mutation_requests: int = Field(1500, ge=1)
+    operation_read_requests: int = Field(1500, ge=1)
+
+
+class QuotaConfig(_Section):
+    """How much of each project's rate quotas the reaper may spend (docs/design.md §6, quotas).
+
+    The runner managers of a project spend the same quotas (heartbeat label writes, machine
+    creations); the reaper keeps to ``share`` of each group per window so that autoscaling keeps the rest.
+    """
+
+    limits: QuotaLimits = QuotaLimits()
+    share: float = Field(0.2, gt=0.0, le=1.0)
+    # The Compute API refills rate quotas per synchronized minute; another value only for emulators that
+    # model a faster clock (the tests').
+    window: Duration = timedelta(minutes=1)
+
+    @model_validator(mode="after")
+    def _room_for_a_call(self) -> QuotaConfig:
+        if self.window <= timedelta(0):
+            raise _CrossFieldError(("gce", "quota", "window"), f"expected a positive duration, got {self.window}")
+        for group, limit in self.limits:
+            if int(limit * self.share) < 1:
+                raise _CrossFieldError(
+                    ("gce", "quota", "share"),
+                    f"expected a share that leaves the reaper at least one {group} call per window "
+                    f"(limit {limit} x share {self.share} < 1)",
+                )
+        return self
+
+    def allowance(self, group: str) -> int:
+        """Calls of ``group`` the reaper may make in one window of one project."""
+        return int(getattr(self.limits, group) * self.share)
+
+    @property
+    def deletes_per_second(self) -> float:
+        """The fastest deletes can go in one project within the share: each is a read (the re-read), a
+        mutation and at least one operation read."""
+        return min(self.allowance(group) for group in QuotaLimits.model_fields) / self.window.total_seconds()
+
+
 class GceConfig(_Section):
     enabled: bool = True
     conn_id: str = "google_cloud_default"
@@ -135,10 +185,16 @@ class GceConfig(_Section):
     max_retries: int = Field(4, ge=0, le=10)
     request_timeout: Duration = timedelta(seconds=30)
     operation_timeout: Duration = timedelta(minutes=5)
+    quota: QuotaConfig = QuotaConfig()
     writer_health: WriterHealthConfig = WriterHealthConfig()
     # Fleeting runners' managed instance groups: a regex the whole group name must match, whose named
     # group ``manager`` is the manager as writer health names it; empty: no group is listed.
     group_selector: Annotated[str, BeforeValidator(_group_selector)] = ""
+
+    @property
+    def delete_rate(self) -> float:
+        """Deletes per second per project: ``delete_rate_per_project``, or less when the quota share allows less."""
+        return min(self.delete_rate_per_project, self.quota.deletes_per_second)
 
     @property
     def quarantine(self) -> timedelta:

@@ -89,6 +89,10 @@ class SendGuard:
             return "deadline reached: left for the next sweep"
         return None
 
+    def pause(self, seconds: float) -> None:
+        """Sleep, cut short by :meth:`halt` (a SIGTERM): a task told to stop does not sit out a quota's minute."""
+        self._stop.wait(seconds)
+
     def unsent(self, resource: Resource) -> str:
         """The result of a resource this try stops before its send: ``not_attempted``, unless an earlier
         try's delete call for it went out (its answer lost): then it may have been applied, ``unconfirmed``."""

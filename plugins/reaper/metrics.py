@@ -122,6 +122,29 @@ def scope_metrics(sweep: Sweep, scope: str) -> list[Metric]:
             [([target], float(held))],
         ),
     ]
+    use = (summary.get("quota") or {}).get(scope)  # type: ignore[union-attr]
+    if use is not None:  # GCE: the project's rate quotas, as the sweep's calls spent them
+        metrics += [
+            _gauge(
+                "reaper_last_sweep_api_requests",
+                "Calls the last sweep made to the scope's API by rate-quota group (retries included); the reaper "
+                "keeps to gce.quota.share of each group's limit.",
+                ["target", "group"],
+                [([target, group], n) for group, n in sorted(use["requests"].items())],
+            ),
+            _gauge(
+                "reaper_last_sweep_throttled_answers",
+                "Answers of the last sweep saying the scope's rate quota was used up (403 rateLimitExceeded, 429).",
+                ["target"],
+                [([target], float(use["throttled"]))],
+            ),
+            _gauge(
+                "reaper_last_sweep_throttled_wait_seconds",
+                "Seconds the last sweep's calls waited for the scope's rate quotas to refill.",
+                ["target"],
+                [([target], float(use["waited"]))],
+            ),
+        ]
     groups = census.get("groups")
     if groups:  # GCE with gce.group_selector: fleeting groups, and those left by a decommissioned manager
         metrics.append(

@@ -200,6 +200,30 @@ class Outcome(msgspec.Struct, frozen=True, gc=False):
         return self.resource.uid
 
 
+class QuotaUse(msgspec.Struct, frozen=True):
+    """What one scope's calls to its API cost: requests per quota group, throttled answers, seconds waited for them
+    (reaper.gce.quota: a GCE project's rate quotas)."""
+
+    requests: dict[str, int] = {}
+    throttled: int = 0
+    waited: float = 0.0
+
+    def __add__(self, other: QuotaUse) -> QuotaUse:
+        requests = dict(self.requests)
+        for group, n in other.requests.items():
+            requests[group] = requests.get(group, 0) + n
+        return QuotaUse(requests, self.throttled + other.throttled, self.waited + other.waited)
+
+
+def merge_use(*uses: dict[str, QuotaUse]) -> dict[str, QuotaUse]:
+    """Scope -> use, summed over several tasks' accounts."""
+    total: dict[str, QuotaUse] = {}
+    for use in uses:
+        for scope, part in use.items():
+            total[scope] = total[scope] + part if scope in total else part
+    return total
+
+
 # --- evidence --------------------------------------------------------------------------------
 
 

@@ -30,10 +30,14 @@ Waited = Callable[[BaseException, float], None]
 
 
 class GaveUp(Exception):
-    """A retry was due, but the run must stop before it could be made; ``__cause__`` is the last error."""
+    """A call or a retry was due, but the run must stop before it could be made.
 
-    def __init__(self, why: str, last: BaseException) -> None:
-        super().__init__(f"{why} (last answer: {type(last).__name__}: {last})")
+    ``last``: the error that called for the retry (also ``__cause__``), or None when the call itself
+    could not be made in time (its quota slot comes after the run's deadline).
+    """
+
+    def __init__(self, why: str, last: BaseException | None = None) -> None:
+        super().__init__(f"{why} (last answer: {type(last).__name__}: {last})" if last else why)
         self.why, self.last = why, last
 
 
@@ -53,12 +57,19 @@ class Backoff:
         self._rng = rng or random.Random()
 
     def call(
-        self, fn: Callable[[], T], retryable: Retryable, stop: Stop | None = None, waited: Waited | None = None
+        self,
+        fn: Callable[[], T],
+        retryable: Retryable,
+        stop: Stop | None = None,
+        waited: Waited | None = None,
+        pause: Callable[[float], None] | None = None,
     ) -> T:
         """Run ``fn``; retry it while it raises something ``retryable``; re-raise the last error.
 
-        ``stop``: checked with the time each retry would be made at; when it objects, :class:`GaveUp`
-        is raised at once (no sleep). ``waited``: told of each wait before it is made.
+        ``stop``: checked with the time each retry would be made at, and again when the wait is over
+        (a SIGTERM may have come meanwhile); when it objects, :class:`GaveUp` is raised at once.
+        ``waited``: told of each wait before it is made. ``pause``: sleeps instead of the backoff's own
+        sleep (a guard's, which a SIGTERM cuts short).
         """
         attempt = 0
         while True:
@@ -77,5 +88,8 @@ class Backoff:
                     raise GaveUp(why, exc) from exc
                 if waited:
                     waited(exc, delay)
-                self.sleep(delay)
+                (pause or self.sleep)(delay)
+                why = stop(self.clock()) if stop else None
+                if why:
+                    raise GaveUp(why, exc) from exc
                 attempt += 1

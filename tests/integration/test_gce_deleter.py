@@ -21,7 +21,8 @@ def planned(clients, project: str = "p") -> dict[str, GceInstance]:
 
 
 def deleter(clients, **gce) -> GceDeleter:
-    config = parse_settings({"gce": {"delete_rate_per_project": 1000.0, **gce}}, "test")
+    # A one-second quota window: a throttled answer waits for the next one, not for the next minute.
+    config = parse_settings({"gce": {"delete_rate_per_project": 1000.0, "quota": {"window": "1s"}, **gce}}, "test")
     return GceDeleter(clients, config, fast_backoff())
 
 
@@ -61,7 +62,9 @@ def test_429_and_503_are_retried_then_succeed(gce) -> None:
     add_instance(fleet, "p", "us-east1-b", "vm", heartbeat_age=86400)
     fleet.faults.fail_next.update({"get": ["503"], "delete": ["429", "503"], "operation_wait": ["429"]})
     assert results(deleter(clients).delete(list(planned(clients).values()))) == {"vm": "deleted"}
-    assert fleet.counters["delete"] == 3 and fleet.counters["get"] == 2 and fleet.counters["operation_wait"] == 2
+    # A throttled delete was refused, not applied, and sent again after the quota's window: the wait came
+    # between the re-read and the send, so the instance was read again before it (the third get).
+    assert fleet.counters["delete"] == 3 and fleet.counters["get"] == 3 and fleet.counters["operation_wait"] == 2
 
 
 def test_retries_are_bounded_and_only_that_instance_fails(gce) -> None:

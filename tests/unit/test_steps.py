@@ -20,6 +20,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from reaper.config import Settings
 from reaper.fence import NOT_ATTEMPTED, SendGuard
 from reaper.model import Evidence, GceInstance, Keyed, Outcome, Phase, Resource, ScopeListing, WriterRecord
+from reaper.retry import Stop
 from reaper.sweep import steps
 from reaper.sweep.deletes import STALE_PLAN, PlanRef, config_digest
 from reaper.sweep.targets import GceTarget
@@ -77,7 +78,7 @@ class FakeGce(GceTarget):
         super().__init__(config)
         self.fleet, self.incomplete, self.guards = fleet, incomplete or {}, []
 
-    def list(self, scopes: list[str]) -> list[ScopeListing]:
+    def list(self, scopes: list[str], stop: Stop | None = None) -> list[ScopeListing]:
         return [
             ScopeListing("gce", s, [i for i in self.fleet if i.project == s], 1, self.incomplete.get(s, []))
             for s in scopes
@@ -325,11 +326,11 @@ def test_a_batch_is_run_only_by_its_own_execution_lease_and_config(tmp_path: Pat
         sweep(tmp_path, [], **{"max_deletions_per_sweep": 7}),  # another config
     ]
     for other in others:
-        assert steps.delete(other, batch, LEASE, None) == {STALE_PLAN: 2}
+        assert steps.delete(other, batch, LEASE, None).outcomes == {STALE_PLAN: 2}
         assert other.target.guards == []  # type: ignore[attr-defined]
     relet = msgspec.structs.replace(LEASE, token="another")
-    assert steps.delete(s, batch, relet, None) == {STALE_PLAN: 2}
-    assert steps.delete(s, batch, LEASE, None) == {"deleted": 2}
+    assert steps.delete(s, batch, relet, None).outcomes == {STALE_PLAN: 2}
+    assert steps.delete(s, batch, LEASE, None).outcomes == {"deleted": 2}
 
 
 def test_a_batch_stops_sending_at_the_lease_expiry_or_the_run_timeout_less_the_margin(tmp_path: Path) -> None:
@@ -393,7 +394,7 @@ def test_a_late_batch_records_a_delete_an_earlier_try_sent_as_unconfirmed(tmp_pa
     sent = batch.resources[0]
     s.ledger().intents = lambda ids, uids: {(sent.scope, sent.uid)}  # type: ignore[method-assign]
     late = datetime.now(UTC) - s.config.run_timeout("gce")
-    assert steps.delete(s, batch, LEASE, late) == {"unconfirmed": 1, NOT_ATTEMPTED: len(batch.resources) - 1}
+    assert steps.delete(s, batch, LEASE, late).outcomes == {"unconfirmed": 1, NOT_ATTEMPTED: len(batch.resources) - 1}
     results = {r["uid"]: r["result"] for r in s.ledger().records if r["action"] == "outcome"}
     assert results[sent.uid] == "unconfirmed"
 
@@ -405,7 +406,7 @@ def test_a_batch_that_begins_after_the_deadline_sends_nothing_and_records_it_in_
     write = s.ledger().write
     s.ledger().write = lambda records: writes.append(write(records)) or writes[-1]  # type: ignore[method-assign]
     late = datetime.now(UTC) - s.config.run_timeout("gce")
-    assert steps.delete(s, batch, LEASE, late) == {NOT_ATTEMPTED: len(batch.resources)}
+    assert steps.delete(s, batch, LEASE, late).outcomes == {NOT_ATTEMPTED: len(batch.resources)}
     assert s.target.guards == [] and writes == [len(batch.resources)]  # type: ignore[attr-defined]
     assert {r["detail"] for r in s.ledger().records if r["action"] == "outcome"} == {
         "deadline reached: left for the next sweep"
@@ -493,7 +494,7 @@ def test_only_the_active_phases_sweeps_that_are_no_dry_run_push_metrics(tmp_path
 def test_every_summary_records_the_active_phase(tmp_path: Path) -> None:
     s = sweep(tmp_path, stale_fleet(), rollout={"gce": "report-only"})
     planned = plan_through(s)
-    steps.record(s, planned.summary, steps.budget_check(planned.summary), 1, [{}], LEASE)
+    steps.record(s, planned.summary, steps.budget_check(planned.summary), 1, [steps.Deleted({})], LEASE)
     (doc,) = s.ledger().summaries
     assert (doc["phase"], doc["active_phase"]) == ("enforcement", "report-only")
 

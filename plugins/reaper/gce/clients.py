@@ -28,7 +28,8 @@ from requests import exceptions as rexc
 
 USER_AGENT = "reaper/0.1.0"
 # Transient failures worth a bounded retry with backoff: server errors, timeouts, dropped connections.
-TRANSIENT = (gexc.TooManyRequests, gexc.ServerError, rexc.Timeout, rexc.ConnectionError)
+# Throttling (429, a used-up quota) is not among them: it waits for the quota to refill (reaper.gce.quota).
+TRANSIENT = (gexc.ServerError, rexc.Timeout, rexc.ConnectionError)
 # How the Compute API says a rate quota is used up: HTTP 403 with reason ``rateLimitExceeded`` (domain
 # ``usageLimits``), refilled at the next synchronized minute (Compute Engine docs, "Rate quotas";
 # google.rpc ErrorInfo spells the reason RATE_LIMIT_EXCEEDED). Throttling, never a permission failure.

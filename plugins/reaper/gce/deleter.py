@@ -1,8 +1,10 @@
-"""Deleting planned instances: re-validated, rate-limited, fenced, bounded, every outcome returned as data.
+"""Deleting planned instances: re-validated, rate-limited, within the quota share, fenced, bounded, every
+outcome returned as data.
 
-For each planned instance, in this order (DESIGN.md section 6):
+For each planned instance, in this order (docs/design.md §6):
 
-1. the project's rate-limit token, first: a wait happens before the re-read, never between it and the delete;
+1. the project's rate-limit token and its quota slots (a read for the re-read, a mutation for the delete),
+   first: a wait happens before the re-read, never between it and the delete;
 2. the durable intent;
 3. the re-read, by numeric id: it must still be the planned VM (same id and name), carry the planned
    heartbeat label value (its manager has not come back), have the planned status class (a TERMINATED
@@ -11,13 +13,18 @@ For each planned instance, in this order (DESIGN.md section 6):
 4. the guard (the sweep lease, the deadline, a stop): the re-read may have spent its retries;
 5. ``delete_unary`` by numeric id, which the Compute API takes in place of the name: a VM recreated under
    the same name after the re-read has another id and can never be the one deleted;
-6. a wait on the zone operation (same client options: the SDK's poller would poll the real endpoint),
-   cut short at the guard's deadline (``operation_pending``).
+6. waits on the zone operation (same client options: the SDK's poller would poll the real endpoint), as
+   ``zoneOperations.wait`` is documented: each returns at DONE or after about two minutes, so it is called
+   again while the guard allows; not DONE when the run must stop is ``operation_pending``, never ``failed``.
 
-A 404 means already gone, or ``deleted`` when this sweep's own delete call may have caused it. 429, 5xx and
-timeouts are retried with backoff, each retry guarded again; then that instance alone fails. A 409 or 412
-is ``failed`` (``unconfirmed`` on a retry, which an earlier try may have caused): a delete by id has no
-precondition, and a refusal that repeats every sweep must raise the failed-deletions alert.
+A 404 means already gone, or ``deleted`` when this sweep's own delete call may have caused it. A used-up
+rate quota (403 ``rateLimitExceeded``, 429) is throttling: the call is made again once the quota refills
+(the next minute), while that fits before the run's deadline; a delete refused so is re-validated again
+after the wait (the wait came between the re-read and the send). 5xx and timeouts are retried with
+backoff; every retry and every wait is refused past the guard's deadline (then the instance is
+``not_attempted``, left for the next sweep). A 409 or 412 is ``failed`` (``unconfirmed`` on a retry, which
+an earlier try may have caused): a delete by id has no precondition, and a refusal that repeats every
+sweep must raise the failed-deletions alert.
 """
 
 from __future__ import annotations
@@ -28,19 +35,24 @@ from concurrent.futures import ThreadPoolExecutor
 
 from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
+from requests import exceptions as rexc
 
 from reaper.config import Settings
 from reaper.fence import UNCONFIRMED, Halted, SendGuard
-from reaper.gce.clients import ComputeClients, transient
+from reaper.gce.clients import ComputeClients, throttled, transient
+from reaper.gce.quota import ProjectQuota, QuotaGroup
 from reaper.model import GceInstance, Outcome
 from reaper.ratelimit import BucketsPerScope, round_robin
-from reaper.retry import Backoff
+from reaper.retry import Backoff, GaveUp
 
 GET_FIELD_MASK = "id,name,status,labels,deletionProtection"  # what re-validation compares
 DELETED, ALREADY_GONE, CHANGED, FAILED = "deleted", "already_gone", "changed_since_plan", "failed"
 OPERATION_PENDING = "operation_pending"  # the delete was accepted; its operation had not finished by the deadline
 _DONE = compute_v1.Operation.Status.DONE
-_POLL = 1.0  # seconds between operation polls once the server-side wait has returned
+_POLL = 1.0  # seconds between operation waits that returned early (the API may answer at once when loaded)
+# zoneOperations.wait returns at DONE or "after 2 minutes" (compute.v1.json, zoneOperations.wait): a call may
+# take that long and still be healthy.
+WAIT_CAP = 125.0
 
 
 def status_class(status: str) -> str:
@@ -49,7 +61,13 @@ def status_class(status: str) -> str:
 
 
 class GceDeleter:
-    def __init__(self, clients: ComputeClients, config: Settings, backoff: Backoff | None = None) -> None:
+    def __init__(
+        self,
+        clients: ComputeClients,
+        config: Settings,
+        backoff: Backoff | None = None,
+        quota: ProjectQuota | None = None,
+    ) -> None:
         gce = config.gce
         self.clients = clients
         self.heartbeat_label = gce.heartbeat_label
@@ -59,7 +77,8 @@ class GceDeleter:
         self.timeout = gce.request_timeout.total_seconds()
         self.operation_timeout = gce.operation_timeout.total_seconds()
         self.backoff = backoff or Backoff(gce.max_retries)
-        self.buckets = BucketsPerScope(gce.delete_rate_per_project)
+        self.quota = quota or ProjectQuota(gce.quota)
+        self.buckets = BucketsPerScope(gce.delete_rate)
 
     def delete(self, planned: Sequence[GceInstance], guard: SendGuard | None = None) -> list[Outcome]:
         """Delete every planned instance that is still what the plan saw; one outcome each, in order.
@@ -85,58 +104,122 @@ class GceDeleter:
             return Outcome(inst, DELETED, f"404 on {where} after this sweep's delete call")
         return Outcome(inst, ALREADY_GONE, f"404 on {where}")
 
+    def _call(self, project: str, fn, guard: SendGuard):  # type: ignore[no-untyped-def]
+        """``fn()`` with the project's retries: throttled answers after the quota refills, errors with backoff,
+        none past the guard's deadline (:class:`GaveUp`)."""
+        return self.backoff.call(
+            fn, self.quota.retryable(project), stop=guard.stop_at, waited=self.quota.waited(project), pause=guard.pause
+        )
+
     def _delete_one(self, inst: GceInstance, guard: SendGuard) -> Outcome:
         why = guard.check(lease=False)  # no token waited for past the deadline
         if why:
             return Outcome(inst, guard.unsent(inst), why)
         self.buckets.acquire(inst.project)  # before the re-read: no wait between it and the delete
+        try:  # the re-read's slot and the delete's, at once: the send then waits for nothing
+            self.quota.take(inst.project, QuotaGroup.READ, QuotaGroup.MUTATION, stop=guard.stop_at)
+        except GaveUp as exc:
+            return Outcome(inst, guard.unsent(inst), exc.why)
         why = guard.before_send(inst, lease=False)  # the durable intent, before the re-read too
         if why:
             return Outcome(inst, guard.unsent(inst), why)
-        # By id: a VM recreated under the name is another instance, and this one is gone.
+        lost = False  # a delete call went out whose answer was lost: it may have been applied
+        for refusals in range(self.backoff.max_retries + 1):
+            if refusals:  # refused by a used-up quota and waited for: slots again, then re-validated again
+                try:
+                    self.quota.take(inst.project, QuotaGroup.READ, QuotaGroup.MUTATION, stop=guard.stop_at)
+                except GaveUp as exc:
+                    return Outcome(inst, UNCONFIRMED if lost else guard.unsent(inst), exc.why)
+            read = self._reread(inst, guard, lost)
+            if isinstance(read, Outcome):
+                return read
+            changes = self._changes(inst, read)
+            if changes:
+                return Outcome(inst, CHANGED, "; ".join(changes))
+            why = guard.check()  # the lease and the deadline right before the send: the re-read may have waited
+            if why:
+                return Outcome(inst, UNCONFIRMED if lost else guard.unsent(inst), why)
+            sent = self._send(inst, guard, lost)
+            if isinstance(sent, Outcome):
+                return sent
+            if isinstance(sent, compute_v1.Operation):
+                guard.sent(inst)
+                return self._wait(inst, sent, guard)
+            lost = lost or sent.lost
+            why = self._wait_for_quota(inst, sent.refusal, guard)
+            if why:
+                return Outcome(inst, UNCONFIRMED if lost else guard.unsent(inst), why)
+        return Outcome(
+            inst, UNCONFIRMED if lost else guard.unsent(inst), "throttled on every try: the quota is used up"
+        )
+
+    def _reread(self, inst: GceInstance, guard: SendGuard, lost: bool) -> compute_v1.Instance | Outcome:
+        """The instance as it is now, by id; or the outcome that ends its delete (gone, unreadable, out of time)."""
         target = {"project": inst.project, "zone": inst.zone, "instance": inst.id}
+        tries = 0
+
+        def get() -> compute_v1.Instance:
+            nonlocal tries
+            if tries:  # every try is a read request: the first one's slot was taken with the delete's
+                self.quota.take(inst.project, QuotaGroup.READ, stop=guard.stop_at)
+            tries += 1
+            metadata = [("x-goog-fieldmask", GET_FIELD_MASK)]
+            return self.clients.instances.get(**target, retry=None, timeout=self.timeout, metadata=metadata)
+
         try:
-            current = self.backoff.call(
-                lambda: self.clients.instances.get(
-                    **target, retry=None, timeout=self.timeout, metadata=[("x-goog-fieldmask", GET_FIELD_MASK)]
-                ),
-                transient,
-            )
+            return self._call(inst.project, get, guard)
         except gexc.NotFound:
-            return self._gone(inst, guard, "get", sent=False)
+            return self._gone(inst, guard, "get", sent=lost)
+        except GaveUp as exc:
+            return Outcome(inst, UNCONFIRMED if lost else guard.unsent(inst), exc.why)
         except Exception as exc:
+            if throttled(exc):  # every try throttled: no permission problem, the quota is used up
+                return Outcome(inst, UNCONFIRMED if lost else guard.unsent(inst), f"get throttled: {exc}")
             return Outcome(inst, FAILED, f"get: {type(exc).__name__}: {exc}")
-        changes = self._changes(inst, current)
-        if changes:
-            return Outcome(inst, CHANGED, "; ".join(changes))
-        why = guard.check()  # the lease and the deadline right before the send: the re-read may have taken retries
-        if why:
-            return Outcome(inst, guard.unsent(inst), why)
+
+    def _send(self, inst: GceInstance, guard: SendGuard, lost: bool) -> compute_v1.Operation | Outcome | _Refused:
+        """The delete call by id, retried after errors (each retry guarded again); a used-up quota is
+        returned as :class:`_Refused`: the caller waits for the next window, then re-validates."""
+        target = {"project": inst.project, "zone": inst.zone, "instance": inst.id}
         attempts = 0
 
         def send() -> compute_v1.Operation:
             nonlocal attempts
             if attempts:
-                guard.retry(inst)
+                guard.retry(inst)  # the first try may have been applied: recorded as sent; Halted if too late
+                self.quota.take(inst.project, QuotaGroup.MUTATION, stop=guard.stop_at)
             attempts += 1
             return self.clients.instances.delete_unary(**target, retry=None, timeout=self.timeout)
 
         try:
-            op = self.backoff.call(send, transient)
+            return self.backoff.call(send, transient, stop=guard.stop_at, pause=guard.pause)
         except gexc.NotFound:
             # A 404 after an earlier attempt of this call timed out or failed is this call's own work.
-            return self._gone(inst, guard, "delete", sent=attempts > 1)
+            return self._gone(inst, guard, "delete", sent=lost or attempts > 1)
         except (gexc.Conflict, gexc.PreconditionFailed) as exc:
-            if attempts > 1:  # an earlier try's answer was lost: it may have been applied, and be the conflict
+            if lost or attempts > 1:  # an earlier try's answer was lost: it may have been applied, and be the conflict
                 return Outcome(inst, UNCONFIRMED, f"delete: {exc.code} on a retry of a delete that may have gone")
             # A delete by id carries no precondition: a refusal is a failure, which alerts if it repeats.
             return Outcome(inst, FAILED, f"delete: {exc.code} {type(exc).__name__}: {exc.message}")
-        except Halted as exc:
+        except (Halted, GaveUp) as exc:
+            # Only ever after an attempt whose answer was lost (an error, a timeout): it may have been applied.
+            guard.sent(inst)  # (again, if a retry recorded it): a later 404 is this sweep's own delete
             return Outcome(inst, UNCONFIRMED, f"the delete call's answer was lost and no retry was sent: {exc}")
         except Exception as exc:
+            if throttled(exc):  # refused, not applied: but this try's earlier attempts' answers may have been lost
+                return _Refused(exc, lost=attempts > 1)
             return Outcome(inst, FAILED, f"delete: {type(exc).__name__}: {exc}")
-        guard.sent(inst)
-        return self._wait(inst, op, guard)
+
+    def _wait_for_quota(self, inst: GceInstance, refusal: BaseException, guard: SendGuard) -> str | None:
+        """Sleep until the project's quota refills; or why not (it would end past the guard's deadline)."""
+        self.quota.count_throttled(inst.project)
+        seconds = self.quota.until_next_window()
+        why = guard.stop_at(time.time() + seconds)
+        if why:
+            return f"delete throttled ({refusal}): {why}"
+        self.quota.waited(inst.project)(refusal, seconds)
+        guard.pause(seconds)
+        return guard.stop_at(time.time())
 
     def _changes(self, planned: GceInstance, current: compute_v1.Instance) -> list[str]:
         """Everything that makes the instance now a different one from what the plan decided on."""
@@ -158,27 +241,60 @@ class GceDeleter:
         return changes
 
     def _wait(self, inst: GceInstance, op: compute_v1.Operation, guard: SendGuard) -> Outcome:
-        """Wait for the operation until it is done, its own timeout, or the guard's deadline or stop."""
+        """Wait for the delete's operation until it is DONE, its own timeout, or the guard's deadline or stop.
+
+        ``zoneOperations.wait`` returns at DONE or after about two minutes, best effort, possibly at once
+        (compute.v1.json): it is called again while the operation is not DONE. Each call's read timeout
+        ends by the deadline plus one request timeout (the send margin); a call that times out, or whose
+        retries are spent, leaves the operation pending, as does the deadline: the delete was accepted,
+        and the next sweep's re-read settles it.
+        """
         give_up = time.monotonic() + self.operation_timeout
         name = op.name
-        try:
-            while op.status != _DONE:
-                why = guard.check(lease=False)
-                if why:
-                    return Outcome(inst, OPERATION_PENDING, f"operation {name} not done: {why}")
-                if time.monotonic() > give_up:
-                    return Outcome(inst, FAILED, f"operation {name} not done after {self.operation_timeout:.0f}s")
-                op = self.backoff.call(
-                    lambda: self.clients.operations.wait(
-                        project=inst.project, zone=inst.zone, operation=name, retry=None, timeout=self.timeout
-                    ),
-                    transient,
+
+        def wait() -> compute_v1.Operation:
+            self.quota.take(inst.project, QuotaGroup.OPERATION_READ, stop=guard.stop_at)
+            try:
+                return self.clients.operations.wait(
+                    project=inst.project, zone=inst.zone, operation=name, retry=None, timeout=self._wait_timeout(guard)
                 )
-                if op.status != _DONE:
-                    time.sleep(_POLL)
-        except Exception as exc:
-            return Outcome(inst, FAILED, f"operation {name}: {type(exc).__name__}: {exc}")
+            except rexc.Timeout:
+                return op  # not answered within its timeout: still pending, as far as anyone knows
+
+        while op.status != _DONE:
+            why = guard.check(lease=False)
+            if why:
+                return Outcome(inst, OPERATION_PENDING, f"operation {name} not done: {why}")
+            if time.monotonic() > give_up:
+                return Outcome(inst, FAILED, f"operation {name} not done after {self.operation_timeout:.0f}s")
+            try:
+                op = self._call(inst.project, wait, guard)
+            except GaveUp as exc:
+                return Outcome(inst, OPERATION_PENDING, f"operation {name} not done: {exc.why}")
+            except Exception as exc:
+                if throttled(exc) or transient(exc):  # retries spent on the wait, not on the delete
+                    return Outcome(inst, OPERATION_PENDING, f"operation {name}: {type(exc).__name__}: {exc}")
+                return Outcome(inst, FAILED, f"operation {name}: {type(exc).__name__}: {exc}")
+            if op.status != _DONE and not guard.stop_at(time.time() + _POLL):
+                guard.pause(_POLL)
         if "error" in op and op.error.errors:
             errors = ", ".join(f"{e.code}: {e.message}" for e in op.error.errors)
             return Outcome(inst, FAILED, f"operation {name} failed: {errors}")
         return Outcome(inst, DELETED)
+
+    def _wait_timeout(self, guard: SendGuard) -> float:
+        """A wait call's read timeout: as long as the API may take (about two minutes), but ending by the guard's
+        deadline plus one request timeout, which the send margin allows for."""
+        if guard.deadline is None:
+            return WAIT_CAP
+        return max(1.0, min(WAIT_CAP, guard.deadline - guard.clock() + self.timeout))
+
+
+class _Refused:
+    """A delete call refused because the project's rate quota was used up (not applied); ``lost``: an earlier
+    attempt of the same call lost its answer, so it may have been."""
+
+    __slots__ = ("lost", "refusal")
+
+    def __init__(self, refusal: BaseException, lost: bool) -> None:
+        self.refusal, self.lost = refusal, lost

@@ -24,8 +24,9 @@ from reaper.config import GceConfig
 from reaper.exports import numeric_id
 from reaper.gce.clients import ComputeClients
 from reaper.gce.inventory import PAGE_SIZE, ApiWarning, Page, aggregated_scopes
+from reaper.gce.quota import ProjectQuota
 from reaper.model import GceGroup, ScopeListing
-from reaper.retry import Backoff
+from reaper.retry import Backoff, Stop
 
 log = logging.getLogger(__name__)
 GROUP_FIELDS = "name,id,targetSize,currentActions"
@@ -67,13 +68,22 @@ def group_record(project: str, scope: str, igm: RawGroup) -> GceGroup:
 
 
 def list_groups(
-    clients: ComputeClients, project: str, gce: GceConfig, backoff: Backoff, timeout: float
+    clients: ComputeClients,
+    project: str,
+    gce: GceConfig,
+    backoff: Backoff,
+    timeout: float,
+    quota: ProjectQuota | None = None,
+    stop: Stop | None = None,
 ) -> ScopeListing:
-    """The project's managed instance groups that ``gce.group_selector`` selects."""
+    """The project's managed instance groups that ``gce.group_selector`` selects (list requests of its quota)."""
+    quota = quota or ProjectQuota(gce.quota)
     listing = ScopeListing("gce", project)
     path = f"projects/{quote(project, safe='')}/aggregated/instanceGroupManagers"
     params: dict[str, str | int] = {"maxResults": PAGE_SIZE}  # read here: a test pages groups by 2
-    pages = aggregated_scopes(clients, path, params, GROUP_FIELD_MASK, GROUP_PAGE, listing, backoff, timeout)
+    pages = aggregated_scopes(
+        clients, path, params, GROUP_FIELD_MASK, GROUP_PAGE, listing, backoff, timeout, quota, stop
+    )
     for scope, scoped in pages:
         for igm in scoped.instanceGroupManagers:
             if gce.group_manager(igm.name) is None:
@@ -86,7 +96,13 @@ def list_groups(
 
 
 def add_groups(
-    listings: list[ScopeListing], clients: ComputeClients, gce: GceConfig, backoff: Backoff, timeout: float
+    listings: list[ScopeListing],
+    clients: ComputeClients,
+    gce: GceConfig,
+    backoff: Backoff,
+    timeout: float,
+    quota: ProjectQuota | None = None,
+    stop: Stop | None = None,
 ) -> None:
     """Append each project's selected groups to its instance listing, ``gce.list_concurrency`` projects at a time.
 
@@ -97,7 +113,7 @@ def add_groups(
     if not gce.group_selector:
         return
     with ThreadPoolExecutor(max_workers=gce.list_concurrency, thread_name_prefix="gce-groups") as pool:
-        found = list(pool.map(lambda x: list_groups(clients, x.scope, gce, backoff, timeout), listings))
+        found = list(pool.map(lambda x: list_groups(clients, x.scope, gce, backoff, timeout, quota, stop), listings))
     for listing, groups in zip(listings, found, strict=True):
         listing.resources += groups.resources
         if groups.problems:

@@ -29,10 +29,12 @@ from urllib.parse import quote
 import msgspec
 from google.api_core import exceptions as gexc
 
+from reaper.config import QuotaConfig
 from reaper.exports import CREATED_BY, instance_record, rfc3339
-from reaper.gce.clients import ComputeClients, transient
+from reaper.gce.clients import ComputeClients
+from reaper.gce.quota import ProjectQuota, QuotaGroup
 from reaper.model import GceInstance, ScopeListing
-from reaper.retry import Backoff
+from reaper.retry import Backoff, Stop
 
 PAGE_SIZE = 500
 HARMLESS_WARNINGS = ("NO_RESULTS_ON_PAGE",)
@@ -161,21 +163,28 @@ def aggregated_scopes(
     listing: ScopeListing,
     backoff: Backoff,
     timeout: float,
+    quota: ProjectQuota,
+    stop: Stop | None = None,
 ) -> Iterator[tuple[str, S]]:
     """Each ``(zone or region, scoped list)`` of every page of an aggregated list at ``path`` (``params``: its
     query, ``maxResults`` included), decoded by ``decoder``.
 
-    Every page token is followed to the end, each page with its own bounded retry. Why the answer
-    is not proven complete (a failed or undecodable page, a partial answer, a scope warning other
-    than "no results", an unreachable scope, a repeated token) goes to ``listing.problems``;
-    ``listing.pages`` counts the pages read.
+    Every page token is followed to the end, each page with its own bounded retry, and each try a list
+    request of the project's quota share (``listing.scope``); a used-up quota is waited for while
+    ``stop`` allows. Why the answer is not proven complete (a failed or undecodable page, a page that
+    could not be read before the run must stop, a partial answer, a scope warning other than "no
+    results", an unreachable scope, a repeated token) goes to ``listing.problems``; ``listing.pages``
+    counts the pages read.
     """
     url = f"{clients.host}/compute/v1/{path}"
     headers = {"X-Goog-FieldMask": field_mask}
     seen_tokens: set[str] = set()
     token = ""
 
+    project = listing.scope
+
     def one_page() -> bytes:
+        quota.take(project, QuotaGroup.LIST, stop=stop)
         query = {**params, **({"pageToken": token} if token else {})}
         response = clients.http.get(url, params=query, headers=headers, timeout=timeout)
         if response.status_code >= 400:
@@ -184,7 +193,8 @@ def aggregated_scopes(
 
     while True:
         try:
-            page = decode_once_each(decoder, backoff.call(one_page, transient))
+            answer = backoff.call(one_page, quota.retryable(project), stop=stop, waited=quota.waited(project))
+            page = decode_once_each(decoder, answer)
         except Exception as exc:
             listing.problems.append(f"page {listing.pages + 1}: {type(exc).__name__}: {exc}")
             return
@@ -207,13 +217,24 @@ def aggregated_scopes(
 
 
 def list_project(
-    clients: ComputeClients, project: str, selector: dict[str, str], backoff: Backoff, timeout: float
+    clients: ComputeClients,
+    project: str,
+    selector: dict[str, str],
+    backoff: Backoff,
+    timeout: float,
+    quota: ProjectQuota | None = None,
+    stop: Stop | None = None,
 ) -> ScopeListing:
+    """One project's in-scope instances, within the reaper's share of its quotas (the defaults' when ``quota``
+    is not given), pages waited for no later than ``stop`` allows."""
+    quota = quota or ProjectQuota(QuotaConfig())
     listing = ScopeListing("gce", project)
     seen_ids: set[str] = set()
     path = f"projects/{quote(project, safe='')}/aggregated/instances"
     params: dict[str, str | int] = {"filter": label_filter(selector), "maxResults": PAGE_SIZE}
-    pages = aggregated_scopes(clients, path, params, LIST_FIELD_MASK, INSTANCE_PAGE, listing, backoff, timeout)
+    pages = aggregated_scopes(
+        clients, path, params, LIST_FIELD_MASK, INSTANCE_PAGE, listing, backoff, timeout, quota, stop
+    )
     for _, scoped in pages:
         for inst in scoped.instances:
             try:
@@ -235,7 +256,10 @@ def list_projects(
     concurrency: int,
     backoff: Backoff,
     timeout: float,
+    quota: ProjectQuota | None = None,
+    stop: Stop | None = None,
 ) -> list[ScopeListing]:
     """Every project's listing, ``concurrency`` projects at a time, in the order given."""
+    quota = quota or ProjectQuota(QuotaConfig())
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="gce-list") as pool:
-        return list(pool.map(lambda p: list_project(clients, p, selector, backoff, timeout), projects))
+        return list(pool.map(lambda p: list_project(clients, p, selector, backoff, timeout, quota, stop), projects))

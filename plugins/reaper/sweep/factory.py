@@ -164,10 +164,10 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
             return chosen.branch
 
         @task(pool=f"reaper_{name}", pool_slots=1)
-        def delete(batch: dict[str, Any], lease: dict[str, Any]) -> dict[str, int]:
+        def delete(batch: dict[str, Any], lease: dict[str, Any]) -> dict[str, Any]:
             sweep, context = _current(config, target, phase)
             typed = _typed(batch, steps.Batch[target.resource_type])
-            return steps.delete(sweep, typed, _typed(lease, steps.Lease), context["dag_run"].start_date)
+            return _xcom(steps.delete(sweep, typed, _typed(lease, steps.Lease), context["dag_run"].start_date))
 
         @task
         def report_only(summary: dict[str, Any]) -> int:
@@ -235,8 +235,9 @@ def _typed(value: object, kind: type[T]) -> T:
     return msgspec.convert(value, kind)
 
 
-def _ended(found: object) -> list[dict[str, int]]:
+def _ended(found: object) -> list[steps.Deleted]:
     """What this execution's mapped delete tasks returned: one per batch that ended (none on the report branch)."""
     if found is None:
         return []
-    return [r for r in (found if isinstance(found, list | tuple) else [found]) if isinstance(r, dict)]
+    ended = [r for r in (found if isinstance(found, list | tuple) else [found]) if isinstance(r, dict)]
+    return [_typed(r, steps.Deleted) for r in ended]

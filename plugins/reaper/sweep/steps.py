@@ -22,8 +22,8 @@ from airflow.sdk import ObjectStoragePath
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from reaper.config import Mode, Settings, config_path
-from reaper.fence import NOT_ATTEMPTED
-from reaper.model import Action, Evidence, Override, Phase, Plan
+from reaper.fence import NOT_ATTEMPTED, SendGuard
+from reaper.model import Action, Evidence, Override, Phase, Plan, QuotaUse, merge_use
 from reaper.sweep.deletes import (
     STALE_PLAN,
     Fence,
@@ -90,7 +90,8 @@ class Shard(msgspec.Struct, frozen=True):
     """What one ``list_inventory`` task found: its resources (in the file at ``path``) and how listing went.
 
     ``incomplete``: scope -> why its listing is not proven complete. ``listed_at``: when listing
-    began, before any label was read. ``token``: the sweep lease it listed under.
+    began, before any label was read. ``token``: the sweep lease it listed under. ``quota``: what its
+    calls cost each scope's API quotas.
     """
 
     path: str
@@ -100,6 +101,7 @@ class Shard(msgspec.Struct, frozen=True):
     hygiene: dict[str, int]
     listed_at: float
     token: str
+    quota: dict[str, QuotaUse] = {}
 
 
 class SweepData(msgspec.Struct, Generic[R], frozen=True):
@@ -123,6 +125,7 @@ class SweepInput(msgspec.Struct, frozen=True):
     incomplete: dict[str, list[str]]
     hygiene: dict[str, int]
     warnings: list[str]
+    quota: dict[str, QuotaUse] = {}
 
 
 class DecisionCount(msgspec.Struct, frozen=True):
@@ -142,6 +145,7 @@ class Summary(msgspec.Struct, frozen=True):
     ``max_deletions``: the global cap it was made under. ``left``: planned deletes that could not be
     sent before the run's deadline at the scopes' delete rates, recorded as left for the next sweep.
     ``plan``: the execution and lease it was made under (``record`` files it under those only).
+    ``quota``: what the listing cost each scope's API quotas (``record`` adds the deletes').
     """
 
     phase: str
@@ -162,6 +166,7 @@ class Summary(msgspec.Struct, frozen=True):
     # With defaults: a summary planned before they existed still reads (a run in flight during a deploy).
     max_deletions: int | None = None
     left: int = 0
+    quota: dict[str, QuotaUse] = {}
 
 
 class Batch(msgspec.Struct, Generic[R], frozen=True):
@@ -169,6 +174,14 @@ class Batch(msgspec.Struct, Generic[R], frozen=True):
 
     plan: PlanRef
     resources: list[R]
+
+
+class Deleted(msgspec.Struct, frozen=True):
+    """What one ``delete`` task did: its outcomes counted by result (``stale_plan``: a plan not its own,
+    refused whole), and what its calls cost each scope's API quotas."""
+
+    outcomes: dict[str, int]
+    quota: dict[str, QuotaUse] = {}
 
 
 class Planned(msgspec.Struct, frozen=True):
@@ -285,7 +298,8 @@ def wait_for_lease(ledger: Ledger, target: str, holder: str, ttl: timedelta, wai
 def list_inventory(sweep: Sweep, shard: list[str], map_index: int, lease: Lease) -> Shard:
     """List one shard of scopes into the sweep store."""
     listed_at = datetime.now(UTC).timestamp()  # before any label is read
-    listings = sweep.target.list(shard)
+    # No wait for a used-up quota past the time the run's deletes must stop: the listing is then incomplete.
+    listings = sweep.target.list(shard, SendGuard(deadline=send_deadline(sweep, lease, None)).stop_at)
     path = sweep.path(f"inventory-{map_index}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(msgspec.json.encode([r for x in listings for r in x.resources]))
@@ -300,6 +314,7 @@ def list_inventory(sweep: Sweep, shard: list[str], map_index: int, lease: Lease)
         hygiene=dict(hygiene),
         listed_at=listed_at,
         token=lease.token,
+        quota=sweep.target.quota_use(),
     )
 
 
@@ -333,6 +348,7 @@ def gather_evidence(sweep: Sweep, shards: list[Shard], lease: Lease) -> SweepInp
         incomplete=incomplete,
         hygiene=dict(sum((Counter(s.hygiene) for s in shards), Counter())),
         warnings=warnings,
+        quota=merge_use(*(s.quota for s in shards)),
     )
 
 
@@ -440,6 +456,7 @@ def summarize(
         max_deletions=overrides.max_deletions,
         left=left,
         plan=plan_ref,
+        quota=sweep_input.quota,
     )
 
 
@@ -495,7 +512,7 @@ def budget_check(summary: Summary) -> Branch:
     return Branch(DELETE, f"{summary.deletes - summary.left} deletes within the cap ({summary.max_deletions}){left}")
 
 
-def delete(sweep: Sweep, batch: Batch, lease: Lease, started: datetime | None) -> dict[str, int]:
+def delete(sweep: Sweep, batch: Batch, lease: Lease, started: datetime | None) -> Deleted:
     """Run one batch of this execution's plan under the fence; another execution's plan is never run.
 
     Nothing is sent after :func:`send_deadline`; a batch that begins after it records its whole batch
@@ -505,9 +522,13 @@ def delete(sweep: Sweep, batch: Batch, lease: Lease, started: datetime | None) -
     why = stale(batch.plan, PlanRef(sweep.ids.execution, lease.token, config_digest(config)))
     if why:
         log.warning("not deleting %d planned resources: %s", len(batch.resources), why)
-        return {STALE_PLAN: len(batch.resources)}
+        return Deleted({STALE_PLAN: len(batch.resources)})
     fence = Fence(sweep.under(lease).fields(), sweep.ids.holder, lease.token, send_deadline(sweep, lease, started))
-    return delete_batch(sweep.ledger(), sweep.target, fence, batch.resources)
+    try:
+        outcomes = delete_batch(sweep.ledger(), sweep.target, fence, batch.resources)
+    finally:
+        spent = sweep.target.quota_use()  # drained also when the batch halted: the next task's are its own
+    return Deleted(outcomes, spent)
 
 
 def send_deadline(sweep: Sweep, lease: Lease, started: datetime | None) -> float:
@@ -532,7 +553,7 @@ def record(
     summary: Summary | None,
     branch: Branch | None,
     batches: int,
-    results: list[dict[str, int]],
+    results: list[Deleted],
     lease: Lease | None,
     started: datetime | None = None,
 ) -> dict[str, object]:
@@ -548,7 +569,7 @@ def record(
     ids = sweep.under(lease)
     ledger = sweep.ledger()
     # A delete task that refused another execution's plan ran in this one: its refusal counts here.
-    stale_plans = sum(int(r.get(STALE_PLAN, 0)) for r in results)
+    stale_plans = sum(r.outcomes.get(STALE_PLAN, 0) for r in results)
     foreign = summary is not None and (summary.plan.execution, summary.plan.token) != (ids.execution, ids.lease)
     if foreign and summary is not None:  # (the second test only narrows the type)
         why = f"no plan of its own: the plan is execution {summary.plan.execution}'s, made under another sweep lease"
@@ -558,6 +579,8 @@ def record(
     problem = branch.why if foreign and branch else f"{len(results)} of {planned} delete batches ended"
     outcomes = Counter(str(o["result"]) for o in ledger.outcomes(ids.fields()).values())
     facts = msgspec.to_builtins(summary) if summary is not None else {}
+    if summary is not None:  # the API quotas this execution spent: its listing's and its delete tasks'
+        facts["quota"] = msgspec.to_builtins(merge_use(summary.quota, *(r.quota for r in results)))
     doc = {
         **ids.fields(),
         "target": sweep.target.name,

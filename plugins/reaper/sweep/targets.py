@@ -15,8 +15,19 @@ from typing import Protocol
 
 from reaper.config import Settings
 from reaper.fence import SendGuard
-from reaper.model import Evidence, GceGroup, GceInstance, K8sObject, Keyed, Outcome, Phase, Resource, ScopeListing
-from reaper.retry import Backoff
+from reaper.model import (
+    Evidence,
+    GceGroup,
+    GceInstance,
+    K8sObject,
+    Keyed,
+    Outcome,
+    Phase,
+    QuotaUse,
+    Resource,
+    ScopeListing,
+)
+from reaper.retry import Backoff, Stop
 
 
 class Target(Protocol):
@@ -43,7 +54,13 @@ class Target(Protocol):
 
     def record_name(self, resource: Resource) -> str: ...
 
-    def list(self, scopes: list[str]) -> list[ScopeListing]: ...
+    def list(self, scopes: list[str], stop: Stop | None = None) -> list[ScopeListing]:
+        """The scopes' listings; no wait (a used-up quota, a Retry-After) is made that ``stop`` refuses."""
+        ...
+
+    def quota_use(self) -> dict[str, QuotaUse]:
+        """What this process's calls cost each scope since the last time this was asked (each task its own)."""
+        ...
 
     def evidence(self, resources: list[Resource], incomplete: list[str]) -> Evidence: ...
 
@@ -71,13 +88,23 @@ class GceTarget:
 
     @property
     def delete_rate(self) -> float:
-        return self.config.gce.delete_rate_per_project
+        return self.config.gce.delete_rate
 
     @cached_property
     def clients(self):  # type: ignore[no-untyped-def]
         from reaper.gce.clients import clients_from_connection
 
         return clients_from_connection(self.config.gce.conn_id)
+
+    @cached_property
+    def quota(self):  # type: ignore[no-untyped-def]
+        """The reaper's share of each project's rate quotas, paced for the whole process (every task of it)."""
+        from reaper.gce.quota import ProjectQuota
+
+        return ProjectQuota(self.config.gce.quota)
+
+    def quota_use(self) -> dict[str, QuotaUse]:
+        return self.quota.drain() if "quota" in self.__dict__ else {}
 
     def scopes(self) -> list[str]:
         return list(self.config.gce.projects)
@@ -89,21 +116,18 @@ class GceTarget:
     def record_name(self, resource: GceInstance) -> str:
         return resource.name
 
-    def list(self, scopes: list[str]) -> list[ScopeListing]:
+    def list(self, scopes: list[str], stop: Stop | None = None) -> list[ScopeListing]:
         """In-scope instances (and fleeting groups) of these projects, ``list_concurrency`` projects at a time."""
         from reaper.gce.groups import add_groups
         from reaper.gce.inventory import list_projects
 
         gce = self.config.gce
+        timeout = gce.request_timeout.total_seconds()
+        backoff = Backoff(gce.max_retries)
         listings = list_projects(
-            self.clients,
-            scopes,
-            gce.selector,
-            gce.list_concurrency,
-            Backoff(gce.max_retries),
-            gce.request_timeout.total_seconds(),
+            self.clients, scopes, gce.selector, gce.list_concurrency, backoff, timeout, self.quota, stop
         )
-        add_groups(listings, self.clients, gce, Backoff(gce.max_retries), gce.request_timeout.total_seconds())
+        add_groups(listings, self.clients, gce, backoff, timeout, self.quota, stop)
         return listings
 
     def evidence(self, resources: list[Resource], incomplete: list[str]) -> Evidence:
@@ -123,7 +147,7 @@ class GceTarget:
     def delete(self, resources: list[Resource], guard: SendGuard) -> list[Outcome]:
         from reaper.gce.deleter import GceDeleter
 
-        return GceDeleter(self.clients, self.config).delete(resources, guard)  # type: ignore[arg-type]
+        return GceDeleter(self.clients, self.config, quota=self.quota).delete(resources, guard)  # type: ignore[arg-type]
 
 
 class K8sTarget:
@@ -168,7 +192,10 @@ class K8sTarget:
     def record_name(self, resource: K8sObject) -> str:
         return f"{resource.kind}/{resource.namespace}/{resource.name}"
 
-    def list(self, scopes: list[str]) -> list[ScopeListing]:
+    def quota_use(self) -> dict[str, QuotaUse]:
+        return {}  # the API server throttles with Retry-After (API Priority and Fairness), no quota to share
+
+    def list(self, scopes: list[str], stop: Stop | None = None) -> list[ScopeListing]:
         """Managed objects of these clusters, one cluster after another, with their hygiene findings
         (the cluster's own defences missing: reported, never acted on)."""
         from reaper.k8s.inventory import list_cluster
