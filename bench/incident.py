@@ -6,8 +6,9 @@ them (heartbeats 5 h old, their writers passing again with empty stores). Throug
 latency), a real Prometheus (writer health) and SecantusDB (the ledger):
 
 1. the scheduled sweep: the two projects held on their budget, the other eight enforced;
-2. the recovery: one manual run with ``override_budget``, ``override_reason``, ``max_deletions``
-   and ``scopes`` (the two projects), and, if its deadline left some, the runs after it.
+2. the recovery: one manual run with ``override_budget`` and ``override_scopes`` (the two held
+   projects), ``override_reason``, ``max_deletions`` and ``scopes`` (the same two), and, if its
+   deadline left some, the runs after it.
 
 Prints the time from the override's trigger to the last deletion against the rate-limit bound,
 ``abandoned / (projects x delete_rate_per_project)``, the busiest second of each project (never
@@ -133,6 +134,7 @@ def main() -> None:
             recovery = run(
                 "reaper_gce_enforcement",
                 override_budget=True,
+                override_scopes=crashed,  # the projects the scheduled sweep held
                 override_reason=REASON,
                 max_deletions=args.abandoned,
                 scopes=crashed,

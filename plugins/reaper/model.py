@@ -341,14 +341,26 @@ class ScopeVerdict(msgspec.Struct, frozen=True):
 
 
 class Override(msgspec.Struct, frozen=True):
-    """A manual trigger's budget override: only valid with a non-empty reason and a user."""
+    """A manual trigger's budget override: a non-empty reason, a user, and the scopes it lifts.
+
+    ``scopes``: the (target, scope) pairs, keyed as ``Evidence`` keys them, whose budget hold it
+    lifts; a budget hold in any other scope stands (docs/design.md §6). Naming none lifts nothing,
+    so it is refused like a missing reason.
+    """
 
     reason: str
     user: str
+    scopes: frozenset[tuple[str, str]]
 
     def __post_init__(self) -> None:
         if not self.reason.strip():
             raise ValueError("override_reason must be non-empty to override a budget hold")
+        if not self.scopes:
+            raise ValueError("override_scopes must name the scopes whose budget hold is lifted")
+
+    def lifts(self, target: str, scope: str) -> bool:
+        """Whether this override lifts the budget hold of ``scope`` of ``target``."""
+        return (target, scope) in self.scopes
 
 
 @dataclass

@@ -103,16 +103,40 @@ def test_dry_run_deletes_nothing_but_records_the_decisions(fleet, sweeper, mongo
     assert db.ledger.count_documents({"run_id": run.run_id, "action": {"$in": ["delete_intent", "outcome"]}}) == 0
 
 
-def test_budget_override_needs_a_reason_and_is_recorded(fleet, sweeper, mongo_server) -> None:
-    refused = sweeper.run("reaper_gce_enforcement", override_budget=True, override_reason="  ")
+def test_budget_override_needs_a_reason_lifts_only_the_scopes_it_names_and_is_recorded(
+    fleet, sweeper, mongo_server
+) -> None:
+    refused = sweeper.run("reaper_gce_enforcement", override_budget=True, override_reason="  ", override_scopes=["p2"])
     assert refused.state == "failed" and everything(fleet) == ALL
-    run = sweeper.run("reaper_gce_enforcement", override_budget=True, override_reason="writer fixed, INC-42")
+    # p1's budget trips too (5 stale of 9 labeled), in this sweep for the first time: the operator reviewed p2 only.
+    p1_stale = {f"p1-new-stale-{i}" for i in range(4)}
+    for name in p1_stale:
+        add_instance(fleet, "p1", "us-east1-b", name, heartbeat_age=86400)
+    run = sweeper.run(
+        "reaper_gce_enforcement", override_budget=True, override_reason="writer fixed, INC-42", override_scopes=["p2"]
+    )
     assert run.state == "success"
-    assert everything(fleet) == ALL - P1_ORPHANS - {f"p2-stale-{i}" for i in range(3)}
-    summary = ledger(mongo_server).sweeps.find_one({"run_id": run.run_id})
-    assert summary["override"]["reason"] == "writer fixed, INC-42" and summary["override"]["user"]
-    p2 = next(s for s in summary["scopes"] if s["scope"] == "p2")
-    assert p2["overridden"] == ["budget_exceeded"] and p2["holds"] == []
+    # p1's heartbeat_stale VMs stay held; its terminated and unlabeled ones, which no budget holds, go.
+    gone = {"p1-terminated", "p1-unlabeled-old", *(f"p2-stale-{i}" for i in range(3))}
+    assert everything(fleet) == (ALL | p1_stale) - gone
+    db = ledger(mongo_server)
+    summary = db.sweeps.find_one({"run_id": run.run_id})
+    assert summary["override"] | {"user": "?"} == {
+        "reason": "writer fixed, INC-42",
+        "user": "?",
+        "budget": True,
+        "scopes": ["p2"],
+        "applied": True,
+    }
+    assert summary["override"]["user"]
+    verdicts = {s["scope"]: s for s in summary["scopes"]}
+    assert verdicts["p2"]["overridden"] == ["budget_exceeded"] and verdicts["p2"]["holds"] == []
+    assert verdicts["p1"]["holds"] == ["budget_exceeded"] and verdicts["p1"]["overridden"] == []
+    reports = {r["name"]: r for r in db.ledger.find({"run_id": run.run_id, "action": "report"})}
+    assert {reports[n]["reason"] for n in p1_stale | {"p1-stale"}} == {"budget_exceeded"}
+    assert all("override" not in reports[n] for n in p1_stale)  # not made under the override
+    deletes = {r["name"]: r for r in db.ledger.find({"run_id": run.run_id, "action": "delete"})}
+    assert {deletes[f"p2-stale-{i}"]["override"]["scopes"][0] for i in range(3)} == {"p2"}
 
 
 def test_scopes_param_restricts_the_sweep(fleet, sweeper) -> None:
@@ -200,13 +224,15 @@ def test_clearing_a_run_never_replays_its_override_and_keeps_each_executions_sum
     from datetime import UTC, datetime
 
     when = datetime.now(UTC)
-    first = sweeper.run("reaper_gce_enforcement", when, override_budget=True, override_reason="INC-42: writer fixed")
+    # Alice names p1 as well: p1 holds nothing yet, so nothing is lifted there; the override is not replayed.
+    alices = {"override_budget": True, "override_reason": "INC-42: writer fixed", "override_scopes": ["p1", "p2"]}
+    first = sweeper.run("reaper_gce_enforcement", when, **alices)
     assert first.state == "success"
     assert everything(fleet) == ALL - P1_ORPHANS - {f"p2-stale-{i}" for i in range(3)}
     for i in range(6):  # most of p1 goes stale at once: the writer is broken again
         add_instance(fleet, "p1", "us-east1-b", f"p1-new-stale-{i}", heartbeat_age=86400)
     # The same run again, with its conf (a cleared run keeps it): its next execution.
-    again = sweeper.run("reaper_gce_enforcement", when, override_budget=True, override_reason="INC-42: writer fixed")
+    again = sweeper.run("reaper_gce_enforcement", when, **alices)
     assert again.run_id == first.run_id and again.state == "success"
     assert {f"p1-new-stale-{i}" for i in range(6)} <= everything(fleet), "the old override lifted a new hold"
     db = ledger(mongo_server)

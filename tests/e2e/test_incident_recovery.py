@@ -3,8 +3,9 @@
 Ten projects with live managers; the managers of two crash-looped, came back with empty machine
 stores and abandoned their VMs (their writers pass again, tracking nothing). The enforcement sweep
 holds those two projects on their budget and keeps enforcing the other eight; an operator recovers
-from a manual trigger alone (``override_budget``, ``override_reason``, ``max_deletions``, ``scopes``)
-without the run outliving its own timeout. The full-scale run (8,000 VMs) is ``bench/incident.py``.
+from a manual trigger alone (``override_budget`` with its ``override_scopes``, ``override_reason``,
+``max_deletions``, ``scopes``) without the run outliving its own timeout. The full-scale run
+(8,000 VMs) is ``bench/incident.py``.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ def recover(sweeper, max_deletions: int):  # type: ignore[no-untyped-def]
     return sweeper.run(
         "reaper_gce_enforcement",
         override_budget=True,
+        override_scopes=CRASHED,  # the audit view's held scopes
         override_reason=REASON,
         max_deletions=max_deletions,
         scopes=CRASHED,
@@ -124,6 +126,7 @@ def test_the_crashed_projects_are_held_and_an_operator_recovers_them_from_one_ma
         "reason": REASON,
         "user": "?",
         "budget": True,
+        "scopes": CRASHED,
         "max_deletions": 2 * ABANDONED,
         "applied": True,
     }

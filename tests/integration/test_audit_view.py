@@ -75,7 +75,7 @@ def led(mongo) -> Ledger:
                 {"scope": "p2", "rule": "heartbeat_stale", "reason": "budget_exceeded", "action": "report", "count": 1},
             ],
             "scopes": [
-                {"scope": "p1", "holds": [], "labeled": 4, "stale": 1},
+                {"scope": "p1", "holds": [], "overridden": ["budget_exceeded"], "labeled": 4, "stale": 3},
                 {
                     "scope": "p2",
                     "holds": ["budget_exceeded"],
@@ -84,7 +84,13 @@ def led(mongo) -> Ledger:
                     "stale": 5,
                 },
             ],
-            "override": {"reason": "INC-42 writer fixed", "user": "alice", "applied": True},
+            "override": {
+                "reason": "INC-42 writer fixed",
+                "user": "alice",
+                "budget": True,
+                "scopes": ["p1"],
+                "applied": True,
+            },
             "worker": "celery@host-2",
         }
     )
@@ -190,6 +196,7 @@ def test_sweep_page_shows_the_summary_reasons_in_words_and_links(http) -> None:
     page = http.get(SWEEP, params={"order": "name"}).text
     assert "1 deletes within the cap" in page and "INC-42 writer fixed" in page and "alice" in page
     assert "celery@host-2" in page  # a summary field this version does not know is still shown
+    assert "budget: True; scopes: p1; applied: True" in page  # the override and the scopes it lifted
     assert "S 5 / L 6" in page and "budget_exceeded" in page
     assert "heartbeat 5 h 12 min old" in page and "deleted" in page
     assert f'href="/dags/{GCE_DAG}/runs/manual__2026-11-29T12%3A00%3A00%2B00%3A00"' in page
@@ -203,7 +210,7 @@ def test_overview_charts_each_scope_with_holds_and_overrides_marked(http) -> Non
     assert 'data-values="{&quot;RUNNING&quot;: 4, &quot;TERMINATED&quot;: 1}"' in page  # p1's census
     assert 'data-values="{&quot;budget_exceeded&quot;: 1}"' in page  # p2's reports by reason
     assert "hold budget_exceeded on p2 (blocks deletes), S 5 / L 6" in page
-    assert "override by alice: INC-42 writer fixed" in page
+    assert "override by alice on p1: INC-42 writer fixed" in page  # the scopes whose budget hold it lifted
     assert f"/sweeps/{GCE_DAG}/manual__2026-11-29T12%3A00%3A00%2B00%3A00" in page
 
 

@@ -73,6 +73,33 @@ def test_sweep_dag_conventions(dagbag) -> None:
         assert ("override_budget" in dag.params) == ("telemetry" not in dag_id)
 
 
+def form_requires(schema: dict) -> bool:
+    """Whether Airflow's Trigger form marks a Param required, as its ``isRequired`` does: a schema type
+    without "null" (airflow-core/src/airflow/ui/src/components/FlexibleForm/isParamRequired.tsx). The form
+    keeps the Trigger button disabled while a required field holds null or "" (FlexibleForm.tsx), and a
+    cleared text or list field sends null (FieldStringArray.tsx, FieldMultiSelect.tsx)."""
+    kind = schema.get("type")
+    return bool(kind) and not (isinstance(kind, list) and "null" in kind)
+
+
+def test_the_trigger_form_asks_nothing_of_a_plain_run(dagbag) -> None:
+    # Issue 25.2: override_reason ("" as a required string) kept the Trigger button disabled.
+    from copy import copy
+
+    for dag_id in SWEEPS:
+        params = dagbag.dags[dag_id].params
+        for name in params:
+            param = params.get_param(name)
+            assert not (form_requires(param.schema) and param.value in (None, "")), (dag_id, name)
+            if param.schema.get("type") != "boolean":  # a check box is never empty
+                assert not form_requires(param.schema), (dag_id, name)
+                assert copy(param).resolve(None) is None, (dag_id, name)  # what a cleared field sends
+        assert {"dry_run", "scopes"} <= set(params), dag_id
+        if "telemetry" not in dag_id:
+            assert {"override_budget", "override_scopes", "override_reason", "max_deletions"} <= set(params)
+            assert params.get_param("override_scopes").resolve(["p1"]) == ["p1"]
+
+
 def test_schedules_and_timeouts(dagbag) -> None:
     gce, k8s = dagbag.dags["reaper_gce_enforcement"], dagbag.dags["reaper_k8s_enforcement"]
     assert gce.dagrun_timeout.total_seconds() == 540 and k8s.dagrun_timeout.total_seconds() == 54

@@ -293,6 +293,9 @@ def test_writer_holds_do_not_hold_terminated_or_age(records: list[WriterRecord] 
 # --- budget -----------------------------------------------------------------------------------
 
 
+P1 = frozenset({("gce", "p1")})  # an override naming project p1
+
+
 def _fleet(stale: int, fresh: int, project: str = "p1") -> list:
     return [inst(hb_age=D, project=project) for _ in range(stale)] + [
         inst(hb_age=M, project=project) for _ in range(fresh)
@@ -332,17 +335,28 @@ def test_budget_does_not_hold_terminated() -> None:
 
 
 def test_override_lifts_the_budget_hold_only() -> None:
-    p = plan(_fleet(3, 1), override=Override("known writer outage fixed", "alice"))
+    p = plan(_fleet(3, 1), override=Override("known writer outage fixed", "alice", P1))
     assert len(p.deletes()) == 3
     assert p.scopes[0].overridden == ("budget_exceeded",) and p.scopes[0].holds == ()
     ev = _evidence([WriterRecord("m", "p1", NOW, True)])
-    held = plan(_fleet(3, 1), evidence=ev, override=Override("x", "alice"))
+    held = plan(_fleet(3, 1), evidence=ev, override=Override("x", "alice", P1))
     assert not held.deletes()
+
+
+def test_override_lifts_the_budget_hold_only_in_the_projects_it_names() -> None:
+    # Both projects trip their budget; the operator reviewed p1 only: p2's hold stands (docs/design.md §6).
+    p = plan(_fleet(3, 1, "p1") + _fleet(4, 1, "p2"), override=Override("INC-42: p1's manager crashed", "alice", P1))
+    assert {d.resource.project for d in p.deletes()} == {"p1"} and len(p.deletes()) == 3
+    verdicts = {v.scope: v for v in p.scopes}
+    assert verdicts["p1"].overridden == ("budget_exceeded",) and verdicts["p1"].holds == ()
+    assert verdicts["p2"].holds == ("budget_exceeded",) and verdicts["p2"].overridden == ()
+    reported = {d.reason for d in p.decisions if d.resource.project == "p2" and d.action.value == "report"}
+    assert reported == {"budget_exceeded"}
 
 
 def test_override_needs_a_reason() -> None:
     with pytest.raises(ValueError, match="override_reason"):
-        Override("  ", "alice")
+        Override("  ", "alice", P1)
 
 
 def test_budget_thresholds_follow_config() -> None:

@@ -259,7 +259,20 @@ def test_budget_is_per_cluster() -> None:
 
 def test_budget_override() -> None:
     res = [o for r in "abc" for o in sandbox(r)]
-    assert len(plan(res, evidence=ev(), override=Override("cleanup after outage", "bob")).deletes()) == 12
+    override = Override("cleanup after outage", "bob", frozenset({("k8s", "c1")}))
+    assert len(plan(res, evidence=ev(), override=override).deletes()) == 12
+
+
+def test_budget_override_lifts_only_the_clusters_it_names() -> None:
+    # Both clusters trip their budget (three orphaned runs of three); the operator reviewed c1 only.
+    res = [obj(kind, f"{c}-{r}", cluster=c) for c in ("c1", "c2") for r in "abc" for kind in ("Pod", "Secret")]
+    override = Override("INC-7: c1's runner restarted", "bob", frozenset({("k8s", "c1")}))
+    p = plan(res, evidence=ev(), override=override)
+    assert {d.resource.cluster for d in p.deletes()} == {"c1"} and len(p.deletes()) == 6
+    verdicts = {v.scope: v for v in p.scopes}
+    assert verdicts["c1"].overridden == ("budget_exceeded",) and verdicts["c1"].holds == ()
+    assert verdicts["c2"].holds == ("budget_exceeded",) and verdicts["c2"].overridden == ()
+    assert {d.reason for d in p.decisions if d.resource.cluster == "c2"} == {"budget_exceeded"}
 
 
 def test_incomplete_cluster_listing_holds_deletes() -> None:

@@ -140,6 +140,67 @@ def test_unknown_scopes_and_an_override_without_reason_are_refused_naming_the_ke
         steps.resolve_scopes(s, {"override_budget": True, "override_reason": "  "})
 
 
+OVERRIDE = {"override_budget": True, "override_reason": "INC-42"}
+
+
+@pytest.mark.parametrize(
+    ("params", "match"),
+    [
+        (OVERRIDE, r"override_scopes: expected the scopes whose budget hold override_budget lifts .*got none"),
+        ({**OVERRIDE, "override_scopes": []}, "override_scopes: expected the scopes"),
+        ({**OVERRIDE, "override_scopes": None}, "override_scopes: expected the scopes"),  # a cleared form field
+        (
+            {**OVERRIDE, "override_scopes": ["p1", "p9"]},
+            r"override_scopes: \['p9'\] are not swept by this run; expected a subset of the configured "
+            r"\['p1', 'p2'\] \(config key gce\.projects\)",
+        ),
+        (
+            {**OVERRIDE, "scopes": ["p1"], "override_scopes": ["p2"]},
+            r"override_scopes: \['p2'\] are not swept by this run; expected a subset of params\.scopes \['p1'\]",
+        ),
+        ({**OVERRIDE, "override_scopes": "p1"}, "override_scopes: expected a list of scope names"),
+        ({"override_scopes": ["p1"]}, r"override_scopes: \['p1'\] given without override_budget"),
+    ],
+)
+def test_a_budget_override_names_the_swept_scopes_it_lifts(
+    tmp_path: Path, params: dict[str, object], match: str
+) -> None:
+    s = sweep(tmp_path, [])
+    with pytest.raises(AirflowFailException, match=match):
+        steps.resolve_scopes(s, params)
+    assert s.ledger().records == [] and s.ledger().summaries == []  # refused before the lease
+
+
+def test_a_budget_override_naming_swept_scopes_passes(tmp_path: Path) -> None:
+    named = {**OVERRIDE, "scopes": ["p1", "p2"], "override_scopes": ["p2"], "override_reason": None}
+    with pytest.raises(AirflowFailException, match="override_reason"):  # the form's empty reason: null
+        steps.resolve_scopes(sweep(tmp_path, []), named)
+    setup = steps.resolve_scopes(sweep(tmp_path, []), {**named, "override_reason": "INC-42"})
+    assert setup.shards == [["p1"], ["p2"]]
+    assert steps.resolve_scopes(sweep(tmp_path, []), {"override_reason": None, "override_scopes": None}).shards
+
+
+def test_a_budget_override_lifts_and_records_only_the_scopes_it_names(tmp_path: Path) -> None:
+    # Both projects' budgets trip (3 stale of 4); the operator reviewed p1 only.
+    stale, fresh = str(int(time.time() - D)), str(int(time.time() - M))
+    fleet = [inst(hb=hb, project=p) for p in ("p1", "p2") for hb in (stale, stale, stale, fresh)]
+    s = sweep(tmp_path, fleet)
+    planned = plan_through(s, {**OVERRIDE, "override_scopes": ["p1"]})
+    assert {r.project for b in planned.batches for r in b.resources} == {"p1"} and planned.summary.deletes == 3
+    record = {"reason": "INC-42", "user": "sre", "budget": True, "scopes": ["p1"], "applied": True}
+    assert planned.summary.override == record
+    verdicts = {v["scope"]: v for v in planned.summary.scopes}
+    assert (verdicts["p1"]["holds"], verdicts["p1"]["overridden"]) == ([], ["budget_exceeded"])
+    assert (verdicts["p2"]["holds"], verdicts["p2"]["overridden"]) == (["budget_exceeded"], [])
+    decisions = [r for r in s.ledger().records if r["kind"] == "decision"]
+    # Each decision made under the override carries it, scopes included; p2's, held, were not made under it.
+    assert {(r["scope"], r["action"], r["reason"]) for r in decisions} == {
+        ("p1", "delete", "heartbeat_stale"),
+        ("p2", "report", "budget_exceeded"),
+    }
+    assert all(r.get("override") == (record if r["scope"] == "p1" else None) for r in decisions)
+
+
 def test_scopes_named_twice_are_one_shard_entry_and_the_lease_is_handed_on(tmp_path: Path) -> None:
     setup = steps.resolve_scopes(sweep(tmp_path, []), {"scopes": ["p2", "p1", "p2"]})
     assert setup.shards == [["p1"], ["p2"]] and setup.lease == LEASE
@@ -234,10 +295,10 @@ FIRST = steps.Ids("d", "r", 0, "t")
         ({"max_deletions": 20}, False, 20, None),  # a lower cap is a limit, no override
         ({"max_deletions": 500}, False, 500, None),
         (
-            {"override_budget": True, "override_reason": "INC-42"},
+            {"override_budget": True, "override_reason": "INC-42", "override_scopes": ["p2", "p1", "p2"]},
             True,
             500,
-            {"reason": "INC-42", "user": "sre", "budget": True, "applied": True},
+            {"reason": "INC-42", "user": "sre", "budget": True, "scopes": ["p1", "p2"], "applied": True},
         ),
         (
             {"max_deletions": 9000, "override_reason": "INC-13578"},
@@ -250,28 +311,29 @@ FIRST = steps.Ids("d", "r", 0, "t")
 def test_what_a_first_execution_lifts_and_records(
     params: dict[str, object], budget: bool, limit: int, record: dict[str, object] | None
 ) -> None:
-    got = steps.run_overrides(params, FIRST, "sre", rerun=False, configured=500)
+    got = steps.run_overrides(params, FIRST, "sre", rerun=False, configured=500, target="gce")
     assert (got.budget is not None, got.max_deletions, got.record) == (budget, limit, record)
     assert got.budget is None or (got.budget.user, got.budget.reason) == ("sre", params["override_reason"])
+    assert got.budget is None or got.budget.scopes == {("gce", "p1"), ("gce", "p2")}
 
 
 @pytest.mark.parametrize(("ids", "rerun"), [(FIRST, True), (steps.Ids("d", "r", 1, "t"), False)])
 def test_an_override_applies_to_the_first_execution_only_and_a_lower_cap_to_every_one(
     ids: steps.Ids, rerun: bool
 ) -> None:
-    params = {"override_budget": True, "max_deletions": 9000, "override_reason": "INC-42"}
-    got = steps.run_overrides(params, ids, "sre", rerun, configured=500)
+    params = {"override_budget": True, "max_deletions": 9000, "override_reason": "INC-42", "override_scopes": ["p1"]}
+    got = steps.run_overrides(params, ids, "sre", rerun, configured=500, target="gce")
     assert got.budget is None and got.max_deletions == 500
     assert got.record is not None and got.record["applied"] is False and "first execution" in str(got.record["why"])
-    assert steps.run_overrides({"max_deletions": 3}, ids, "sre", rerun, configured=500).max_deletions == 3
+    assert steps.run_overrides({"max_deletions": 3}, ids, "sre", rerun, configured=500, target="gce").max_deletions == 3
     # A lower cap beside a budget override is still a limit: the re-run drops the override, not the limit.
-    with_budget = {"override_budget": True, "override_reason": "INC-42", "max_deletions": 2}
-    assert steps.run_overrides(with_budget, ids, "sre", rerun, configured=500).max_deletions == 2
+    with_budget = {"override_budget": True, "override_reason": "INC-42", "override_scopes": ["p1"], "max_deletions": 2}
+    assert steps.run_overrides(with_budget, ids, "sre", rerun, configured=500, target="gce").max_deletions == 2
 
 
 def test_a_raise_is_checked_against_the_config_the_plan_is_made_under() -> None:
     # resolve_scopes let 4 pass without a reason under a cap of 10; the config now says 2.
-    got = steps.run_overrides({"max_deletions": 4}, FIRST, "sre", rerun=False, configured=2)
+    got = steps.run_overrides({"max_deletions": 4}, FIRST, "sre", rerun=False, configured=2, target="gce")
     assert (got.max_deletions, got.record) == (2, None)
 
 

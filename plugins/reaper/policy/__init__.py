@@ -43,8 +43,8 @@ def evaluate(
 ) -> Plan:
     """Decide every in-scope resource.
 
-    ``now`` must be timezone-aware. ``override`` lifts per-scope budget holds
-    only (a manual trigger with a reason); it never lifts health or listing
+    ``now`` must be timezone-aware. ``override`` lifts the budget holds of the
+    scopes it names only (a manual trigger with a reason); it never lifts health or listing
     holds, opt-outs, protected scopes or the global cap. ``max_deletions``: the
     global cap of this sweep, if not ``max_deletions_per_sweep`` (a manual
     trigger's ``max_deletions``, checked and recorded by the sweep).

@@ -26,13 +26,15 @@ def budget_tripped(stale: int, total: int, config: Settings) -> bool:
 
 
 def budget_hold(
-    stale: int, total: int, config: Settings, override: Override | None
+    stale: int, total: int, config: Settings, override: Override | None, target: str, scope: str
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The budget's part of a scope's verdict: (holds, overridden), each empty or ``("budget_exceeded",)``.
+    """The budget's part of ``scope``'s verdict: (holds, overridden), each empty or ``("budget_exceeded",)``.
 
-    An override (a manual trigger with a reason) lifts this hold and no other: the tripped
-    budget is then recorded as overridden, so the report still says it tripped.
+    An override (a manual trigger with a reason) lifts this hold and no other, and only in the
+    scopes it names (docs/design.md §6): the tripped budget is then recorded as overridden, so the
+    report still says it tripped. In a scope it does not name, the hold stands.
     """
     if not budget_tripped(stale, total, config):
         return (), ()
-    return ((), (BUDGET_EXCEEDED,)) if override else ((BUDGET_EXCEEDED,), ())
+    lifted = override is not None and override.lifts(target, scope)
+    return ((), (BUDGET_EXCEEDED,)) if lifted else ((BUDGET_EXCEEDED,), ())

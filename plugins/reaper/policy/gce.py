@@ -398,7 +398,7 @@ def _project_holds(
     writer, bad_writers = writer_hold(records, config, sweep.thresholds.observed)
     if writer:
         holds.append(writer)
-    budget, overridden = budget_hold(stale, labeled, config, sweep.override)
+    budget, overridden = budget_hold(stale, labeled, config, sweep.override, TARGET, project)
     details: dict[str, object] = {
         "labeled": labeled,
         "stale": stale,

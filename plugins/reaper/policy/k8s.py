@@ -180,7 +180,7 @@ def _evaluate_cluster(cluster: str, objects: list[K8sObject], sweep: _Sweep) -> 
     managed = sum(1 for reason, _ in rows.values() if reason not in KEPT_RUNS)
     # The same object listed twice means the listing moved under us (DESIGN.md section 4, applied to lists).
     incomplete = (TARGET, cluster) in sweep.evidence.incomplete or duplicated
-    budget, overridden = budget_hold(orphans, managed, sweep.config, sweep.override)
+    budget, overridden = budget_hold(orphans, managed, sweep.config, sweep.override, TARGET, cluster)
     holds = ("inventory_incomplete", *budget) if incomplete else budget
 
     acted: list[Decision] = []

@@ -62,7 +62,9 @@ def marks(summary: dict[str, object], scope: str | None) -> tuple[str, ...]:
     for key, value in summary.items():
         if key.startswith("override") and isinstance(value, dict):
             applied = "" if value.get("applied", True) else " (not applied)"
-            found.append(f"{key} by {value.get('user', '?')}: {value.get('reason', '')}{applied}")
+            lifted = value.get("scopes")  # the scopes whose budget hold it lifts (none recorded before they were)
+            on = f" on {', '.join(map(str, lifted))}" if isinstance(lifted, list) and lifted else ""
+            found.append(f"{key} by {value.get('user', '?')}{on}: {value.get('reason', '')}{applied}")
     for target, planned in (summary.get("capped") or {}).items():  # type: ignore[union-attr]
         found.append(f"cap: {target} planned {planned} deletes, over max_deletions_per_sweep")
     return tuple(found)

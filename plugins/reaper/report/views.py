@@ -184,7 +184,9 @@ def summary_facts(s: dict[str, object], urls: Urls | None) -> str:
         pairs.append(("stale plans refused", text(s["stale_plan"])))
     for key, value in s.items():
         if key.startswith("override") and isinstance(value, dict):
-            pairs.append((key, text(", ".join(f"{k}: {v}" for k, v in value.items()))))
+            # A budget override's scopes as a list of names, the scopes it lifted.
+            plain = {k: ", ".join(map(str, v)) if isinstance(v, list) else v for k, v in value.items()}
+            pairs.append((key, text("; ".join(f"{k}: {v}" for k, v in plain.items()))))
         elif key not in shown and isinstance(value, str | int | float | bool) and not key.startswith("override"):
             pairs.append((key, text(value)))
     if urls is not None:

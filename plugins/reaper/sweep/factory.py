@@ -76,27 +76,45 @@ def refuse_unshared_store(config: Settings, names: list[str]) -> None:
 def _build(config: Settings, name: str, phase: Phase) -> DAG:
     target = TARGETS[name](config)  # no I/O: its clients are made on first use, in a task
     timeout = config.run_timeout(name)
+    # Optional Params are typed with "null": Airflow's Trigger form requires every Param whose type
+    # lacks it, and keeps the button disabled while such a field is empty (a cleared list field sends null).
     params: dict[str, Param] = {
         "dry_run": Param(False, type="boolean", description="Run the whole graph, delete nothing."),
         "scopes": Param(
             [],
-            type="array",
+            type=["null", "array"],
             items={"type": "string"},
             description="Only these projects or clusters (default: all configured).",
         ),
     }
     if phase is not Phase.TELEMETRY:
         params["override_budget"] = Param(
-            False, type="boolean", description="Lift per-scope budget holds (needs override_reason)."
+            False,
+            type="boolean",
+            description="Lift the budget holds of the scopes override_scopes names (needs override_reason).",
         )
-        params["override_reason"] = Param("", type="string", description="Why; recorded in the ledger.")
+        params["override_scopes"] = Param(
+            [],
+            type=["null", "array"],
+            items={"type": "string"},
+            description=(
+                f"With override_budget: the {target.scope_key} whose budget hold it lifts, one a line, as the "
+                "audit view lists them held; a budget hold in any other scope stands."
+            ),
+        )
+        params["override_reason"] = Param(
+            None,
+            type=["null", "string"],
+            description="Why (needed by override_budget and a raised max_deletions); recorded in the ledger.",
+        )
         params["max_deletions"] = Param(
             None,
             type=["null", "integer"],
             minimum=0,
             description=(
-                f"This run's global cap (default: max_deletions_per_sweep, {config.max_deletions_per_sweep}). "
-                "Above it only with override_reason, for incident recovery; recorded with the user."
+                f"This run's global cap (default: max_deletions_per_sweep, {config.max_deletions_per_sweep}), "
+                "over all its scopes: override_scopes does not narrow it. Above the default only with "
+                "override_reason, for incident recovery; recorded with the user."
             ),
         )
     dag_id = dag_id_of(name, phase)

@@ -199,6 +199,15 @@ class Overrides:
     max_deletions: int
     record: dict[str, object] | None
 
+    def stamp(self, target: str, scope: str) -> dict[str, object] | None:
+        """The override record a decision in ``scope`` carries, if it was made under an applied override:
+        a raised cap is global and covers every scope, a budget override the scopes it names."""
+        if not self.record or not self.record["applied"]:
+            return None
+        if "max_deletions" in self.record or (self.budget is not None and self.budget.lifts(target, scope)):
+            return self.record
+        return None
+
 
 class Branch(msgspec.Struct, frozen=True):
     """``budget_check``'s choice and why."""
@@ -261,6 +270,7 @@ def resolve_scopes(sweep: Sweep, params: dict[str, object]) -> Setup:
     reason = str(params.get("override_reason") or "").strip()
     if params.get("override_budget") and not reason:
         raise AirflowFailException("params.override_reason: expected a non-empty reason with override_budget")
+    check_override_scopes(params, wanted, target)
     cap = params.get("max_deletions")
     if cap is not None and (type(cap) is not int or cap < 0):
         raise AirflowFailException(f"params.max_deletions: expected a whole number >= 0 or null, got {cap!r}")
@@ -281,6 +291,42 @@ def resolve_scopes(sweep: Sweep, params: dict[str, object]) -> Setup:
         raise AirflowSkipException(lease)
     shards = min(config.airflow.shards, max(1, len(wanted)))
     return Setup([s for s in (sorted(wanted)[i::shards] for i in range(shards)) if s], lease)
+
+
+def check_override_scopes(params: dict[str, object], wanted: list[str], target: Target) -> None:
+    """``override_scopes`` names the scopes whose budget hold ``override_budget`` lifts (docs/design.md §6):
+    some, each swept by this run (``wanted``), and only beside ``override_budget``."""
+    named = override_scopes(params)
+    if not params.get("override_budget"):
+        if named:
+            raise AirflowFailException(
+                f"params.override_scopes: {named} given without override_budget; expected override_budget=true "
+                "with it, or no override_scopes"
+            )
+        return
+    if not named:
+        raise AirflowFailException(
+            "params.override_scopes: expected the scopes whose budget hold override_budget lifts (the audit "
+            "view's scopes held on budget_exceeded), got none"
+        )
+    outside = sorted(set(named) - set(wanted))
+    if outside:
+        among = (
+            f"params.scopes {sorted(wanted)}"
+            if params.get("scopes")
+            else f"the configured {sorted(wanted)} (config key {target.name}.{target.scope_key})"
+        )
+        raise AirflowFailException(
+            f"params.override_scopes: {outside} are not swept by this run; expected a subset of {among}"
+        )
+
+
+def override_scopes(params: dict[str, object]) -> list[str]:
+    """The scopes ``override_scopes`` names, each once, in order (a cleared form field sends null: none)."""
+    named = params.get("override_scopes") or []
+    if not isinstance(named, list) or not all(isinstance(s, str) for s in named):
+        raise AirflowFailException(f"params.override_scopes: expected a list of scope names, got {named!r}")
+    return list(dict.fromkeys(named))
 
 
 def wait_for_lease(ledger: Ledger, target: str, holder: str, ttl: timedelta, wait: timedelta) -> Lease | str:
@@ -375,12 +421,11 @@ def evaluate_policy(
     ledger = sweep.ledger()
     ids = sweep.under(lease)
     rerun = ledger.earlier_execution(ids.fields())
-    overrides = run_overrides(params, ids, triggered_by, rerun, config.max_deletions_per_sweep)
+    overrides = run_overrides(params, ids, triggered_by, rerun, config.max_deletions_per_sweep, target.name)
     as_of = datetime.fromtimestamp(sweep_input.as_of, UTC)
     plan = evaluate(
         data.resources, data.evidence, config, sweep.phase, as_of, overrides.budget, overrides.max_deletions
     )
-    applied = overrides.record if overrides.record and overrides.record["applied"] else None
     ledger.write(
         {
             **ids.fields(),
@@ -395,7 +440,8 @@ def evaluate_policy(
             "location": d.resource.location,
             "resource_kind": d.resource.kind,  # the audit view's kind column and filter
             "evidence": d.evidence,
-            **({"override": applied} if applied else {}),  # every decision made under an override says so
+            # Every decision made under an override says so.
+            **({"override": stamp} if (stamp := overrides.stamp(d.target, d.scope)) else {}),
         }
         for d in plan.acted
         if d.action is not Action.KEEP
@@ -460,12 +506,15 @@ def summarize(
     )
 
 
-def run_overrides(params: dict[str, object], ids: Ids, triggered_by: str, rerun: bool, configured: int) -> Overrides:
+def run_overrides(
+    params: dict[str, object], ids: Ids, triggered_by: str, rerun: bool, configured: int, target: str
+) -> Overrides:
     """What this execution's params lift, and what the ledger records about it (DESIGN.md section 6).
 
-    ``override_budget`` lifts per-scope budget holds; ``max_deletions`` above the configured cap
-    (``configured``) raises the global cap, for incident recovery. Both need ``override_reason``
-    (:func:`resolve_scopes` refused them without) and are given for the evidence their trigger saw:
+    ``override_budget`` lifts the budget holds of the scopes of ``target`` that ``override_scopes``
+    names, and no other; ``max_deletions`` above the configured cap (``configured``) raises the
+    global cap, for incident recovery. Both need ``override_reason`` (:func:`resolve_scopes`
+    refused them without, and the budget without its scopes) and are given for the evidence their trigger saw:
     they apply to the run's first execution only. A cleared or re-run run (``rerun``: the ledger
     holds an earlier execution of it) sees new evidence and runs without them, and records that it
     did; Airflow does not tell a task who cleared its run (its audit log does). A ``max_deletions``
@@ -481,12 +530,16 @@ def run_overrides(params: dict[str, object], ids: Ids, triggered_by: str, rerun:
     if not (budget or raised):
         return Overrides(None, lower, None)
     record: dict[str, object] = {"reason": reason, "user": triggered_by, "budget": budget}
+    scopes = sorted(override_scopes(params)) if budget else []
+    if budget:
+        record["scopes"] = scopes
     if raised:
         record["max_deletions"] = asked
     if rerun or ids.execution > 0:
         why = "the run was cleared or re-run: an override applies to its first execution only"
         return Overrides(None, lower, {**record, "applied": False, "why": why})
-    return Overrides(Override(reason, triggered_by) if budget else None, asked, {**record, "applied": True})
+    lifted = Override(reason, triggered_by, frozenset((target, s) for s in scopes)) if budget else None
+    return Overrides(lifted, asked, {**record, "applied": True})
 
 
 def budget_check(summary: Summary) -> Branch:
