@@ -19,7 +19,17 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from reaper.config import Settings
 from reaper.fence import NOT_ATTEMPTED, SendGuard
-from reaper.model import Evidence, GceInstance, Keyed, Outcome, Phase, Resource, ScopeListing, WriterRecord
+from reaper.model import (
+    Evidence,
+    GceInstance,
+    Keyed,
+    Outcome,
+    Phase,
+    Resolved,
+    Resource,
+    ScopeListing,
+    WriterRecord,
+)
 from reaper.sweep import steps
 from reaper.sweep.deletes import STALE_PLAN, PlanRef, config_digest
 from reaper.sweep.targets import GceTarget
@@ -76,6 +86,9 @@ class FakeGce(GceTarget):
     def __init__(self, config: Settings, fleet: list[GceInstance], incomplete: dict[str, list[str]] | None = None):
         super().__init__(config)
         self.fleet, self.incomplete, self.guards = fleet, incomplete or {}, []
+
+    def resolve(self, scopes: list[str]) -> list[Resolved]:
+        return [Resolved(s, (s,)) for s in scopes]
 
     def list(self, scopes: list[str]) -> list[ScopeListing]:
         return [
@@ -141,7 +154,7 @@ def test_unknown_scopes_and_an_override_without_reason_are_refused_naming_the_ke
 
 def test_scopes_named_twice_are_one_shard_entry_and_the_lease_is_handed_on(tmp_path: Path) -> None:
     setup = steps.resolve_scopes(sweep(tmp_path, []), {"scopes": ["p2", "p1", "p2"]})
-    assert setup.shards == [["p1"], ["p2"]] and setup.lease == LEASE
+    assert setup.shards == [[Resolved("p1", ("p1",))], [Resolved("p2", ("p2",))]] and setup.lease == LEASE
 
 
 def test_a_lease_held_elsewhere_skips_the_sweep_with_its_own_summary(tmp_path: Path) -> None:
