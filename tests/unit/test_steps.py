@@ -46,6 +46,7 @@ class FakeLedger:
     records: list[dict[str, object]] = field(default_factory=list)
     summaries: list[dict[str, object]] = field(default_factory=list)
     rerun: bool = False
+    released: list[str] = field(default_factory=list)
 
     def ensure_indexes(self) -> None: ...
 
@@ -54,6 +55,9 @@ class FakeLedger:
 
     def holder(self, target: str) -> str | None:
         return "reaper_gce_report_only/other#0"
+
+    def release(self, target: str, holder: str) -> None:
+        self.released.append(holder)
 
     def earlier_execution(self, ids: dict[str, object]) -> bool:
         return self.rerun
@@ -155,6 +159,19 @@ def test_unknown_scopes_and_an_override_without_reason_are_refused_naming_the_ke
 def test_scopes_named_twice_are_one_shard_entry_and_the_lease_is_handed_on(tmp_path: Path) -> None:
     setup = steps.resolve_scopes(sweep(tmp_path, []), {"scopes": ["p2", "p1", "p2"]})
     assert setup.shards == [[Resolved("p1", ("p1",))], [Resolved("p2", ("p2",))]] and setup.lease == LEASE
+
+
+def test_a_resolution_that_fails_gives_the_lease_back(tmp_path: Path) -> None:
+    # A failed setup task runs no teardown: resolve_scopes releases the lease it took itself.
+    s = sweep(tmp_path, [])
+
+    def unreachable(scopes: list[str]) -> list[Resolved]:
+        raise ConnectionError("no route to the Compute API")
+
+    s.target.resolve = unreachable  # type: ignore[method-assign]
+    with pytest.raises(ConnectionError):
+        steps.resolve_scopes(s, {})
+    assert s.ledger().released == [s.ids.holder]
 
 
 def test_a_lease_held_elsewhere_skips_the_sweep_with_its_own_summary(tmp_path: Path) -> None:

@@ -107,6 +107,8 @@ class GceTarget:
         """
         from reaper.gce.projects import resolve_projects
 
+        if not scopes:  # nothing to sweep needs no clients
+            return []
         gce = self.config.gce
         backoff, timeout = Backoff(gce.max_retries), gce.request_timeout.total_seconds()
         return resolve_projects(self.clients, scopes, gce.selector, gce.list_concurrency, backoff, timeout)
