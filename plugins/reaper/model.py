@@ -175,6 +175,30 @@ class ScopeListing:
         return not self.problems
 
 
+class Resolved(msgspec.Struct, frozen=True):
+    """One scope of a sweep as its configured names resolved (docs/design.md §4, projects by canonical id).
+
+    A GCE project may be configured by its id or its number; the Compute API takes either and names
+    the id in every URL it answers, so ``scope`` is the id: what every listing, hold, protection,
+    budget and metric is keyed by. ``configured``: the configured names that resolved to it (two when
+    an id and its number are both configured: one scope, listed once). ``numbers``: the project
+    numbers it is known by (empty: its number is not known). ``how``: how it was resolved.
+    ``problem``: why it could not be; then ``scope`` is the configured name, nothing is listed there
+    and its listing is incomplete. Kubernetes clusters are named by their connection: as configured.
+    """
+
+    scope: str
+    configured: tuple[str, ...]
+    numbers: tuple[str, ...] = ()
+    how: str = "as configured"
+    problem: str = ""
+
+
+def is_project_number(name: str) -> bool:
+    """Whether a project name is a number (ASCII digits); a project id starts with a letter."""
+    return name.isascii() and name.isdigit()
+
+
 def incomplete_scopes(listings: list[ScopeListing]) -> frozenset[tuple[str, str]]:
     """The ``Evidence.incomplete`` entries of these listings: no delete is sent in those scopes."""
     return frozenset((x.target, x.scope) for x in listings if not x.complete)
@@ -272,6 +296,9 @@ class Evidence(msgspec.Struct, frozen=True):
     - ``reporting``: the (manager, project) pairs with any writer-health report within the
       quarantine, from a source proven to hold that much history; ``None``: unknown (not read,
       unreadable, or too little history), and no group is then reported residual.
+    - ``resolved``: scope -> how the sweep resolved its configured names (:class:`Resolved`): the
+      numbers a GCE project is also known by, for ``gce.protected_projects`` and writer-health
+      labels that name numbers. Empty (an offline export): every project's number is unknown.
     """
 
     writer_health: list[WriterRecord] | None = None
@@ -282,6 +309,7 @@ class Evidence(msgspec.Struct, frozen=True):
     swept: frozenset[tuple[str, str]] = frozenset()
     observed_until: float | None = None
     reporting: frozenset[tuple[str, str]] | None = None
+    resolved: dict[str, Resolved] = {}
 
 
 def step_key(run: str, step: str, attempt: str) -> str:

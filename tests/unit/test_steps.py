@@ -19,7 +19,17 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from reaper.config import Settings
 from reaper.fence import NOT_ATTEMPTED, SendGuard
-from reaper.model import Evidence, GceInstance, Keyed, Outcome, Phase, Resource, ScopeListing, WriterRecord
+from reaper.model import (
+    Evidence,
+    GceInstance,
+    Keyed,
+    Outcome,
+    Phase,
+    Resolved,
+    Resource,
+    ScopeListing,
+    WriterRecord,
+)
 from reaper.retry import Stop
 from reaper.sweep import steps
 from reaper.sweep.deletes import STALE_PLAN, PlanRef, config_digest
@@ -37,6 +47,7 @@ class FakeLedger:
     records: list[dict[str, object]] = field(default_factory=list)
     summaries: list[dict[str, object]] = field(default_factory=list)
     rerun: bool = False
+    released: list[str] = field(default_factory=list)
 
     def ensure_indexes(self) -> None: ...
 
@@ -45,6 +56,9 @@ class FakeLedger:
 
     def holder(self, target: str) -> str | None:
         return "reaper_gce_report_only/other#0"
+
+    def release(self, target: str, holder: str) -> None:
+        self.released.append(holder)
 
     def earlier_execution(self, ids: dict[str, object]) -> bool:
         return self.rerun
@@ -77,6 +91,9 @@ class FakeGce(GceTarget):
     def __init__(self, config: Settings, fleet: list[GceInstance], incomplete: dict[str, list[str]] | None = None):
         super().__init__(config)
         self.fleet, self.incomplete, self.guards = fleet, incomplete or {}, []
+
+    def resolve(self, scopes: list[str]) -> list[Resolved]:
+        return [Resolved(s, (s,)) for s in scopes]
 
     def list(self, scopes: list[str], stop: Stop | None = None) -> list[ScopeListing]:
         return [
@@ -203,7 +220,20 @@ def test_a_budget_override_lifts_and_records_only_the_scopes_it_names(tmp_path: 
 
 def test_scopes_named_twice_are_one_shard_entry_and_the_lease_is_handed_on(tmp_path: Path) -> None:
     setup = steps.resolve_scopes(sweep(tmp_path, []), {"scopes": ["p2", "p1", "p2"]})
-    assert setup.shards == [["p1"], ["p2"]] and setup.lease == LEASE
+    assert setup.shards == [[Resolved("p1", ("p1",))], [Resolved("p2", ("p2",))]] and setup.lease == LEASE
+
+
+def test_a_resolution_that_fails_gives_the_lease_back(tmp_path: Path) -> None:
+    # A failed setup task runs no teardown: resolve_scopes releases the lease it took itself.
+    s = sweep(tmp_path, [])
+
+    def unreachable(scopes: list[str]) -> list[Resolved]:
+        raise ConnectionError("no route to the Compute API")
+
+    s.target.resolve = unreachable  # type: ignore[method-assign]
+    with pytest.raises(ConnectionError):
+        steps.resolve_scopes(s, {})
+    assert s.ledger().released == [s.ids.holder]
 
 
 def test_a_lease_held_elsewhere_skips_the_sweep_with_its_own_summary(tmp_path: Path) -> None:

@@ -27,6 +27,9 @@ class GceFaults(Faults):
     unreachable: set[tuple[str, str]] = field(default_factory=set)  # (project, zone)
     failing_pages: set[tuple[str, int]] = field(default_factory=set)  # (project, page index) -> 503
     deny_set_labels: set[str] = field(default_factory=set)  # projects whose setLabels answer 403
+    # Projects whose projects.get answers 403: a caller without ``compute.projects.get`` (the reaper's
+    # role may grant the instance permissions only).
+    deny_project_get: set[str] = field(default_factory=set)
     instance_quota: dict[str, int] = field(default_factory=dict)  # project -> instances it may hold; then insert: 403
     failing_operations: set[str] = field(default_factory=set)  # instance names whose delete op ends in error
     # (project, zone): the aggregated list leaves the zone's instances out and says so only with a
@@ -68,6 +71,8 @@ class Fleet(State):
         self.deleted_ids: list[str] = []  # the instance ids delete calls were accepted for, in order
         # Managed instance groups: project -> scope ("zones/Z", "regions/R") -> name -> (resource, members).
         self.groups: dict[str, dict[str, dict[str, tuple[dict[str, object], list[tuple[str, str]]]]]] = {}
+        # Project id -> project number; a project not named here has a number derived from its id.
+        self.numbers: dict[str, str] = {}
         self._op_ids = itertools.count(1)
 
     # --- seeding ---------------------------------------------------------------------------
@@ -171,6 +176,52 @@ class Fleet(State):
         actions = dict.fromkeys(_ACTIONS, 0)
         actions["none"] = present
         return json.loads(json.dumps({**resource, "currentActions": actions}))
+
+    # --- projects: an id and a number each ------------------------------------------------------
+
+    def number(self, project: str) -> str:
+        """The project's number: set in ``numbers``, else 12 digits derived from its id (the same every run)."""
+        derived = 10**11 + int(hashlib.sha1(project.encode()).hexdigest(), 16) % (9 * 10**11)
+        return self.numbers.get(project) or str(derived)
+
+    def project_id(self, name: str) -> str:
+        """The project a request's ``projects/{project}`` segment names: its id, or the id whose number it is.
+
+        The Compute API takes either in every path ("Project ID for this request", whose pattern in
+        compute.v1.json admits ``[0-9]{1,19}``; Google's AIP-2510: APIs accept project ids and numbers)
+        and names the project by its id in the URLs it answers (``selfLink``, ``zone``: the ids this
+        emulator stores). A name that is neither stays as it was sent: its 404 quotes it unchanged.
+        """
+        if not (name.isascii() and name.isdigit()):
+            return name
+        with self.lock:
+            return next((p for p in self.projects if self.number(p) == name), name)
+
+    def project(self, project: str) -> dict[str, object]:
+        """``projects.get``: the Project resource as compute.v1.json's schema defines it (``quotas`` left empty).
+
+        ``name`` is the project id. ``id`` is no project number ("This is *not* the project ID, and is
+        just a unique ID used by Compute Engine"; answers recorded from real projects hold another
+        number there): the number appears in ``defaultServiceAccount``, the Compute Engine default
+        service account ``PROJECT_NUMBER-compute@developer.gserviceaccount.com``.
+        """
+        self.zones(project)  # 404 for an unknown project
+        if project in self.faults.deny_project_get:
+            raise ApiError(403, "forbidden", f"Required 'compute.projects.get' permission for 'projects/{project}'")
+        number = self.number(project)
+        return {
+            "kind": "compute#project",
+            "id": str(int(hashlib.sha1(f"compute/{project}".encode()).hexdigest()[:15], 16)),
+            "creationTimestamp": "2024-01-01T00:00:00.000-08:00",
+            "name": project,
+            "commonInstanceMetadata": {"kind": "compute#metadata", "fingerprint": fingerprint({})},
+            "quotas": [],
+            "selfLink": f"{COMPUTE}/projects/{project}",
+            "defaultServiceAccount": f"{number}-compute@developer.gserviceaccount.com",
+            "xpnProjectStatus": "UNSPECIFIED_XPN_PROJECT_STATUS",
+            "defaultNetworkTier": "PREMIUM",
+            "vmDnsSetting": "ZONAL_ONLY",
+        }
 
     # --- reads and mutations used by the HTTP layer ------------------------------------------
 

@@ -1,13 +1,14 @@
 """HTTP server speaking the subset of the Compute Engine v1 REST API that the reaper and the manager use.
 
-Paths (under ``/compute/v1``): ``projects/P/aggregated/instances`` (``maxResults``,
+Paths (under ``/compute/v1``): ``projects/P`` (get), ``projects/P/aggregated/instances`` (``maxResults``,
 ``pageToken``, ``filter`` of label equalities joined by AND, per-zone warnings),
 ``projects/P/zones/Z/instances`` (list, insert), ``.../instances/NAME`` (get, delete),
 ``.../instances/NAME/setLabels`` (with ``labelFingerprint``: 412 when stale),
 ``projects/P/zones/Z/operations/OP`` (get) and ``.../OP/wait``,
 ``projects/P/aggregated/instanceGroupManagers`` (``maxResults``, ``pageToken``). Plus
 ``/_emulator/stats`` (GET) and ``/_emulator/faults`` (POST JSON) for tools. Partial responses
-(``X-Goog-FieldMask`` header or ``fields`` parameter) are honored, as by the real API.
+(``X-Goog-FieldMask`` header or ``fields`` parameter) are honored, as by the real API. Every
+``projects/P`` segment takes the project's id or its number (:meth:`Fleet.project_id`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from include.emulators.http import ApiError, Handler, Server
 
 MAX_RESULTS = 500
 _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
+    ("GET", re.compile(r"^/compute/v1/projects/([^/]+)$"), "project_get"),
     ("GET", re.compile(r"^/compute/v1/projects/([^/]+)/aggregated/instances$"), "aggregated_list"),
     ("GET", re.compile(r"^/compute/v1/projects/([^/]+)/aggregated/instanceGroupManagers$"), "group_list"),
     ("GET", re.compile(r"^/compute/v1/projects/([^/]+)/zones/([^/]+)/instances$"), "list"),
@@ -78,6 +80,13 @@ class GceHandler(Handler):
     routes = _ROUTES
     state: Fleet
 
+    def _route(self, method: str, path: str) -> tuple[str, tuple[str, ...]]:
+        """The route, its project segment read as the project's id: hooks, faults and handlers see the id."""
+        kind, args = super()._route(method, path)
+        if path.startswith("/compute/v1/projects/"):
+            args = (self.state.project_id(args[0]), *args[1:])
+        return kind, args
+
     def error_body(self, error: ApiError) -> object:
         return {
             "error": {
@@ -111,6 +120,9 @@ class GceHandler(Handler):
 
     def handle_api(self, kind: str, args: tuple[str, ...], query: dict[str, list[str]]) -> object:
         fleet = self.state
+        if kind == "project_get":
+            with fleet.lock:
+                return fleet.project(args[0])
         if kind == "aggregated_list":
             return self._aggregated(args[0], query)
         if kind == "group_list":
@@ -221,6 +233,7 @@ class GceHandler(Handler):
             faults.rates.update(body.get("rates", {}))  # type: ignore[arg-type]
             faults.unreachable |= {tuple(pz) for pz in body.get("unreachable", [])}  # type: ignore[attr-defined]
             faults.deny_set_labels |= set(body.get("deny_set_labels", []))  # type: ignore[arg-type]
+            faults.deny_project_get |= set(body.get("deny_project_get", []))  # type: ignore[arg-type]
         return {"ok": True}
 
 

@@ -216,6 +216,25 @@ def aggregated_scopes(
         seen_tokens.add(token)
 
 
+def instance_pages(
+    clients: ComputeClients,
+    project: str,
+    selector: dict[str, str],
+    listing: ScopeListing,
+    backoff: Backoff,
+    timeout: float,
+    quota: ProjectQuota | None = None,
+    stop: Stop | None = None,
+) -> Iterator[tuple[str, ScopedInstances]]:
+    """Each zone's part of every page of the project's in-scope instances (:func:`aggregated_scopes`)."""
+    path = f"projects/{quote(project, safe='')}/aggregated/instances"
+    params: dict[str, str | int] = {"filter": label_filter(selector), "maxResults": PAGE_SIZE}
+    quota = quota or ProjectQuota(QuotaConfig())
+    return aggregated_scopes(
+        clients, path, params, LIST_FIELD_MASK, INSTANCE_PAGE, listing, backoff, timeout, quota, stop
+    )
+
+
 def list_project(
     clients: ComputeClients,
     project: str,
@@ -225,22 +244,25 @@ def list_project(
     quota: ProjectQuota | None = None,
     stop: Stop | None = None,
 ) -> ScopeListing:
-    """One project's in-scope instances, within the reaper's share of its quotas (the defaults' when ``quota``
-    is not given), pages waited for no later than ``stop`` allows."""
-    quota = quota or ProjectQuota(QuotaConfig())
+    """The project's in-scope instances; ``project`` is its id (docs/design.md §4: projects by canonical id),
+    within the reaper's share of its quotas (the defaults' when ``quota`` is not given), pages waited for
+    no later than ``stop`` allows.
+
+    An instance whose URLs name another project is none of this listing's: it is left out, and the
+    listing is incomplete (a project is never learnt from what a listing answers).
+    """
     listing = ScopeListing("gce", project)
     seen_ids: set[str] = set()
-    path = f"projects/{quote(project, safe='')}/aggregated/instances"
-    params: dict[str, str | int] = {"filter": label_filter(selector), "maxResults": PAGE_SIZE}
-    pages = aggregated_scopes(
-        clients, path, params, LIST_FIELD_MASK, INSTANCE_PAGE, listing, backoff, timeout, quota, stop
-    )
-    for _, scoped in pages:
+    for _, scoped in instance_pages(clients, project, selector, listing, backoff, timeout, quota, stop):
         for inst in scoped.instances:
             try:
                 record = normalize(inst)
             except ValueError as exc:
                 listing.problems.append(str(exc))
+                continue
+            if record.project != project:
+                where = f"project {record.project}, not {project}"
+                listing.problems.append(f"instance {record.id} ({record.name}): its selfLink names {where}")
                 continue
             if record.id in seen_ids:
                 listing.problems.append(f"instance {record.id} ({record.name}) listed twice: the pages moved")

@@ -33,6 +33,7 @@ from reaper.model import (
 from reaper.policy.budget import BUDGET_EXCEEDED, budget_hold
 from reaper.policy.groups import RULE as GROUP_RULE
 from reaper.policy.groups import empty_census, evaluate_groups
+from reaper.policy.projects import ProjectNames
 
 TARGET = "gce"
 _ID, _STATUS = attrgetter("id"), attrgetter("status")
@@ -88,9 +89,12 @@ def evaluate_gce(
     """
     thresholds = _Thresholds(config, now, evidence.observed_until)
     projects = _first_pass(instances, config, thresholds)
-    sweep = _Sweep(config, modes, thresholds, evidence, _writers_by_project(evidence.writer_health), override)
+    swept = sorted(projects.keys() | {scope for target, scope in evidence.swept if target == TARGET})
+    names = ProjectNames(evidence.resolved)
+    writers = None if evidence.writer_health is None else names.writers(evidence.writer_health, swept)
+    sweep = _Sweep(config, modes, thresholds, evidence, writers, override, names)
     result = TargetResult()
-    for project in sorted(projects.keys() | {scope for target, scope in evidence.swept if target == TARGET}):
+    for project in swept:
         part = _evaluate_project(project, projects.get(project) or _Project(), sweep)
         result.acted += part.acted
         result.kept += part.kept
@@ -115,6 +119,7 @@ class _Sweep:
     evidence: Evidence
     writers: dict[str, list[WriterRecord]] | None  # by project; None: the writer-health source was unreadable
     override: Override | None
+    names: ProjectNames  # the numbers each project is also known by
 
 
 class _ProjectResult(NamedTuple):
@@ -221,15 +226,6 @@ class _Thresholds:
         self.future_after = self.observed + gce.clock_skew.total_seconds()  # newer than this: in the future
         self.stopped_before = now - gce.terminated_grace.total_seconds()
         self.aged_before = now - gce.unlabeled_max_age.total_seconds()
-
-
-def _writers_by_project(records: list[WriterRecord] | None) -> dict[str, list[WriterRecord]] | None:
-    if records is None:
-        return None
-    grouped: dict[str, list[WriterRecord]] = defaultdict(list)
-    for record in records:
-        grouped[record.project].append(record)
-    return grouped
 
 
 def writer_hold(
@@ -389,7 +385,8 @@ def _project_holds(
     """
     config = sweep.config
     holds: list[str] = []
-    if project in config.gce.protected_projects:
+    protected_by = sweep.names.protected_by(project, config.gce.protected_projects)
+    if protected_by is not None:
         holds.append("protected_scope")
     # An instance listed twice means the pages moved under the listing: it is not a complete one.
     if (TARGET, project) in sweep.evidence.incomplete or duplicated:
@@ -405,6 +402,8 @@ def _project_holds(
         "stale_fraction": round(stale / labeled if labeled else 0.0, 6),
         "unhealthy_writers": bad_writers,
     }
+    if protected_by not in (None, project):  # protected by its number, or by a number that may be its own
+        details["protected_by"] = protected_by
     names = (*holds, *budget)
     heartbeat = next((h for h in names if h in HEARTBEAT_HOLDS), None)
     return _Holds(names, "protected_scope" in names, "inventory_incomplete" in names, heartbeat), overridden, details

@@ -26,6 +26,7 @@ from collections import defaultdict
 
 from reaper.config import Mode, Settings
 from reaper.model import Action, Decision, Evidence, GceGroup
+from reaper.policy.projects import ProjectNames
 
 RULE = "residual_group"
 TARGET = "gce"
@@ -42,13 +43,15 @@ def evaluate_groups(
     acted: list[Decision] = []
     kept: dict[str, list[GceGroup]] = defaultdict(list)
     census: dict[str, dict[str, int]] = defaultdict(empty_census)
+    names = ProjectNames(evidence.resolved)
+    reporting = names.reporting(evidence.reporting)
     for group in groups:
         manager = config.gce.group_manager(group.name)
         if manager is None:  # not a fleeting group (the listing selects already; an export may not)
             continue
         counts = census[group.project]
         counts["listed"] += 1
-        reason = _row(group, manager, evidence.reporting, config)
+        reason = _row(group, manager, reporting, config, names)
         if reason != RULE:
             kept[reason].append(group)
             continue
@@ -71,9 +74,15 @@ def empty_census() -> dict[str, int]:
     return {"listed": 0, "residual": 0, "residual_instances": 0}
 
 
-def _row(group: GceGroup, manager: str, reporting: frozenset[tuple[str, str]] | None, config: Settings) -> str:
-    """The first row of the module's table that applies to ``group``."""
-    if group.project in config.gce.protected_projects:
+def _row(
+    group: GceGroup,
+    manager: str,
+    reporting: frozenset[tuple[str, str]] | None,
+    config: Settings,
+    names: ProjectNames,
+) -> str:
+    """The first row of the module's table that applies to ``group`` (``reporting`` labelled by project id)."""
+    if names.protected_by(group.project, config.gce.protected_projects) is not None:
         return "protected_scope"
     if group.instances <= 0:
         return "group_empty"

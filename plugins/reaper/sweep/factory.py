@@ -25,7 +25,7 @@ import msgspec
 from airflow.sdk import DAG, Context, Param, dag, get_current_context, task
 
 from reaper.config import ConfigError, Settings, config_path
-from reaper.model import Phase
+from reaper.model import Phase, QuotaUse, Resolved
 from reaper.sweep import steps
 from reaper.sweep.alerts import notifiers
 from reaper.sweep.targets import TARGETS, Target
@@ -142,23 +142,28 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
     )
     def sweep() -> None:
         @task
-        def resolve_scopes() -> list[list[str]]:
+        def resolve_scopes() -> list[list[dict[str, Any]]]:
             sweep, context = _current(config, target, phase)
             setup = steps.resolve_scopes(sweep, context["params"])
             context["ti"].xcom_push(key="lease", value=_xcom(setup.lease))
-            return setup.shards
+            context["ti"].xcom_push(key="quota", value=msgspec.to_builtins(setup.quota))
+            return msgspec.to_builtins(setup.shards)
 
         @task
-        def list_inventory(shard: list[str], lease: dict[str, Any]) -> dict[str, Any]:
+        def list_inventory(shard: list[dict[str, Any]], lease: dict[str, Any]) -> dict[str, Any]:
             sweep, context = _current(config, target, phase)
-            return _xcom(steps.list_inventory(sweep, shard, context["ti"].map_index, _typed(lease, steps.Lease)))
+            scopes = _typed(shard, list[Resolved])
+            return _xcom(steps.list_inventory(sweep, scopes, context["ti"].map_index, _typed(lease, steps.Lease)))
 
         @task
         def gather_evidence(shards: list[dict[str, Any]], lease: dict[str, Any]) -> dict[str, Any]:
-            sweep, _ = _current(config, target, phase)
+            sweep, context = _current(config, target, phase)
             # The mapped results, fetched once (each pass over them would fetch them again).
             typed = [_typed(s, steps.Shard) for s in shards]
-            return _xcom(steps.gather_evidence(sweep, typed, _typed(lease, steps.Lease)))
+            resolving = _typed(
+                context["ti"].xcom_pull(task_ids="resolve_scopes", key="quota") or {}, dict[str, QuotaUse]
+            )
+            return _xcom(steps.gather_evidence(sweep, typed, _typed(lease, steps.Lease), resolving))
 
         @task
         def evaluate_policy(sweep_input: dict[str, Any], lease: dict[str, Any]) -> list[dict[str, Any]]:

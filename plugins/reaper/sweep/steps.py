@@ -23,7 +23,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from reaper.config import Mode, Settings, config_path
 from reaper.fence import NOT_ATTEMPTED, SendGuard
-from reaper.model import Action, Evidence, Override, Phase, Plan, QuotaUse, merge_use
+from reaper.model import Action, Evidence, Override, Phase, Plan, QuotaUse, Resolved, ScopeListing, merge_use
 from reaper.sweep.deletes import (
     STALE_PLAN,
     Fence,
@@ -80,18 +80,20 @@ class Lease(msgspec.Struct, frozen=True):
 
 
 class Setup(msgspec.Struct, frozen=True):
-    """What ``resolve_scopes`` hands on: the shards ``list_inventory`` maps over, and the lease."""
+    """What ``resolve_scopes`` hands on: the shards ``list_inventory`` maps over (scopes by their canonical
+    names, :class:`reaper.model.Resolved`), and the lease."""
 
-    shards: list[list[str]]
+    shards: list[list[Resolved]]
     lease: Lease
+    quota: dict[str, QuotaUse] = {}  # what resolving the scopes cost their API quotas
 
 
 class Shard(msgspec.Struct, frozen=True):
     """What one ``list_inventory`` task found: its resources (in the file at ``path``) and how listing went.
 
     ``incomplete``: scope -> why its listing is not proven complete. ``listed_at``: when listing
-    began, before any label was read. ``token``: the sweep lease it listed under. ``quota``: what its
-    calls cost each scope's API quotas.
+    began, before any label was read. ``token``: the sweep lease it listed under. ``resolved``: how
+    its scopes' configured names resolved. ``quota``: what its calls cost each scope's API quotas.
     """
 
     path: str
@@ -101,6 +103,7 @@ class Shard(msgspec.Struct, frozen=True):
     hygiene: dict[str, int]
     listed_at: float
     token: str
+    resolved: list[Resolved] = []
     quota: dict[str, QuotaUse] = {}
 
 
@@ -116,7 +119,8 @@ class SweepInput(msgspec.Struct, frozen=True):
 
     ``as_of``: when the first shard began listing; ages are measured then, not later (a label read
     then may have been refreshed since: the later the clock, the less conservative every age).
-    ``tokens``: the sweep lease tokens the listings and the evidence were read under.
+    ``tokens``: the sweep lease tokens the listings and the evidence were read under. ``resolution``:
+    how every swept scope's configured names resolved.
     """
 
     path: str
@@ -125,6 +129,7 @@ class SweepInput(msgspec.Struct, frozen=True):
     incomplete: dict[str, list[str]]
     hygiene: dict[str, int]
     warnings: list[str]
+    resolution: list[Resolved] = []
     quota: dict[str, QuotaUse] = {}
 
 
@@ -145,7 +150,9 @@ class Summary(msgspec.Struct, frozen=True):
     ``max_deletions``: the global cap it was made under. ``left``: planned deletes that could not be
     sent before the run's deadline at the scopes' delete rates, recorded as left for the next sweep.
     ``plan``: the execution and lease it was made under (``record`` files it under those only).
-    ``quota``: what the listing cost each scope's API quotas (``record`` adds the deletes').
+    ``resolution``: each swept scope, the configured names it was resolved from and how
+    (docs/design.md §4: a GCE project configured by its number is swept by its id).
+    ``quota``: what resolving and listing cost each scope's API quotas (``record`` adds the deletes').
     """
 
     phase: str
@@ -166,6 +173,7 @@ class Summary(msgspec.Struct, frozen=True):
     # With defaults: a summary planned before they existed still reads (a run in flight during a deploy).
     max_deletions: int | None = None
     left: int = 0
+    resolution: list[Resolved] = []
     quota: dict[str, QuotaUse] = {}
 
 
@@ -253,7 +261,8 @@ class Sweep:
 
 
 def resolve_scopes(sweep: Sweep, params: dict[str, object]) -> Setup:
-    """Check the run's params, take the target's sweep lease (waiting ``airflow.lease_wait``), shard the scopes.
+    """Check the run's params, take the target's sweep lease (waiting ``airflow.lease_wait``), resolve the
+    scopes to their canonical names (:meth:`Target.resolve`) and shard them.
 
     The DAGs of one target never sweep at once (DESIGN.md 8): when another holds the lease past the
     wait, this execution's summary says so and the sweep is skipped, which is no failure.
@@ -289,8 +298,19 @@ def resolve_scopes(sweep: Sweep, params: dict[str, object]) -> Setup:
         skipped = {"target": target.name, "phase": sweep.phase.value, "state": "skipped", "why": lease}
         ledger.summary({**sweep.under(None).fields(), **skipped})
         raise AirflowSkipException(lease)
-    shards = min(config.airflow.shards, max(1, len(wanted)))
-    return Setup([s for s in (sorted(wanted)[i::shards] for i in range(shards)) if s], lease)
+    try:
+        resolved = sorted(target.resolve(wanted), key=lambda r: r.scope)
+    except BaseException:
+        ledger.release(target.name, sweep.ids.holder)  # a failed setup runs no teardown
+        raise
+    for r in resolved:
+        if r.problem or r.configured != (r.scope,):
+            outcome = f"unresolved: {r.problem}" if r.problem else f"{r.scope} ({r.how})"
+            log.warning("%s.%s %s -> %s", target.name, target.scope_key, ", ".join(r.configured), outcome)
+    shards = min(config.airflow.shards, max(1, len(resolved)))
+    scope_of = {name: r.scope for r in resolved for name in r.configured}
+    spent = merge_use(*({scope_of.get(name, name): use} for name, use in target.quota_use().items()))
+    return Setup([s for s in (resolved[i::shards] for i in range(shards)) if s], lease, spent)
 
 
 def check_override_scopes(params: dict[str, object], wanted: list[str], target: Target) -> None:
@@ -341,11 +361,15 @@ def wait_for_lease(ledger: Ledger, target: str, holder: str, ttl: timedelta, wai
         time.sleep(min(5.0, max(0.0, give_up - time.monotonic())))
 
 
-def list_inventory(sweep: Sweep, shard: list[str], map_index: int, lease: Lease) -> Shard:
-    """List one shard of scopes into the sweep store."""
+def list_inventory(sweep: Sweep, shard: list[Resolved], map_index: int, lease: Lease) -> Shard:
+    """List one shard of scopes into the sweep store; a scope that could not be resolved is not listed:
+    its listing is incomplete, and nothing is deleted there."""
     listed_at = datetime.now(UTC).timestamp()  # before any label is read
+    target = sweep.target
+    unresolved = [ScopeListing(target.name, r.scope, problems=[r.problem]) for r in shard if r.problem]
     # No wait for a used-up quota past the time the run's deletes must stop: the listing is then incomplete.
-    listings = sweep.target.list(shard, SendGuard(deadline=send_deadline(sweep, lease, None)).stop_at)
+    stop = SendGuard(deadline=send_deadline(sweep, lease, None)).stop_at
+    listings = target.list([r.scope for r in shard if not r.problem], stop) + unresolved
     path = sweep.path(f"inventory-{map_index}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(msgspec.json.encode([r for x in listings for r in x.resources]))
@@ -354,18 +378,24 @@ def list_inventory(sweep: Sweep, shard: list[str], map_index: int, lease: Lease)
         log.warning("hygiene findings (reported, never acted on): %s", dict(hygiene))
     return Shard(
         path=str(path),
-        scopes=shard,
+        scopes=[r.scope for r in shard],
         count=sum(len(x.resources) for x in listings),
         incomplete={x.scope: x.problems for x in listings if not x.complete},
         hygiene=dict(hygiene),
         listed_at=listed_at,
         token=lease.token,
-        quota=sweep.target.quota_use(),
+        resolved=shard,
+        quota=target.quota_use(),
     )
 
 
-def gather_evidence(sweep: Sweep, shards: list[Shard], lease: Lease) -> SweepInput:
-    """Read every shard's resources and the target's evidence into one file: the sweep's whole input."""
+def gather_evidence(
+    sweep: Sweep, shards: list[Shard], lease: Lease, resolving: dict[str, QuotaUse] | None = None
+) -> SweepInput:
+    """Read every shard's resources and the target's evidence into one file: the sweep's whole input.
+
+    ``resolving``: what resolving the scopes cost their API quotas (:attr:`Setup.quota`), added to the listings'.
+    """
     target = sweep.target
     decode = msgspec.json.Decoder(list[target.resource_type]).decode
     resources = [r for s in shards for r in decode(ObjectStoragePath(s.path).read_bytes())]
@@ -373,10 +403,12 @@ def gather_evidence(sweep: Sweep, shards: list[Shard], lease: Lease) -> SweepInp
     evidence = target.evidence(resources, list(incomplete))
     # Everything the policy sees was read by now: labels since listing began, the stores just now.
     # Every listed scope gets a verdict, also one that holds nothing.
+    resolution = [r for s in shards for r in s.resolved]
     evidence = msgspec.structs.replace(
         evidence,
         swept=frozenset((target.name, scope) for s in shards for scope in s.scopes),
         observed_until=datetime.now(UTC).timestamp(),
+        resolved={r.scope: r for r in resolution},
     )
     warnings = target.warnings(resources)
     for warning in warnings:
@@ -394,7 +426,8 @@ def gather_evidence(sweep: Sweep, shards: list[Shard], lease: Lease) -> SweepInp
         incomplete=incomplete,
         hygiene=dict(sum((Counter(s.hygiene) for s in shards), Counter())),
         warnings=warnings,
-        quota=merge_use(*(s.quota for s in shards)),
+        resolution=sorted(resolution, key=lambda r: r.scope),
+        quota=merge_use(resolving or {}, *(s.quota for s in shards)),
     )
 
 
@@ -502,6 +535,7 @@ def summarize(
         max_deletions=overrides.max_deletions,
         left=left,
         plan=plan_ref,
+        resolution=sweep_input.resolution,
         quota=sweep_input.quota,
     )
 
@@ -673,20 +707,24 @@ def push_metrics(
     from reaper.policy.modes import effective_modes
 
     config, target = sweep.config, sweep.target
-    configured = target.scopes()
     swept = {str(v["scope"]) for v in facts.get("scopes", [])}  # type: ignore[union-attr]
+    resolution = msgspec.convert(facts.get("resolution", []), list[Resolved])
+    # Every configured name was resolved this sweep, and each scope it resolved to swept: the groups
+    # of any other scope (another name of a project, a project no longer configured) can be retired.
+    scopes = {r.scope for r in resolution}
+    every = {name for r in resolution for name in r.configured} >= set(target.scopes())
     now = datetime.now(UTC).timestamp()
     pushed = Pushed(
         target=target.name,
         summary=facts,
         outcomes=outcomes,
         deleting={rule for rule, mode in effective_modes(config, sweep.phase).items() if mode is Mode.DELETE},
-        full=swept >= set(configured),
+        full=every and swept >= scopes,
         completed=completed,
         started_at=started.timestamp() if started else now,
         finished_at=now,
     )
-    return push_sweep(config.metrics.pushgateway_url, pushed, config.metrics.timeout.total_seconds(), configured)
+    return push_sweep(config.metrics.pushgateway_url, pushed, config.metrics.timeout.total_seconds(), scopes)
 
 
 def release_lease(sweep: Sweep) -> None:

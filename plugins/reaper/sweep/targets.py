@@ -24,6 +24,7 @@ from reaper.model import (
     Outcome,
     Phase,
     QuotaUse,
+    Resolved,
     Resource,
     ScopeListing,
 )
@@ -49,6 +50,10 @@ class Target(Protocol):
         ...
 
     def scopes(self) -> list[str]: ...
+
+    def resolve(self, scopes: list[str]) -> list[Resolved]:
+        """These configured scopes by their canonical names, one entry per scope (once per sweep)."""
+        ...
 
     def unit(self, resource: Resource) -> Hashable: ...
 
@@ -108,6 +113,22 @@ class GceTarget:
 
     def scopes(self) -> list[str]:
         return list(self.config.gce.projects)
+
+    def resolve(self, scopes: list[str]) -> list[Resolved]:
+        """Each configured project by its id (:mod:`reaper.gce.projects`).
+
+        Called by ``resolve_scopes``, which runs once per sweep, before the scopes are sharded: two
+        names of one project become one scope, listed once whichever shards they would have fallen
+        in, and every shard, listing, hold and metric carries the id from the start (a listing's
+        scope is settled before it lists, and an instance it answers never adds one).
+        """
+        from reaper.gce.projects import resolve_projects
+
+        if not scopes:  # nothing to sweep needs no clients
+            return []
+        gce = self.config.gce
+        backoff, timeout = Backoff(gce.max_retries), gce.request_timeout.total_seconds()
+        return resolve_projects(self.clients, scopes, gce.selector, gce.list_concurrency, backoff, timeout, self.quota)
 
     def unit(self, resource: GceInstance) -> tuple[str, str]:
         """Instances are deleted independently: each is its own unit of a batch."""
@@ -182,6 +203,10 @@ class K8sTarget:
 
     def scopes(self) -> list[str]:
         return list(self.config.k8s.clusters)
+
+    def resolve(self, scopes: list[str]) -> list[Resolved]:
+        """A cluster is named by its Airflow connection: as configured."""
+        return [Resolved(cluster, (cluster,)) for cluster in scopes]
 
     def unit(self, resource: K8sObject) -> tuple[str, str]:
         """A run's objects are one unit: batched together, deleted Pod first, stopped together."""
