@@ -193,7 +193,7 @@ def test_a_budget_override_naming_swept_scopes_passes(tmp_path: Path) -> None:
     with pytest.raises(AirflowFailException, match="override_reason"):  # the form's empty reason: null
         steps.resolve_scopes(sweep(tmp_path, []), named)
     setup = steps.resolve_scopes(sweep(tmp_path, []), {**named, "override_reason": "INC-42"})
-    assert setup.shards == [["p1"], ["p2"]]
+    assert [[r.scope for r in shard] for shard in setup.shards] == [["p1"], ["p2"]]
     assert steps.resolve_scopes(sweep(tmp_path, []), {"override_reason": None, "override_scopes": None}).shards
 
 
@@ -359,6 +359,16 @@ def test_an_override_applies_to_the_first_execution_only_and_a_lower_cap_to_ever
     # A lower cap beside a budget override is still a limit: the re-run drops the override, not the limit.
     with_budget = {"override_budget": True, "override_reason": "INC-42", "override_scopes": ["p1"], "max_deletions": 2}
     assert steps.run_overrides(with_budget, ids, "sre", rerun, configured=500, target="gce").max_deletions == 2
+
+
+def test_an_override_names_projects_as_configured_and_lifts_them_under_their_ids() -> None:
+    """A project configured by its number is held under its id (docs/design.md §4); naming it as configured lifts
+    that hold, and nothing else."""
+    params = {"override_budget": True, "override_reason": "INC-42", "override_scopes": ["123456789012"]}
+    resolution = [Resolved("ci-a", ("123456789012",), ("123456789012",)), Resolved("ci-b", ("ci-b",))]
+    got = steps.run_overrides(params, FIRST, "sre", rerun=False, configured=500, target="gce", resolution=resolution)
+    assert got.budget is not None and got.budget.scopes == {("gce", "ci-a")}
+    assert got.record is not None and got.record["scopes"] == ["ci-a"]
 
 
 def test_a_raise_is_checked_against_the_config_the_plan_is_made_under() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Generic, TypeVar
@@ -454,7 +455,9 @@ def evaluate_policy(
     ledger = sweep.ledger()
     ids = sweep.under(lease)
     rerun = ledger.earlier_execution(ids.fields())
-    overrides = run_overrides(params, ids, triggered_by, rerun, config.max_deletions_per_sweep, target.name)
+    overrides = run_overrides(
+        params, ids, triggered_by, rerun, config.max_deletions_per_sweep, target.name, sweep_input.resolution
+    )
     as_of = datetime.fromtimestamp(sweep_input.as_of, UTC)
     plan = evaluate(
         data.resources, data.evidence, config, sweep.phase, as_of, overrides.budget, overrides.max_deletions
@@ -541,7 +544,13 @@ def summarize(
 
 
 def run_overrides(
-    params: dict[str, object], ids: Ids, triggered_by: str, rerun: bool, configured: int, target: str
+    params: dict[str, object],
+    ids: Ids,
+    triggered_by: str,
+    rerun: bool,
+    configured: int,
+    target: str,
+    resolution: Sequence[Resolved] = (),
 ) -> Overrides:
     """What this execution's params lift, and what the ledger records about it (DESIGN.md section 6).
 
@@ -553,6 +562,9 @@ def run_overrides(
     holds an earlier execution of it) sees new evidence and runs without them, and records that it
     did; Airflow does not tell a task who cleared its run (its audit log does). A ``max_deletions``
     at or below the cap only lowers it: a limit, no override, kept in every execution.
+
+    ``override_scopes`` names scopes as configured; ``resolution`` maps each to the scope the policy keys
+    it by (a GCE project configured by its number is held, and lifted, under its id).
     """
     wanted = params.get("max_deletions")
     reason = str(params.get("override_reason") or "").strip()
@@ -564,7 +576,8 @@ def run_overrides(
     if not (budget or raised):
         return Overrides(None, lower, None)
     record: dict[str, object] = {"reason": reason, "user": triggered_by, "budget": budget}
-    scopes = sorted(override_scopes(params)) if budget else []
+    scope_of = {name: r.scope for r in resolution for name in r.configured}
+    scopes = sorted({scope_of.get(name, name) for name in override_scopes(params)}) if budget else []
     if budget:
         record["scopes"] = scopes
     if raised:
