@@ -4,10 +4,12 @@ Thread-safe (one lock): the HTTP handler threads, the test code and the manager
 simulator all touch it. Instances are stored in the API's own JSON shape, so
 what the SDK receives is what the real API would send.
 
-Operations (the answer of every delete, insert and setLabels) take time, as the API documents them:
-"Operations are asynchronous", and ``zoneOperations.wait`` "waits for the specified Operation resource to
-return as DONE or for the request to approach the 2 minute deadline ... and then returns the current state
-of the operation, which might be DONE or still in progress" (compute.v1.json). An operation is DONE once its
+Operations (the answer of every delete, insert and setLabels) take time, as the API documents them
+(compute.v1.json): "You can use an operation resource to manage asynchronous API requests", its status
+``PENDING`` ("waiting to be processed"), ``RUNNING``, then ``DONE``; and ``zoneOperations.wait`` "Waits for
+the specified Operation resource to return as DONE or for the request to approach the 2 minute deadline
+... This method waits for no more than the 2 minutes and then returns the current state of the operation,
+which might be DONE or still in progress" (best effort: it may return sooner). An operation is DONE once its
 duration has passed (``faults.instance_operation_seconds`` by instance name, else
 ``faults.operation_seconds`` by type: ``delete``, ``insert``, ``setLabels``; 0 by default), whether anyone
 polls or not: a delete takes effect then (the instance is gone), settled by a timer thread and at every
