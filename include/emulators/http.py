@@ -182,14 +182,23 @@ def start_secantusdb(
 class ApiError(Exception):
     """An error the emulator answers with; each API renders it in its own shape.
 
-    ``domain`` and ``status`` are for the APIs whose error bodies carry them (Compute: ``errors[].domain``,
-    ``"global"`` for its own errors; ``status``, the google.rpc.Code name, only where the API sends one).
+    ``domain``, ``status`` and ``more`` are for the APIs whose error bodies carry them (Compute:
+    ``errors[].domain``, ``"global"`` for its own errors; ``status``, the google.rpc.Code name, only where
+    the API sends one; ``more``, other fields of the ``errors[]`` entry, such as ``location``).
     """
 
-    def __init__(self, code: int, reason: str, message: str, domain: str = "global", status: str | None = None) -> None:
+    def __init__(
+        self,
+        code: int,
+        reason: str,
+        message: str,
+        domain: str = "global",
+        status: str | None = None,
+        more: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.code, self.reason, self.message = code, reason, message
-        self.domain, self.status = domain, status
+        self.domain, self.status, self.more = domain, status, more or {}
 
 
 @dataclass

@@ -198,6 +198,7 @@ def test_errors_have_the_shape_of_googles_json_errors(emulator) -> None:
     assert [a.status_code for a in answers] == [404, 404, 400, 400, 412, 409, 403]
     for answer in answers:
         assert error_violations(answer.json(), answer.status_code) == [], answer.text
+    assert answers[4].json()["error"]["errors"][0]["location"] == "If-Match"  # as recorded from the real API
     quota = answers[-1].json()["error"]
     assert quota["status"] == "PERMISSION_DENIED" and quota["errors"][0]["domain"] == "usageLimits"
 

@@ -239,10 +239,12 @@ class Fleet(State):
                 raise ApiError(403, "forbidden", f"Required 'compute.instances.setLabels' permission for '{name}'")
             instance = self.instance(project, zone, name)
             name = str(instance["name"])
+            # labelFingerprint: "Provide the latest fingerprint value when making a request to add or change
+            # labels" (InstancesSetLabelsRequest, compute.v1.json); a stale one is refused with this 412, as
+            # recorded from the real API (skypilot-org/skypilot#4571, googleapis/google-cloud-go#7802).
             if body.get("labelFingerprint") != instance["labelFingerprint"]:
-                raise ApiError(
-                    412, "conditionNotMet", "Labels fingerprint either invalid or resource labels have changed"
-                )
+                message = "Labels fingerprint either invalid or resource labels have changed"
+                raise ApiError(412, "conditionNotMet", message, more={"location": "If-Match", "locationType": "header"})
             labels = dict(body.get("labels") or {})  # type: ignore[call-overload]
             instance["labels"] = labels
             instance["labelFingerprint"] = fingerprint(labels)

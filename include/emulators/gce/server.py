@@ -16,8 +16,8 @@ in google-api-python-client's cache, unless said otherwise):
 - paging: ``maxResults`` "Acceptable values are 0 to 500 ... (Default: 500)", and "If the number of
   available results is larger than maxResults, Compute Engine returns a nextPageToken" (every list method);
 - partial responses: the ``fields`` system parameter, "Selector specifying which fields to include in a
-  partial response" (the header form, ``X-Goog-FieldMask``, is the system parameter's, Google's "System
-  Parameters" page);
+  partial response" (its header form is ``X-Goog-FieldMask``: "System parameters",
+  https://cloud.google.com/apis/docs/system-parameters);
 - warnings: ``InstanceAggregatedList.items`` "An object that contains a list of instances scoped by zone",
   each ``InstancesScopedList.warning`` "[Output Only] Informational warning which replaces the list of
   instances when the list is empty", with the codes of its ``code`` enum (``NO_RESULTS_ON_PAGE``,
@@ -31,8 +31,8 @@ in google-api-python-client's cache, unless said otherwise):
   request to add or change labels": a stale one is refused with 412 ``conditionNotMet``;
 - operations and ``zoneOperations.wait``: :mod:`include.emulators.gce.fleet`;
 - rate quotas, and their 403: :mod:`include.emulators.gce.quota`;
-- error bodies: Google's JSON error format (API design guide, "Errors", HTTP mapping), with the v1
-  ``errors[]`` list of ``domain``/``reason``/``message`` that the Compute API still sends.
+- error bodies: Google's JSON error format (API design guide, "Errors", https://cloud.google.com/apis/design/errors),
+  with the v1 ``errors[]`` list of ``domain``/``reason``/``message`` that the Compute API still sends.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from include.emulators.gce.fleet import Fleet
 from include.emulators.gce.quota import caller
 from include.emulators.http import ApiError, Handler, Server
 
-MAX_RESULTS = 500
+MAX_RESULTS = 500  # maxResults: "Acceptable values are 0 to 500" (compute.v1.json, every list method)
 _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     ("GET", re.compile(r"^/compute/v1/projects/([^/]+)/aggregated/instances$"), "aggregated_list"),
     ("GET", re.compile(r"^/compute/v1/projects/([^/]+)/aggregated/instanceGroupManagers$"), "group_list"),
@@ -63,7 +63,11 @@ _TERM = re.compile(r'^\(?\s*labels\.([A-Za-z0-9_.\-/]+)\s*=\s*(?:"([^"]*)"|([^\s
 
 
 def parse_filter(text: str) -> dict[str, str]:
-    """``labels.a = "x" AND labels.b = y`` -> {a: x, b: y}; anything else is a 400, as the API would say."""
+    """``labels.a = "x" AND labels.b = y`` -> {a: x, b: y}; anything else is a 400, as the API would say.
+
+    The subset of ``filter``'s documented syntax (compute.v1.json) that the reaper sends: label equalities,
+    parenthesised or joined by ``AND`` ("By default, each expression is an AND expression").
+    """
     if not text.strip():
         return {}
     wanted = {}
@@ -108,7 +112,7 @@ class GceHandler(Handler):
         body: dict[str, object] = {
             "code": error.code,
             "message": error.message,
-            "errors": [{"message": error.message, "domain": error.domain, "reason": error.reason}],
+            "errors": [{"message": error.message, "domain": error.domain, "reason": error.reason, **error.more}],
         }
         if error.status:
             body["status"] = error.status
@@ -199,7 +203,7 @@ class GceHandler(Handler):
             "items": items,
             "selfLink": f"https://www.googleapis.com/compute/v1/projects/{project}/aggregated/instances",
         }
-        if partial:
+        if partial:  # "Success is reported, but some results may be missing due to errors" (PARTIAL_SUCCESS)
             body.update(_warning("PARTIAL_SUCCESS", "Some results may be missing from the response.", "-"))
         if offset + size < len(rows):
             body["nextPageToken"] = _token(offset + size)
@@ -269,6 +273,8 @@ class GceHandler(Handler):
 
 
 def _warning(code: str, message: str, zone: str) -> dict[str, object]:
+    """A scope's (or the page's) ``warning``: "[Output Only] Informational warning which replaces the list of
+    instances when the list is empty", its ``code`` from the schema's enum and a ``scope`` data entry."""
     scope = zone if "/" in zone else f"zones/{zone}"  # a zone name, or a scope (zones/Z, regions/R)
     return {"warning": {"code": code, "message": message, "data": [{"key": "scope", "value": scope}]}}
 
