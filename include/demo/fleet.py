@@ -29,12 +29,11 @@ import psycopg
 from pymongo import MongoClient
 
 from include.emulators.gce import Emulator, Fleet
-from include.emulators.gce.manager import ManagerSimulator
+from include.emulators.gce.manager import ManagerSimulator, manager_clients
 from include.emulators.http import free_port
 from include.emulators.k8s import RESOURCE_OF_KIND, K8sEmulator
 from include.emulators.runs import Runs, write_runs
 from include.emulators.shapes import gcloud_instance, kube_pod, kube_run
-from reaper.gce.clients import compute_clients
 
 log = logging.getLogger("demo.fleet")
 HOUR, DAY = 3600.0, 86400.0
@@ -175,7 +174,7 @@ def main() -> None:
     else:  # leases in MongoDB: a document per held lease, renewed by the same loop's logic
         _mongo_leases(args.mongo_url)
 
-    clients = compute_clients(api_endpoint=gce.endpoint)
+    clients = manager_clients(gce.endpoint)
     managers: dict[str, ManagerSimulator] = {}
     metrics: dict[str, int] = {}
     for name, (project, _, behaviour) in MANAGERS.items():

@@ -180,22 +180,38 @@ def start_secantusdb(
 
 
 class ApiError(Exception):
-    """An error the emulator answers with; each API renders it in its own shape."""
+    """An error the emulator answers with; each API renders it in its own shape.
 
-    def __init__(self, code: int, reason: str, message: str) -> None:
+    ``domain``, ``status`` and ``more`` are for the APIs whose error bodies carry them (Compute:
+    ``errors[].domain``, ``"global"`` for its own errors; ``status``, the google.rpc.Code name, only where
+    the API sends one; ``more``, other fields of the ``errors[]`` entry, such as ``location``).
+    """
+
+    def __init__(
+        self,
+        code: int,
+        reason: str,
+        message: str,
+        domain: str = "global",
+        status: str | None = None,
+        more: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.code, self.reason, self.message = code, reason, message
+        self.domain, self.status, self.more = domain, status, more or {}
 
 
 @dataclass
 class Faults:
     """Injected faults, per request kind.
 
-    ``rates`` maps a kind to {"429"|"503"|"410"|"timeout": probability}; ``fail_next``
+    ``latency`` delays every answer; ``slow`` maps a kind to seconds more for its answers (a slow
+    ``get``, say). ``rates`` maps a kind to {"429"|"503"|"410"|"timeout": probability}; ``fail_next``
     maps a kind to the exact faults of its next requests, in order (for tests).
     """
 
     latency: float = 0.0
+    slow: dict[str, float] = field(default_factory=dict)
     rates: dict[str, dict[str, float]] = field(default_factory=dict)
     fail_next: dict[str, list[str]] = field(default_factory=dict)
     timeout_delay: float = 2.0
@@ -289,6 +305,9 @@ class Handler(BaseHTTPRequestHandler):
     def error_body(self, error: ApiError) -> object:
         raise NotImplementedError
 
+    def admit(self, kind: str, args: tuple[str, ...]) -> None:
+        """Let the request in, or raise :class:`ApiError` (a used-up rate quota); by default all get in."""
+
     def render(self, kind: str, body: object, query: dict[str, list[str]]) -> bytes:
         """The response bytes; emulators override it to shape responses (e.g. partial responses)."""
         return json.dumps(body).encode()
@@ -333,6 +352,7 @@ class Handler(BaseHTTPRequestHandler):
                 state.max_inflight[kind] = max(state.max_inflight[kind], state.inflight[kind])
             try:
                 state.fire("before", kind, args)
+                self.admit(kind, args)
                 self._inject(kind)
                 body = self.handle_api(kind, args, query)
                 state.fire("after", kind, args)
@@ -348,8 +368,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def _inject(self, kind: str) -> None:
         faults = self.state.faults
-        if faults.latency:
-            time.sleep(faults.latency)
+        delay = faults.latency + faults.slow.get(kind, 0.0)
+        if delay:
+            time.sleep(delay)
         fault = faults.roll(kind)
         if fault == "timeout":
             time.sleep(faults.timeout_delay)

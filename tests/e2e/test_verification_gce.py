@@ -8,7 +8,7 @@ import time
 import requests
 from pymongo import MongoClient
 
-from include.emulators.gce.manager import ManagerSimulator
+from include.emulators.gce.manager import ManagerSimulator, manager_clients
 from include.emulators.http import free_port
 from tests.helpers.gce import add_instance
 from tests.integration.prometheus import Prometheus
@@ -27,7 +27,7 @@ def test_killed_manager_is_reaped_and_a_failing_writer_holds_everything(
         for _, name in instances:
             add_instance(fleet, project, ZONE, name, heartbeat_age=0, labels={"manager": manager})
     managers = {
-        m: ManagerSimulator(m, "ci-b" if m == "m3" else "ci-a", clients, instances, interval=0.5)
+        m: ManagerSimulator(m, "ci-b" if m == "m3" else "ci-a", manager_clients(clients.host), instances, interval=0.5)
         for m, instances in tracked.items()
     }
     ports = [m.serve_metrics(free_port()) for m in managers.values()]

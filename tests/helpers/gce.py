@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from include.emulators.gce import Fleet
-from include.emulators.gce.manager import ManagerSimulator
+from include.emulators.gce.manager import ManagerSimulator, manager_clients
 from include.emulators.http import free_port
 from include.emulators.shapes import gcloud_instance
 from tests.builders import HB
@@ -54,9 +54,7 @@ def healthy_writers(projects: list[str], folder: Path) -> Iterator[str]:
 
     The writers track no instance: the tests seed heartbeat labels themselves, relative to ``STARTED``.
     """
-    from reaper.gce.clients import compute_clients
-
-    managers = [ManagerSimulator(f"m-{p}", p, compute_clients(), [], interval=0.5) for p in projects]
+    managers = [ManagerSimulator(f"m-{p}", p, manager_clients(), [], interval=0.5) for p in projects]
     ports = [m.serve_metrics(free_port()) for m in managers]
     for m in managers:
         m.start()

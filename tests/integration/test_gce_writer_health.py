@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from include.emulators.gce.manager import FAILED_PASSES, LAST_PASS, ManagerSimulator
+from include.emulators.gce.manager import FAILED_PASSES, LAST_PASS, ManagerSimulator, manager_clients
 from include.emulators.http import free_port
 from reaper.config import WriterHealthConfig, parse_settings
 from reaper.gce.writer_health import PrometheusWriterHealth
@@ -31,14 +31,15 @@ def test_ok_failing_stale_and_dead_writers(gce, tmp_path: Path) -> None:
     for project in ("p-ok", "p-failing", "p-stale", "p-dead"):
         add_instance(fleet, project, "us-east1-b", "vm")
     fleet.faults.deny_set_labels.add("p-failing")
+    writes = manager_clients(clients.host)  # the managers' own caller name
     managers = {
-        "ok": ManagerSimulator("m-ok", "p-ok", clients, [("us-east1-b", "vm")], interval=0.5),
-        "failing": ManagerSimulator("m-failing", "p-failing", clients, [("us-east1-b", "vm")], interval=0.5),
+        "ok": ManagerSimulator("m-ok", "p-ok", writes, [("us-east1-b", "vm")], interval=0.5),
+        "failing": ManagerSimulator("m-failing", "p-failing", writes, [("us-east1-b", "vm")], interval=0.5),
         # Its passes succeed, but its clock says an hour ago: a wedged writer whose last pass is old.
         "stale": ManagerSimulator(
-            "m-stale", "p-stale", clients, [("us-east1-b", "vm")], interval=0.5, clock=lambda: time.time() - 3600
+            "m-stale", "p-stale", writes, [("us-east1-b", "vm")], interval=0.5, clock=lambda: time.time() - 3600
         ),
-        "dead": ManagerSimulator("m-dead", "p-dead", clients, [("us-east1-b", "vm")], interval=0.5),
+        "dead": ManagerSimulator("m-dead", "p-dead", writes, [("us-east1-b", "vm")], interval=0.5),
     }
     ports = {key: m.serve_metrics(free_port()) for key, m in managers.items()}
     for m in managers.values():

@@ -1,23 +1,45 @@
-"""The emulated Compute state: instances per project and zone, zone operations, faults and counters.
+"""The emulated Compute state: instances per project and zone, zone operations, rate quotas, faults and counters.
 
 Thread-safe (one lock): the HTTP handler threads, the test code and the manager
 simulator all touch it. Instances are stored in the API's own JSON shape, so
 what the SDK receives is what the real API would send.
+
+Operations (the answer of every delete, insert and setLabels) take time, as the API documents them
+(compute.v1.json): "You can use an operation resource to manage asynchronous API requests", its status
+``PENDING`` ("waiting to be processed"), ``RUNNING``, then ``DONE``; and ``zoneOperations.wait`` "Waits for
+the specified Operation resource to return as DONE or for the request to approach the 2 minute deadline
+... This method waits for no more than the 2 minutes and then returns the current state of the operation,
+which might be DONE or still in progress" (best effort: it may return sooner). An operation is DONE once its
+duration has passed (``faults.instance_operation_seconds`` by instance name, else
+``faults.operation_seconds`` by type: ``delete``, ``insert``, ``setLabels``; 0 by default), whether anyone
+polls or not: a delete takes effect then (the instance is gone), settled by a timer thread and at every
+request. The call's own answer is the operation as created, ``PENDING``; ``get`` answers it as it stands;
+``wait`` blocks until DONE or ``faults.operation_wait_cap`` seconds (120, the documented deadline). An insert
+or a setLabels takes effect when accepted.
+
+Rate quotas (``quotas``, :mod:`include.emulators.gce.quota`) are off until given limits:
+``fleet.quotas.documented()`` for the documented ones, ``fleet.quotas.limits["read_requests"] = 5`` and
+``fleet.quotas.window = 1.0`` for a test; :meth:`Fleet.quota_usage` is what each caller spent and was refused.
 """
 
 from __future__ import annotations
 
 import hashlib
+import heapq
 import itertools
 import json
 import random
+import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from include.emulators.gce.quota import RateQuotas, Usage
 from include.emulators.http import ApiError, Faults, State
 from include.emulators.shapes import COMPUTE, gcloud_instance
+
+WAIT_CAP = 120.0  # zoneOperations.wait: "waits for no more than the 2 minutes" (compute.v1.json)
 
 
 @dataclass
@@ -35,6 +57,20 @@ class GceFaults(Faults):
     # (project, zone): the aggregated list leaves the zone's instances out and says so only with a
     # top-level PARTIAL_SUCCESS warning, as the API does when some results may be missing.
     partial_zones: set[tuple[str, str]] = field(default_factory=set)
+    operation_seconds: dict[str, float] = field(default_factory=dict)  # operationType -> seconds until DONE
+    instance_operation_seconds: dict[str, float] = field(default_factory=dict)  # instance name -> seconds
+    operation_wait_cap: float = WAIT_CAP  # the longest zoneOperations.wait blocks
+
+
+@dataclass
+class Operation:
+    """A zone operation: its resource as the API answers it (``op``), what it is about, and when it is DONE."""
+
+    op: dict[str, object]
+    project: str
+    zone: str
+    instance: str  # the target's name
+    done_at: float  # time.monotonic()
 
 
 # InstanceGroupManagerActionsSummary: each managed instance counts under exactly one.
@@ -65,7 +101,7 @@ class Fleet(State):
     def __init__(self) -> None:
         super().__init__()
         self.projects: dict[str, dict[str, dict[str, dict[str, object]]]] = defaultdict(dict)
-        self.operations: dict[str, dict[str, object]] = {}
+        self.operations: dict[str, Operation] = {}
         self.faults: GceFaults = GceFaults()
         self.mutations: list[tuple[float, str, str]] = []  # (time, project, kind)
         self.deleted_ids: list[str] = []  # the instance ids delete calls were accepted for, in order
@@ -73,7 +109,11 @@ class Fleet(State):
         self.groups: dict[str, dict[str, dict[str, tuple[dict[str, object], list[tuple[str, str]]]]]] = {}
         # Project id -> project number; a project not named here has a number derived from its id.
         self.numbers: dict[str, str] = {}
+        self.quotas = RateQuotas()
         self._op_ids = itertools.count(1)
+        self._due: list[tuple[float, str]] = []  # (monotonic time it is DONE, operation name), a heap
+        self._tick = threading.Condition(self.lock)  # wakes the settler thread and blocked waits
+        self._settler: threading.Thread | None = None
 
     # --- seeding ---------------------------------------------------------------------------
 
@@ -150,7 +190,7 @@ class Fleet(State):
             "id": str(group_id),
             "name": name,
             "baseInstanceName": name,
-            "creationTimestamp": time.strftime("%Y-%m-%dT%H:%M:%S.000-00:00", time.gmtime()),
+            "creationTimestamp": _timestamp(),
             scope.split("/")[0].removesuffix("s"): f"{COMPUTE}/projects/{project}/{scope}",
             "instanceTemplate": f"{COMPUTE}/projects/{project}/global/instanceTemplates/{name}",
             "instanceGroup": f"{COMPUTE}/projects/{project}/{scope}/instanceGroups/{name}",
@@ -250,15 +290,17 @@ class Fleet(State):
                 raise ApiError(403, "forbidden", f"Required 'compute.instances.setLabels' permission for '{name}'")
             instance = self.instance(project, zone, name)
             name = str(instance["name"])
+            # labelFingerprint: "Provide the latest fingerprint value when making a request to add or change
+            # labels" (InstancesSetLabelsRequest, compute.v1.json); a stale one is refused with this 412, as
+            # recorded from the real API (skypilot-org/skypilot#4571, googleapis/google-cloud-go#7802).
             if body.get("labelFingerprint") != instance["labelFingerprint"]:
-                raise ApiError(
-                    412, "conditionNotMet", "Labels fingerprint either invalid or resource labels have changed"
-                )
+                message = "Labels fingerprint either invalid or resource labels have changed"
+                raise ApiError(412, "conditionNotMet", message, more={"location": "If-Match", "locationType": "header"})
             labels = dict(body.get("labels") or {})  # type: ignore[call-overload]
             instance["labels"] = labels
             instance["labelFingerprint"] = fingerprint(labels)
             self.mutations.append((time.monotonic(), project, "setLabels"))
-            return self._operation(project, zone, name, "setLabels", done=True)
+            return self._operation(project, zone, instance, "setLabels")
 
     def insert(self, project: str, zone: str, body: dict[str, object]) -> dict[str, object]:
         """Create a RUNNING instance from the request's ``name`` and ``labels``, refused as the API refuses it
@@ -277,9 +319,10 @@ class Fleet(State):
                 raise ApiError(409, "alreadyExists", f"The resource '{where}' already exists")
             instance_id = int(hashlib.sha1(f"{project}/{zone}/{name}/{time.time()}".encode()).hexdigest()[:15], 16)
             labels = {str(k): str(v) for k, v in dict(body.get("labels") or {}).items()}  # type: ignore[call-overload]
-            self.add(gcloud_instance(project, zone, name, instance_id + 1, "RUNNING", labels, time.time()))
+            instance = gcloud_instance(project, zone, name, instance_id + 1, "RUNNING", labels, time.time())
+            self.add(instance)
             self.mutations.append((time.monotonic(), project, "insert"))
-            return self._operation(project, zone, name, "insert", done=True)
+            return self._operation(project, zone, instance, "insert")
 
     def delete(self, project: str, zone: str, name: str) -> dict[str, object]:
         with self.lock:
@@ -293,61 +336,109 @@ class Fleet(State):
             instance["status"] = "STOPPING"
             self.mutations.append((time.monotonic(), project, "delete"))
             self.deleted_ids.append(str(instance["id"]))
-            return self._operation(project, zone, str(instance["name"]), "delete", done=False)
+            return self._operation(project, zone, instance, "delete")
 
-    def _operation(self, project: str, zone: str, name: str, kind: str, done: bool) -> dict[str, object]:
+    # --- operations ------------------------------------------------------------------------
+
+    def _operation(self, project: str, zone: str, instance: dict[str, object], kind: str) -> dict[str, object]:
+        """Start the operation of a mutation (lock held); the answer is the operation as created, PENDING."""
         op_name = f"operation-{next(self._op_ids)}-{kind}"
         zone_url = f"{COMPUTE}/projects/{project}/zones/{zone}"
+        name = str(instance["name"])
         op: dict[str, object] = {
             "kind": "compute#operation",
             "id": str(abs(hash(op_name)) % 10**18),
             "name": op_name,
             "operationType": kind,
-            "status": "DONE" if done else "PENDING",
-            "progress": 100 if done else 0,
+            "status": "PENDING",
+            "progress": 0,
             "targetLink": f"{zone_url}/instances/{name}",
+            "targetId": str(instance["id"]),
             "zone": zone_url,
             "selfLink": f"{zone_url}/operations/{op_name}",
-            "insertTime": time.strftime("%Y-%m-%dT%H:%M:%S.000-00:00", time.gmtime()),
+            "insertTime": _timestamp(),
         }
-        self.operations[op_name] = {"op": op, "project": project, "zone": zone, "instance": name}
-        return op
+        answer = dict(op)
+        op.update(status="RUNNING", startTime=op["insertTime"])
+        seconds = self.faults.instance_operation_seconds.get(name, self.faults.operation_seconds.get(kind, 0.0))
+        operation = self.operations[op_name] = Operation(op, project, zone, name, time.monotonic() + seconds)
+        heapq.heappush(self._due, (operation.done_at, op_name))
+        self.settle()
+        if self._due and self._settler is None:
+            self._settler = threading.Thread(target=self._settle_until_idle, name="gce-operations", daemon=True)
+            self._settler.start()
+        self._tick.notify_all()
+        return answer
+
+    def settle(self) -> None:
+        """Finish every operation whose time has come: called at every request, and by the settler thread."""
+        with self.lock:
+            now = time.monotonic()
+            while self._due and self._due[0][0] <= now:
+                self._finish(self.operations[heapq.heappop(self._due)[1]])
+
+    def _settle_until_idle(self) -> None:
+        """The settler thread: operations finish at their time whether anyone polls or not; it ends when none is due."""
+        with self._tick:
+            while self._due:
+                self.settle()
+                if self._due:
+                    self._tick.wait(self._due[0][0] - time.monotonic())
+            self._settler = None
 
     def poll_operation(self, project: str, zone: str, op_name: str, wait: bool) -> dict[str, object]:
-        """GET advances PENDING -> RUNNING -> DONE; ``wait`` runs it to DONE. A delete takes effect at DONE."""
-        with self.lock:
-            entry = self.operations.get(op_name)
-            if entry is None or entry["project"] != project or entry["zone"] != zone:
+        """``zoneOperations.get``: the operation as it stands. ``wait``: the same once it is DONE or
+        ``faults.operation_wait_cap`` seconds have passed, whichever comes first (the documented 2 minutes)."""
+        give_up = time.monotonic() + self.faults.operation_wait_cap
+        with self._tick:
+            operation = self.operations.get(op_name)
+            if operation is None or operation.project != project or operation.zone != zone:
                 raise ApiError(
                     404,
                     "notFound",
                     f"The resource 'projects/{project}/zones/{zone}/operations/{op_name}' was not found",
                 )
-            op = entry["op"]
-            if op["status"] != "DONE":
-                op["status"] = "DONE" if wait or op["status"] == "RUNNING" else "RUNNING"
-                if op["status"] == "DONE":
-                    self._finish(entry)
-            return op
+            self.settle()
+            while wait and operation.op["status"] != "DONE":
+                left = min(operation.done_at, give_up) - time.monotonic()
+                if left <= 0:
+                    break
+                self._tick.wait(left)
+                self.settle()
+            return json.loads(json.dumps(operation.op))  # rendered after the lock is released
 
-    def _finish(self, entry: dict[str, object]) -> None:
-        op = entry["op"]
-        op["progress"] = 100
-        name = str(entry["instance"])
+    def _finish(self, operation: Operation) -> None:
+        """The operation is DONE (lock held): a delete takes effect, or fails as ``failing_operations`` says."""
+        op, name = operation.op, operation.instance
+        op.update(status="DONE", progress=100, endTime=_timestamp())
+        instances = self.projects[operation.project].get(operation.zone, {})
+        current = instances.get(name)
+        # The instance the operation is about, not one recreated under its name since.
+        target = current if current is not None and current["id"] == op["targetId"] else None
         if name in self.faults.failing_operations:
             op["error"] = {"errors": [{"code": "RESOURCE_IN_USE_BY_ANOTHER_RESOURCE", "message": f"{name} is in use"}]}
-            self.instance(str(entry["project"]), str(entry["zone"]), name)["status"] = "RUNNING"
+            if target is not None:
+                target["status"] = "RUNNING"
             return
-        if op["operationType"] == "delete":
-            self.projects[str(entry["project"])][str(entry["zone"])].pop(name, None)
+        if op["operationType"] == "delete" and target is not None:
+            instances.pop(name)
 
     # --- for tests and benchmarks ------------------------------------------------------------
 
     def names(self, project: str | None = None) -> set[str]:
         with self.lock:
+            self.settle()
             projects = [project] if project else list(self.projects)
             return {n for p in projects for zone in self.projects.get(p, {}).values() for n in zone}
 
+    def quota_usage(self) -> list[Usage]:
+        """What each caller spent of each project's rate quotas, and was refused, per window."""
+        return self.quotas.usage()
+
     def stats(self) -> dict[str, object]:
         with self.lock:
-            return {**super().stats(), "mutations": len(self.mutations)}
+            return {**super().stats(), "mutations": len(self.mutations), "quota_usage": self.quotas.stats()}
+
+
+def _timestamp() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S.000-00:00", time.gmtime())

@@ -16,6 +16,11 @@ more metrics), writes that fail while the manager keeps reporting (the emulator'
 restarts of its container: each one loses the machine store, so the machines it
 tracked are abandoned; the emulator's ``instance_quota`` makes creations fail).
 
+Its requests name it (``x-goog-api-client: runner-manager/...``, :func:`manager_clients`): they spend
+the same per-project rate quotas as the reaper's (label writes and creations are mutations, the reads
+before a write read requests), and the emulator's quota accounting tells the two apart. A creation the
+quota refuses (403 ``rateLimitExceeded``) counts as ``creation-failed``, as any failed creation does.
+
 Run: ``python -m include.emulators.gce.manager --endpoint http://127.0.0.1:8085
 --name mgr-a --project p --instance us-east1-b/runner-1 --metrics-port 9101``.
 """
@@ -35,6 +40,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 from reaper.gce.clients import ComputeClients, compute_clients
 
 log = logging.getLogger(__name__)
+USER_AGENT = "runner-manager/0.1.0"  # the caller the emulator's quota accounting names it by
 LAST_PASS = "runner_manager_heartbeat_last_pass_timestamp_seconds"
 FAILED_PASSES = "runner_manager_heartbeat_failed_passes"  # prometheus_client adds _total
 PASSES = "runner_manager_heartbeat_passes"  # every pass, failed or not: the alerts' denominator
@@ -45,6 +51,11 @@ RESTARTS = "kube_pod_container_status_restarts"  # prometheus_client adds _total
 # "created" or "creation-failed" for each docker-machine create, the executor as a constant label.
 ACTIONS = "gitlab_runner_autoscaling_actions"  # prometheus_client adds _total
 EXECUTOR = "docker+machine"
+
+
+def manager_clients(api_endpoint: str | None = None) -> ComputeClients:
+    """Compute clients that name the manager as their caller, not the reaper."""
+    return compute_clients(api_endpoint=api_endpoint, user_agent=USER_AGENT)
 
 
 class ManagerSimulator:
@@ -217,9 +228,7 @@ def main() -> None:
     parser.add_argument("--zone", default="us-east1-b", help="where a restart re-creates its idle machine")
     args = parser.parse_args()
     instances = [tuple(spec.split("/", 1)) for spec in args.instance]
-    manager = ManagerSimulator(
-        args.name, args.project, compute_clients(api_endpoint=args.endpoint), instances, args.interval
-    )  # type: ignore[arg-type]
+    manager = ManagerSimulator(args.name, args.project, manager_clients(args.endpoint), instances, args.interval)  # type: ignore[arg-type]
     port = manager.serve_metrics(args.metrics_port)
     print(f"manager {args.name} tracking {len(instances)} instances, metrics on :{port}", flush=True)
     manager.start()

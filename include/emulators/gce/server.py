@@ -6,9 +6,34 @@ Paths (under ``/compute/v1``): ``projects/P`` (get), ``projects/P/aggregated/ins
 ``.../instances/NAME/setLabels`` (with ``labelFingerprint``: 412 when stale),
 ``projects/P/zones/Z/operations/OP`` (get) and ``.../OP/wait``,
 ``projects/P/aggregated/instanceGroupManagers`` (``maxResults``, ``pageToken``). Plus
-``/_emulator/stats`` (GET) and ``/_emulator/faults`` (POST JSON) for tools. Partial responses
+``/_emulator/stats`` (GET: counters, and ``quota_usage`` per window, project, group and caller) and
+``/_emulator/faults`` (POST JSON: see :meth:`GceHandler._set_faults`) for tools. Partial responses
 (``X-Goog-FieldMask`` header or ``fields`` parameter) are honored, as by the real API. Every
 ``projects/P`` segment takes the project's id or its number (:meth:`Fleet.project_id`).
+
+Where the real API documents what the reaper relies on (``compute.v1.json``, the discovery document
+in google-api-python-client's cache, unless said otherwise):
+
+- paging: ``maxResults`` "Acceptable values are 0 to 500 ... (Default: 500)", and "If the number of
+  available results is larger than maxResults, Compute Engine returns a nextPageToken" (every list method);
+- partial responses: the ``fields`` system parameter, "Selector specifying which fields to include in a
+  partial response" (its header form is ``X-Goog-FieldMask``: "System parameters",
+  https://cloud.google.com/apis/docs/system-parameters);
+- warnings: ``InstanceAggregatedList.items`` "An object that contains a list of instances scoped by zone",
+  each ``InstancesScopedList.warning`` "[Output Only] Informational warning which replaces the list of
+  instances when the list is empty", with the codes of its ``code`` enum (``NO_RESULTS_ON_PAGE``,
+  ``UNREACHABLE``; ``PARTIAL_SUCCESS`` "Success is reported, but some results may be missing due to errors")
+  and a ``scope`` data entry; ``unreachables``, "[Output Only] Unreachable resources." (the emulator lists
+  none itself: tests rewrite pages to add them);
+- filters: ``filter``'s description (label equalities, ``labels.KEY = VALUE``, parenthesised terms ANDed);
+- the ``instance`` path segment takes a name or the numeric id (its pattern, ``[1-9][0-9]{0,19}`` for ids);
+- ``setLabels``: ``InstancesSetLabelsRequest.labelFingerprint`` "Fingerprint of the previous set of labels
+  for this resource, used to prevent conflicts. Provide the latest fingerprint value when making a
+  request to add or change labels": a stale one is refused with 412 ``conditionNotMet``;
+- operations and ``zoneOperations.wait``: :mod:`include.emulators.gce.fleet`;
+- rate quotas, and their 403: :mod:`include.emulators.gce.quota`;
+- error bodies: Google's JSON error format (API design guide, "Errors", https://cloud.google.com/apis/design/errors),
+  with the v1 ``errors[]`` list of ``domain``/``reason``/``message`` that the Compute API still sends.
 """
 
 from __future__ import annotations
@@ -19,9 +44,10 @@ import re
 
 from include.emulators.gce import fieldmask
 from include.emulators.gce.fleet import Fleet
+from include.emulators.gce.quota import caller
 from include.emulators.http import ApiError, Handler, Server
 
-MAX_RESULTS = 500
+MAX_RESULTS = 500  # maxResults: "Acceptable values are 0 to 500" (compute.v1.json, every list method)
 _ROUTES: list[tuple[str, re.Pattern[str], str]] = [
     ("GET", re.compile(r"^/compute/v1/projects/([^/]+)$"), "project_get"),
     ("GET", re.compile(r"^/compute/v1/projects/([^/]+)/aggregated/instances$"), "aggregated_list"),
@@ -39,7 +65,11 @@ _TERM = re.compile(r'^\(?\s*labels\.([A-Za-z0-9_.\-/]+)\s*=\s*(?:"([^"]*)"|([^\s
 
 
 def parse_filter(text: str) -> dict[str, str]:
-    """``labels.a = "x" AND labels.b = y`` -> {a: x, b: y}; anything else is a 400, as the API would say."""
+    """``labels.a = "x" AND labels.b = y`` -> {a: x, b: y}; anything else is a 400, as the API would say.
+
+    The subset of ``filter``'s documented syntax (compute.v1.json) that the reaper sends: label equalities,
+    parenthesised or joined by ``AND`` ("By default, each expression is an AND expression").
+    """
     if not text.strip():
         return {}
     wanted = {}
@@ -88,13 +118,19 @@ class GceHandler(Handler):
         return kind, args
 
     def error_body(self, error: ApiError) -> object:
-        return {
-            "error": {
-                "code": error.code,
-                "message": error.message,
-                "errors": [{"domain": "global", "reason": error.reason, "message": error.message}],
-            }
+        body: dict[str, object] = {
+            "code": error.code,
+            "message": error.message,
+            "errors": [{"message": error.message, "domain": error.domain, "reason": error.reason, **error.more}],
         }
+        if error.status:
+            body["status"] = error.status
+        return {"error": body}
+
+    def admit(self, kind: str, args: tuple[str, ...]) -> None:
+        """The project's rate quota for the request's group (every API path starts with its project)."""
+        if args:
+            self.state.quotas.admit(kind, args[0], caller(self.headers), self.state.number(args[0]))
 
     def render(self, kind: str, body: object, query: dict[str, list[str]]) -> bytes:
         """Partial responses: the ``X-Goog-FieldMask`` header or ``fields`` parameter, as the real API."""
@@ -120,6 +156,7 @@ class GceHandler(Handler):
 
     def handle_api(self, kind: str, args: tuple[str, ...], query: dict[str, list[str]]) -> object:
         fleet = self.state
+        fleet.settle()  # the operations due by now are DONE before anything is read
         if kind == "project_get":
             with fleet.lock:
                 return fleet.project(args[0])
@@ -178,7 +215,7 @@ class GceHandler(Handler):
             "items": items,
             "selfLink": f"https://www.googleapis.com/compute/v1/projects/{project}/aggregated/instances",
         }
-        if partial:
+        if partial:  # "Success is reported, but some results may be missing due to errors" (PARTIAL_SUCCESS)
             body.update(_warning("PARTIAL_SUCCESS", "Some results may be missing from the response.", "-"))
         if offset + size < len(rows):
             body["nextPageToken"] = _token(offset + size)
@@ -226,18 +263,31 @@ class GceHandler(Handler):
         return body
 
     def _set_faults(self, body: dict[str, object]) -> object:
+        """``latency`` (s), ``slow`` {kind: s}, ``rates`` {kind: {fault: p}}, ``unreachable`` [[project, zone]],
+        ``deny_set_labels`` [project], ``operation_seconds`` {operationType: s}, ``instance_operation_seconds``
+        {name: s}, ``operation_wait_cap`` (s), ``quotas`` (see :meth:`RateQuotas.configure`)."""
         fleet = self.state
         with fleet.lock:
             faults = fleet.faults
             faults.latency = float(body.get("latency", faults.latency))  # type: ignore[arg-type]
+            faults.slow.update(body.get("slow", {}))  # type: ignore[arg-type]
             faults.rates.update(body.get("rates", {}))  # type: ignore[arg-type]
             faults.unreachable |= {tuple(pz) for pz in body.get("unreachable", [])}  # type: ignore[attr-defined]
             faults.deny_set_labels |= set(body.get("deny_set_labels", []))  # type: ignore[arg-type]
             faults.deny_project_get |= set(body.get("deny_project_get", []))  # type: ignore[arg-type]
+            faults.operation_seconds.update(body.get("operation_seconds", {}))  # type: ignore[arg-type]
+            faults.instance_operation_seconds.update(body.get("instance_operation_seconds", {}))  # type: ignore[arg-type]
+            faults.operation_wait_cap = float(body.get("operation_wait_cap", faults.operation_wait_cap))  # type: ignore[arg-type]
+        try:
+            fleet.quotas.configure(body.get("quotas", {}))  # type: ignore[arg-type]
+        except (TypeError, ValueError) as exc:
+            raise ApiError(400, "invalid", str(exc)) from None
         return {"ok": True}
 
 
 def _warning(code: str, message: str, zone: str) -> dict[str, object]:
+    """A scope's (or the page's) ``warning``: "[Output Only] Informational warning which replaces the list of
+    instances when the list is empty", its ``code`` from the schema's enum and a ``scope`` data entry."""
     scope = zone if "/" in zone else f"zones/{zone}"  # a zone name, or a scope (zones/Z, regions/R)
     return {"warning": {"code": code, "message": message, "data": [{"key": "scope", "value": scope}]}}
 
