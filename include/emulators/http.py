@@ -182,9 +182,10 @@ def start_secantusdb(
 class ApiError(Exception):
     """An error the emulator answers with; each API renders it in its own shape."""
 
-    def __init__(self, code: int, reason: str, message: str) -> None:
+    def __init__(self, code: int, reason: str, message: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.code, self.reason, self.message = code, reason, message
+        self.headers = headers or {}  # sent with the error (a 429's Retry-After)
 
 
 @dataclass
@@ -192,10 +193,14 @@ class Faults:
     """Injected faults, per request kind.
 
     ``rates`` maps a kind to {"429"|"503"|"410"|"timeout": probability}; ``fail_next``
-    maps a kind to the exact faults of its next requests, in order (for tests).
+    maps a kind to the exact faults of its next requests, in order (for tests). ``delays`` maps a
+    kind to the seconds each of its answers takes on top of ``latency`` (a slow server for one kind
+    of request); ``retry_after`` is the ``Retry-After`` header of an injected 429 (None: none).
     """
 
     latency: float = 0.0
+    delays: dict[str, float] = field(default_factory=dict)
+    retry_after: str | None = None
     rates: dict[str, dict[str, float]] = field(default_factory=dict)
     fail_next: dict[str, list[str]] = field(default_factory=dict)
     timeout_delay: float = 2.0
@@ -299,10 +304,12 @@ class Handler(BaseHTTPRequestHandler):
 
     # --- the shared part ---------------------------------------------------------------------
 
-    def _send(self, code: int, data: bytes) -> None:
+    def _send(self, code: int, data: bytes, headers: dict[str, str] | None = None) -> None:
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
 
@@ -344,18 +351,21 @@ class Handler(BaseHTTPRequestHandler):
                 with state.lock:
                     state.inflight[kind] -= 1
         except ApiError as exc:
-            self._send(exc.code, json.dumps(self.error_body(exc)).encode())
+            self._send(exc.code, json.dumps(self.error_body(exc)).encode(), exc.headers)
 
     def _inject(self, kind: str) -> None:
         faults = self.state.faults
-        if faults.latency:
-            time.sleep(faults.latency)
+        delay = faults.latency + faults.delays.get(kind, 0.0)
+        if delay:
+            time.sleep(delay)
         fault = faults.roll(kind)
         if fault == "timeout":
             time.sleep(faults.timeout_delay)
             raise ApiError(503, "ServiceUnavailable", "injected timeout")
         if fault:
-            raise ApiError(int(fault), "TooManyRequests" if fault == "429" else "Injected", f"injected {fault}")
+            throttled = fault == "429"
+            headers = {"Retry-After": faults.retry_after} if throttled and faults.retry_after else None
+            raise ApiError(int(fault), "TooManyRequests" if throttled else "Injected", f"injected {fault}", headers)
 
 
 class Server:
