@@ -101,7 +101,7 @@ def test_a_429_is_retried_after_its_retry_after(kube, kind: str) -> None:
     assert set(results(outcomes).values()) == {"deleted"} and cluster.names() == set()
     # The server's 2 s, not the backoff's few milliseconds, and waited by the reaper's own retry (the
     # client's hidden one would wait with no regard for the deadline).
-    assert slept == [2.0] and 2.0 <= took < 2.0 + 2.0
+    assert slept == [2.0] and 2.0 <= took < 2.0 + 3.0
     assert cluster.counters["delete"] == 4 + (kind == "delete")  # a delete's 429, then each once
 
 
@@ -115,7 +115,7 @@ def test_a_429_whose_retry_after_ends_past_the_deadline_stops_at_once(kube, kind
     slept: list[float] = []
     started = time.monotonic()
     outcomes = deleter(api, recording_backoff(slept)).delete(plan, SendGuard(deadline=time.time() + 10))
-    assert slept == [] and time.monotonic() - started < 1.0  # nothing slept
+    assert slept == [] and time.monotonic() - started < 2.0  # nothing slept (the server asked for 20 s)
     assert len(cluster.objects) == 4
     if kind == "list_named":  # a re-read: the run is left whole, nothing was sent
         assert set(results(outcomes).values()) == {"not_attempted"} and cluster.counters["delete"] == 0

@@ -53,9 +53,10 @@ def single_tries(api: k8s.ApiClient) -> k8s.ApiClient:
     """``api`` with urllib3's own retries off: each call is one request, bounded by its timeout.
 
     By default urllib3 retries a read timeout or a dropped connection three times, GET and DELETE
-    alike (both idempotent to it): one call could take four request timeouts, past the send margin
-    (docs/design.md §6), and a DELETE could go out again unseen by the send guard (no lease check,
-    not marked sent). The pool manager is made from the configuration once, so it is made again.
+    alike (both idempotent to it), and sleeps the ``Retry-After`` of a 429 or 503 (up to six hours) before
+    each of three more tries: one call could take four request timeouts or sleep far past the send
+    margin (docs/design.md §6), and a DELETE could go out again unseen by the send guard (no lease
+    check, not marked sent). The pool manager is made from the configuration once, so it is made again.
     """
     api.configuration.retries = False
     api.rest_client.pool_manager.clear()

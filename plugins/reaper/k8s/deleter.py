@@ -294,7 +294,7 @@ class K8sDeleter:
         except GaveUp as exc:
             guard.sent(obj)  # as a retry would have marked it: a later try's 404 is this call's doing
             why = f"{exc.why} (no retry after {answer(exc.last)})"
-            return Outcome(obj, UNCONFIRMED, f"the delete call's answer was lost and no retry was sent: {why}")
+            return Outcome(obj, UNCONFIRMED, f"the delete call was not confirmed and may not be retried: {why}")
         except Exception as exc:
             return Outcome(obj, FAILED, f"{type(exc).__name__}: {exc}")
         guard.sent(obj)
