@@ -52,9 +52,10 @@ def kube():
     from kubernetes import config as kconfig
 
     from include.emulators.k8s import K8sEmulator
+    from reaper.k8s.client import single_tries
 
     with K8sEmulator() as emulator:
-        yield emulator.cluster, kconfig.new_client_from_config_dict(emulator.kubeconfig()), emulator
+        yield emulator.cluster, single_tries(kconfig.new_client_from_config_dict(emulator.kubeconfig())), emulator
 
 
 # --- real servers -------------------------------------------------------------------------------

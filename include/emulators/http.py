@@ -195,10 +195,12 @@ class ApiError(Exception):
         domain: str = "global",
         status: str | None = None,
         more: dict[str, str] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.code, self.reason, self.message = code, reason, message
         self.domain, self.status, self.more = domain, status, more or {}
+        self.headers = headers or {}
 
 
 @dataclass
@@ -207,11 +209,13 @@ class Faults:
 
     ``latency`` delays every answer; ``slow`` maps a kind to seconds more for its answers (a slow
     ``get``, say). ``rates`` maps a kind to {"429"|"503"|"410"|"timeout": probability}; ``fail_next``
-    maps a kind to the exact faults of its next requests, in order (for tests).
+    maps a kind to the exact faults of its next requests, in order (for tests). ``retry_after`` is the
+    ``Retry-After`` header of an injected 429 (None: none).
     """
 
     latency: float = 0.0
     slow: dict[str, float] = field(default_factory=dict)
+    retry_after: str | None = None
     rates: dict[str, dict[str, float]] = field(default_factory=dict)
     fail_next: dict[str, list[str]] = field(default_factory=dict)
     timeout_delay: float = 2.0
@@ -318,10 +322,12 @@ class Handler(BaseHTTPRequestHandler):
 
     # --- the shared part ---------------------------------------------------------------------
 
-    def _send(self, code: int, data: bytes) -> None:
+    def _send(self, code: int, data: bytes, headers: dict[str, str] | None = None) -> None:
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
 
@@ -364,7 +370,7 @@ class Handler(BaseHTTPRequestHandler):
                 with state.lock:
                     state.inflight[kind] -= 1
         except ApiError as exc:
-            self._send(exc.code, json.dumps(self.error_body(exc)).encode())
+            self._send(exc.code, json.dumps(self.error_body(exc)).encode(), exc.headers)
 
     def _inject(self, kind: str) -> None:
         faults = self.state.faults
@@ -376,7 +382,11 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(faults.timeout_delay)
             raise ApiError(503, "ServiceUnavailable", "injected timeout")
         if fault:
-            raise ApiError(int(fault), "TooManyRequests" if fault == "429" else "Injected", f"injected {fault}")
+            throttled = fault == "429"
+            headers = {"Retry-After": faults.retry_after} if throttled and faults.retry_after else None
+            raise ApiError(
+                int(fault), "TooManyRequests" if throttled else "Injected", f"injected {fault}", headers=headers
+            )
 
 
 class Server:

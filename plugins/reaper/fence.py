@@ -113,6 +113,8 @@ class SendGuard:
             except Exception as exc:
                 self.halt(f"ledger: intent not recorded ({type(exc).__name__})")
                 return self._why
+            # The write may have taken until past the deadline (or a SIGTERM came): nothing is sent then.
+            return self.check(lease=False)
         return None
 
     def retry(self, resource: Resource) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections import Counter
 
 import pytest
@@ -13,6 +14,7 @@ from include.emulators.shapes import kube_pod, kube_run
 from reaper.k8s.client import api_client_from_connection
 from reaper.k8s.inventory import list_cluster
 from reaper.model import Evidence, incomplete_scopes
+from reaper.retry import Backoff
 from tests.builders import NOW_DT, leases, plan, runs
 from tests.helpers import fast_backoff
 from tests.helpers.k8s import MANAGED, seed_pod, seed_run
@@ -85,6 +87,23 @@ def test_persistent_errors_mark_the_cluster_incomplete_and_transient_ones_are_re
     cluster.faults.fail_next["list"] = ["503"] * 3
     result = listing(api, retries=2)
     assert not result.complete and result.problems[0].startswith("Pod: HTTP 503")
+
+
+def test_a_throttled_page_is_retried_after_its_retry_after(kube) -> None:
+    # API Priority and Fairness answers 429 with the seconds to wait: the listing waits that long, not
+    # the backoff's milliseconds (a listing has no delete deadline; the wait is capped and bounded by retries).
+    cluster, api, _ = kube
+    seed_run(cluster, "run-1")
+    cluster.faults.retry_after = "1"
+    cluster.faults.fail_next["list"] = ["429"]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        time.sleep(seconds)
+
+    result = list_cluster(api, "c1", MANAGED, Backoff(4, base=0.01, cap=0.05, sleep=sleep), 10)
+    assert result.complete and len(result.resources) == 4 and slept == [1.0]
 
 
 def test_hygiene_findings(kube) -> None:

@@ -45,3 +45,18 @@ def test_stop_at_refuses_a_wait_that_ends_past_the_deadline_or_after_a_halt() ->
     guard.halt("SIGTERM: the task is being stopped")
     assert guard.stop_at(101.0) == "SIGTERM: the task is being stopped"
     assert SendGuard().stop_at(1e12) is None  # no deadline: the adapters' own tests
+
+
+def test_no_send_after_an_intent_whose_write_outlasted_the_deadline() -> None:
+    now = [100.0]
+    written: list[str] = []
+
+    def slow_intent(resource: object) -> None:
+        written.append("intent")
+        now[0] = 111.0  # the ledger took until past the deadline to acknowledge
+
+    guard = SendGuard(deadline=110.0, intent=slow_intent, clock=lambda: now[0])  # type: ignore[arg-type]
+    assert guard.before_send(object()) == "deadline reached: left for the next sweep"  # type: ignore[arg-type]
+    assert written == ["intent"]  # recorded, and then not sent: the caller records it unsent
+    now[0] = 100.0
+    assert SendGuard(deadline=110.0, intent=lambda r: None, clock=lambda: now[0]).before_send(object()) is None  # type: ignore[arg-type]

@@ -38,8 +38,15 @@ RESOURCE_OF_KIND = {kind: resource for resource, (kind, _) in RESOURCES.items()}
 class K8sFaults(Faults):
     """The shared faults plus: answer 410 Gone to this many requests that carry a continue token;
     answer this many list pages with the continue token of the request again (a looping server);
-    how long a deleted Pod's containers take to stop (capped by its grace period)."""
+    how long a deleted Pod's containers take to stop (capped by its grace period).
 
+    An injected 429 carries ``Retry-After: 1``, as the API server sends it when API Priority and
+    Fairness (or the max-in-flight limit) rejects a request (Kubernetes docs, "API Priority and
+    Fairness"; kube-apiserver ``staging/src/k8s.io/apiserver/pkg/server/filters/maxinflight.go``
+    ``tooManyRequests``, which both filters call).
+    """
+
+    retry_after: str | None = "1"
     expire_continue_tokens: int = 0
     repeat_continue_tokens: int = 0
     cascade_delay: float = 0.0

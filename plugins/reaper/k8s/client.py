@@ -4,6 +4,10 @@ Every call goes through ``ApiClient.call_api`` with ``_preload_content=False``:
 the typed list calls overwrite ``Accept``, and Secrets must be listed as
 ``PartialObjectMetadataList`` so that their ``data`` never reaches the reaper.
 Raw JSON is decoded with the same typed decoder as ``kubectl`` exports.
+
+Every call is one request, bounded by its own timeout (:func:`single_tries`), and the only retries
+are the reaper's own (:class:`reaper.retry.Backoff` with :func:`retryable`): bounded, guarded, and
+believing a ``Retry-After`` the API server sends.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kubernetes import client as k8s
+from kubernetes.client import rest
 from kubernetes.client.exceptions import ApiException
 from urllib3 import exceptions as u3exc
 
@@ -20,6 +25,10 @@ PATHS = {
     "NetworkPolicy": ("/apis/networking.k8s.io/v1", "networkpolicies"),
 }
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+# The longest ``Retry-After`` believed. The API server's own 429s (API Priority and Fairness, and the
+# max-in-flight limit it replaces) ask for 1 s; a larger value comes from something in between, and is
+# believed up to this, never past the run's stop (a delete task's guard) or ``k8s.max_retries``.
+RETRY_AFTER_CAP = 30.0
 
 
 def collection_paths(kind: str, namespaces: Sequence[str]) -> list[str]:
@@ -37,14 +46,49 @@ def api_client_from_connection(conn_id: str) -> k8s.ApiClient:
     """The ApiClient of the Airflow connection ``conn_id`` (kubeconfig in the connection)."""
     from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
-    return KubernetesHook(conn_id=conn_id).api_client
+    return single_tries(KubernetesHook(conn_id=conn_id).api_client)
 
 
-def transient(exc: BaseException) -> bool:
-    """Throttling, server errors, timeouts and dropped connections are worth a bounded retry."""
+def single_tries(api: k8s.ApiClient) -> k8s.ApiClient:
+    """``api`` with urllib3's own retries off: each call is one request, bounded by its timeout.
+
+    By default urllib3 retries a read timeout or a dropped connection three times, GET and DELETE
+    alike (both idempotent to it), and sleeps the ``Retry-After`` of a 429 or 503 (up to six hours) before
+    each of three more tries: one call could take four request timeouts or sleep far past the send
+    margin (docs/design.md §6), and a DELETE could go out again unseen by the send guard (no lease
+    check, not marked sent). The pool manager is made from the configuration once, so it is made again.
+    """
+    api.configuration.retries = False
+    api.rest_client.pool_manager.clear()
+    api.rest_client = rest.RESTClientObject(api.configuration)
+    return api
+
+
+def retryable(exc: BaseException) -> bool | float:
+    """How to retry a failed call (:class:`reaper.retry.Backoff`): False (final), True (exponential
+    backoff), or the seconds the server asked for.
+
+    429 (throttled: API Priority and Fairness) and 5xx are retried, after their ``Retry-After`` when
+    it is a number of seconds ("delay-seconds", RFC 9110 section 10.2.3; the API server sends "1"),
+    capped at :data:`RETRY_AFTER_CAP`; without one (or with an HTTP-date, which the API server never
+    sends) after the backoff, as client-go does (``rest/request.go`` ``checkWait``). Timeouts and
+    dropped connections back off; any other answer is final.
+    """
     if isinstance(exc, ApiException):
-        return exc.status == 429 or exc.status >= 500
+        status = exc.status or 0  # 0: the client's own failure (TLS), no answer to retry
+        if status != 429 and status < 500:
+            return False
+        value = str((exc.headers or {}).get("Retry-After") or "").strip()
+        # ASCII digits only: str.isdigit alone takes "²" for a digit.
+        return min(float(value), RETRY_AFTER_CAP) if value.isascii() and value.isdigit() else True
     return isinstance(exc, u3exc.HTTPError)
+
+
+def answer(exc: BaseException) -> str:
+    """A failed call's answer in a few words, for outcomes and logs (never the response's headers or body)."""
+    if isinstance(exc, ApiException):
+        return f"HTTP {exc.status} {exc.reason}"
+    return type(exc).__name__
 
 
 def call(

@@ -11,8 +11,15 @@ graceful: while the Pod is still terminating (grace period, finalizers) its cont
 is recorded ``terminating`` and the run's Secrets and NetworkPolicy wait for a later sweep that finds it
 gone. 404 means already gone (``deleted`` when this sweep's own delete call went out first); 409 (a
 failed precondition) means changed under us; any other refusal is ``failed``. A run stops at its first
-object that is not gone: a Pod that could not be deleted keeps the Secrets it may mount. 429 and 5xx
-are retried with backoff, bounded, each retry guarded.
+object that is not gone: a Pod that could not be deleted keeps the Secrets it may mount.
+
+Every call between the plan and the send, and every wait after it, stops when the run must stop
+(docs/design.md §6): a re-read is started only while the guard allows it, and retried (429 after
+its ``Retry-After``, 5xx after a backoff, bounded by ``k8s.max_retries``) only while the retry can
+begin before the deadline. A run stopped there is left for the next sweep (``not_attempted``, or
+``unconfirmed`` for a retried send), never ``failed`` or ``changed_since_plan``: nothing was read
+as changed. Each request is bounded by ``k8s.request_timeout``, so a task ends at most one request
+after its deadline, which is the margin the deadline leaves (``Settings.send_margin``).
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import msgspec
 from kubernetes import client as k8s
@@ -29,10 +37,11 @@ from kubernetes.client.exceptions import ApiException
 from reaper.config import Settings
 from reaper.fence import UNCONFIRMED, Halted, SendGuard
 from reaper.k8s.client import METADATA_ONLY as METADATA_LIST
-from reaper.k8s.client import PATHS, call, collection_paths, transient
+from reaper.k8s.client import PATHS, answer, call, collection_paths, retryable
+from reaper.k8s.evidence import reread_timeout
 from reaper.model import K8sObject, Outcome
 from reaper.ratelimit import BucketsPerScope
-from reaper.retry import Backoff
+from reaper.retry import Backoff, GaveUp
 
 DELETED, ALREADY_GONE, CHANGED, FAILED, TERMINATING = (
     "deleted",
@@ -48,6 +57,12 @@ _POLL = (0.1, 1.0)  # seconds between reads of a terminating Pod: first, doublin
 
 # Why a run's evidence no longer supports deleting it, or None (the lease and the run store read again).
 Revalidate = Callable[[str, str], str | None]
+T = TypeVar("T")
+
+
+class Stopped(Exception):
+    """The run must stop (deadline, SIGTERM) before a call it needs could start or be retried: what
+    it has not sent is left for the next sweep (``guard.unsent``)."""
 
 
 class _Meta(msgspec.Struct):
@@ -92,6 +107,7 @@ class K8sDeleter:
         self.backoff = backoff or Backoff(cfg.max_retries)
         self.buckets = BucketsPerScope(cfg.delete_rate_per_cluster)
         self.revalidate = revalidate
+        self.revalidate_timeout = reread_timeout(config)
 
     def delete(self, planned: Sequence[K8sObject], guard: SendGuard | None = None) -> list[Outcome]:
         """Delete the planned objects run by run; one outcome per object, in the order given."""
@@ -116,29 +132,56 @@ class K8sDeleter:
         stopped = guard.check(lease=False)  # the lease is read before each send, after the token
         if not stopped:
             self.buckets.acquire(members[0].cluster)  # before the re-reads: no wait between them and the delete
-            changed = self._changed(members) or self._evidence_changed(members[0])
+            try:
+                changed = self._changed(members, guard) or self._evidence_changed(members[0], guard)
+            except Stopped as exc:
+                stopped, changed = str(exc), None
             if changed:
                 return [self._record(obj, guard, CHANGED, changed) for obj in members]
         outcomes: list[Outcome] = []
         for i, obj in enumerate(members):
+            if not stopped and obj.kind != "Pod" and (i == 0 or members[i - 1].kind == "Pod"):
+                rest = members[i:]
+                try:
+                    changed = self._pods_of_run(rest, guard) or self._changed(rest, guard)
+                    changed = changed or self._evidence_changed(obj, guard)
+                except Stopped as exc:
+                    stopped, changed = str(exc), None
+                if changed:
+                    return outcomes + [self._record(o, guard, CHANGED, changed) for o in rest]
             if stopped:
                 outcomes.append(self._record(obj, guard, guard.unsent(obj), stopped))
                 continue
-            if obj.kind != "Pod" and (i == 0 or members[i - 1].kind == "Pod"):
-                rest = members[i:]
-                changed = self._pods_of_run(rest) or self._changed(rest) or self._evidence_changed(obj)
-                if changed:
-                    return outcomes + [self._record(o, guard, CHANGED, changed) for o in rest]
             outcome = self._delete_one(obj, guard, take_token=i > 0)
             outcomes.append(self._record(obj, guard, outcome.result, outcome.detail))
             if outcome.result not in GONE:
                 stopped = f"after {obj.kind} {obj.namespace}/{obj.name}: {outcome.result}; the next sweep decides again"
         return outcomes
 
-    def _evidence_changed(self, obj: K8sObject) -> str | None:
-        return self.revalidate(obj.cluster, obj.labels.get(self.run_label, "")) if self.revalidate else None
+    def _start(self, guard: SendGuard, seconds: float) -> None:
+        """Raise :class:`Stopped` unless a call that takes at most ``seconds``, started now, ends by
+        the deadline plus one request timeout (what the send margin leaves for it)."""
+        why = guard.stop_at(guard.clock() + seconds - self.timeout)
+        if why:
+            raise Stopped(why)
 
-    def _pods_of_run(self, rest: list[K8sObject]) -> str | None:
+    def _guarded(self, guard: SendGuard, fn: Callable[[], T]) -> T:
+        """One request between the plan and the send: started, and retried, only before the deadline."""
+        self._start(guard, self.timeout)
+        try:
+            return self.backoff.call(fn, retryable, stop=guard.stop_at)
+        except GaveUp as exc:
+            raise Stopped(f"{exc.why} (no retry after {answer(exc.last)})") from exc
+
+    def _evidence_changed(self, obj: K8sObject, guard: SendGuard) -> str | None:
+        """The run's lease and state read again, only when the readers' own timeouts let it end in time
+        (they retry nothing: ``reaper/k8s/evidence.py`` ``reread_timeout``)."""
+        if not self.revalidate:
+            return None
+        self._start(guard, self.revalidate_timeout)
+        return self.revalidate(obj.cluster, obj.labels.get(self.run_label, ""))
+
+    def _pods_of_run(self, rest: list[K8sObject], guard: SendGuard) -> str | None:
         """Whether any Pod of the run exists, managed or not: its remaining Secrets and NetworkPolicies
         (``rest``) then stay.
 
@@ -151,17 +194,19 @@ class K8sDeleter:
         namespaces = sorted({*self.namespaces, *(o.namespace for o in rest)}) if self.namespaces else []
         try:
             for path in collection_paths("Pod", namespaces):
-                raw = self.backoff.call(
-                    lambda p=path: call(api, "GET", p, self.timeout, query, accept=METADATA_LIST), transient
+                listed = self._guarded(
+                    guard, lambda p=path: call(api, "GET", p, self.timeout, query, accept=METADATA_LIST)
                 )
-                pods = _LIST.decode(raw).items
+                pods = _LIST.decode(listed).items
                 if pods:
                     return f"a Pod of the run exists ({pods[0].metadata.uid}): its Secrets and NetworkPolicy stay"
+        except Stopped:
+            raise
         except Exception as exc:
-            return f"the run's Pods unreadable before its Secrets: {type(exc).__name__}"
+            return f"the run's Pods unreadable before its Secrets: {answer(exc)}"
         return None
 
-    def _changed(self, members: list[K8sObject]) -> str | None:
+    def _changed(self, members: list[K8sObject], guard: SendGuard) -> str | None:
         """Whether any object of the run changed since the plan (recreated, relabelled or opted out).
 
         The preconditions catch a change to the object being deleted; this catches one to the
@@ -170,11 +215,11 @@ class K8sDeleter:
         api = self.api_for(members[0].cluster)  # a run lives in one cluster
         for obj in members:
             try:
-                meta = self.backoff.call(lambda o=obj: self._read(api, o), transient)
-            except ApiException as exc:
-                return f"{obj.kind} {obj.namespace}/{obj.name} unreadable before the delete: HTTP {exc.status}"
+                meta = self._guarded(guard, lambda o=obj: self._read(api, o))
+            except Stopped:
+                raise
             except Exception as exc:
-                return f"{obj.kind} {obj.namespace}/{obj.name} unreadable before the delete: {type(exc).__name__}"
+                return f"{obj.kind} {obj.namespace}/{obj.name} unreadable before the delete: {answer(exc)}"
             if meta is None:
                 continue  # gone already: nothing to protect
             if meta.uid != obj.uid:
@@ -233,50 +278,57 @@ class K8sDeleter:
             return call(api, "DELETE", self._path(obj), self.timeout, body=body, accept=METADATA)
 
         try:
-            answer = self.backoff.call(send, transient)
+            deleted = self.backoff.call(send, retryable, stop=guard.stop_at)
         except ApiException as exc:
             if exc.status == 404:
                 if attempts > 1 or obj.uid in guard.sent_before:
                     return Outcome(obj, DELETED, "404 after this sweep's delete call")
                 return Outcome(obj, ALREADY_GONE, "404 on delete")
             if exc.status == 409:  # what the API server answers a failed precondition
-                if obj.kind == "Pod" and self._terminating(api, obj):
+                if obj.kind == "Pod" and self._terminating(api, obj, guard):
                     return Outcome(obj, TERMINATING, "409, and the Pod is already terminating")
                 return Outcome(obj, CHANGED, "409: a precondition failed (recreated, relabelled or opted out)")
-            return Outcome(obj, FAILED, f"HTTP {exc.status} {exc.reason}")
+            return Outcome(obj, FAILED, answer(exc))
         except Halted as exc:
             return Outcome(obj, UNCONFIRMED, f"the delete call's answer was lost and no retry was sent: {exc}")
+        except GaveUp as exc:
+            guard.sent(obj)  # as a retry would have marked it: a later try's 404 is this call's doing
+            why = f"{exc.why} (no retry after {answer(exc.last)})"
+            return Outcome(obj, UNCONFIRMED, f"the delete call was not confirmed and may not be retried: {why}")
         except Exception as exc:
             return Outcome(obj, FAILED, f"{type(exc).__name__}: {exc}")
         guard.sent(obj)
-        if obj.kind == "Pod" and self._still_terminating(api, obj, answer, guard):
+        if obj.kind == "Pod" and self._still_terminating(api, obj, deleted, guard):
             return Outcome(obj, TERMINATING, "the Pod is terminating; its Secrets and NetworkPolicy wait")
         return Outcome(obj, DELETED)
 
-    def _terminating(self, api: k8s.ApiClient, obj: K8sObject) -> bool:
+    def _terminating(self, api: k8s.ApiClient, obj: K8sObject, guard: SendGuard) -> bool:
         """Whether the planned Pod (same uid) still exists with a deletionTimestamp; in doubt (a failed
-        read), it is: the run's Secrets and NetworkPolicy then wait for a later sweep."""
+        read, or none started because the run must stop), it is: the run's Secrets and NetworkPolicy
+        then wait for a later sweep."""
+        if guard.stop_at(guard.clock()):
+            return True
         try:
             meta = self._read(api, obj)
         except Exception:
             return True
         return meta is not None and meta.uid == obj.uid and meta.deletionTimestamp is not None
 
-    def _still_terminating(self, api: k8s.ApiClient, obj: K8sObject, answer: bytes, guard: SendGuard) -> bool:
+    def _still_terminating(self, api: k8s.ApiClient, obj: K8sObject, reply: bytes, guard: SendGuard) -> bool:
         """After a graceful delete: wait (bounded) for the Pod to go; True while it is still there.
 
         Any doubt (an undecodable answer, a failed read) counts as still terminating: the run's
         Secrets and NetworkPolicy then wait for the next sweep, which is the safe side.
         """
         try:
-            if _ANSWER.decode(answer).metadata.deletionTimestamp is None:
+            if _ANSWER.decode(reply).metadata.deletionTimestamp is None:
                 return False  # deleted at once: the answer is the object as it was removed
             give_up = time.monotonic() + self.pod_gone_timeout
             pause = _POLL[0]
             while True:
-                if not self._terminating(api, obj):
+                if not self._terminating(api, obj, guard):
                     return False
-                if time.monotonic() >= give_up or guard.check(lease=False):
+                if time.monotonic() >= give_up or guard.stop_at(guard.clock() + pause):
                     return True
                 time.sleep(pause)
                 pause = min(pause * 2, _POLL[1])

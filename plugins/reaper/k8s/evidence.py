@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from reaper.config import Settings
 from reaper.model import Evidence, K8sObject, Keyed, LeaseState, StoreState
 from reaper.policy.k8s import lease_state, run_state
+from reaper.stores.nats import read_timeout as nats_read_timeout
 
 LeaseReader = Callable[[list[str]], Keyed[float | None] | None]
 RunReader = Callable[[list[str]], Keyed[str]]
@@ -61,6 +62,17 @@ def still_reapable(
     if store not in (StoreState.TERMINAL, StoreState.NOT_FOUND):
         return f"run store {store.value} ({status}) when read again before the delete"
     return None
+
+
+def reread_timeout(config: Settings) -> float:
+    """The longest :func:`still_reapable` takes with the configured readers: it retries nothing, and
+    each reader is bounded by its own timeout (``reaper/stores/nats.py`` ``read_timeout``; every pymongo
+    timeout of a Mongo reader is its ``timeout``, and one run is one query). The deleter starts it only
+    when it can end in time (docs/design.md §6)."""
+    k8s = config.k8s
+    lease = {"nats": nats_read_timeout(k8s.nats_leases), "mongo": k8s.mongo_leases.timeout.total_seconds()}
+    store = k8s.mongo_run_store.timeout.total_seconds() if k8s.run_store == "mongo" else 0.0
+    return lease.get(k8s.lease_source, 0.0) + store
 
 
 def unguarded_step_pods(objects: Iterable[K8sObject], config: Settings) -> list[str]:

@@ -19,7 +19,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from reaper.exports import KubeItem, k8s_object
-from reaper.k8s.client import METADATA_ONLY, PATHS, call, collection_paths, selector_string, transient
+from reaper.k8s.client import METADATA_ONLY, PATHS, answer, call, collection_paths, retryable, selector_string
 from reaper.model import K8sObject, ScopeListing
 from reaper.retry import Backoff
 
@@ -97,7 +97,8 @@ def _list_path(
                 query: list[tuple[str, object]] = [("labelSelector", selector_string(selector)), ("limit", page_size)]
                 if token:
                     query.append(("continue", token))
-                raw = backoff.call(lambda q=query: call(api, "GET", path, timeout, q, accept=accept), transient)
+                # A 429's Retry-After is believed (capped); a listing has no delete guard to stop it.
+                raw = backoff.call(lambda q=query: call(api, "GET", path, timeout, q, accept=accept), retryable)
                 page = _PAGE.decode(raw)
                 pages += 1
                 objects += [k8s_object(item, cluster, kind) for item in page.items]
@@ -111,7 +112,7 @@ def _list_path(
             if exc.status == 410 and token and restarts == 0:
                 restarts += 1
                 continue  # the continue token expired: start this list again, once
-            return objects, pages, f"{kind}: HTTP {exc.status} {exc.reason}"
+            return objects, pages, f"{kind}: {answer(exc)}"
         except (msgspec.DecodeError, ValueError) as exc:
             return objects, pages, f"{kind}: undecodable answer: {exc}"
         except Exception as exc:

@@ -96,6 +96,12 @@ def nats_options(conn_id: str) -> NatsOptions:
     return from_url
 
 
+def read_timeout(config: NatsLeaseConfig) -> float:
+    """The longest one read takes, its connection included: twice ``timeout`` (connecting and listing
+    each get ``timeout``), then it is cut and every lease is unknown."""
+    return 2 * config.timeout.total_seconds()
+
+
 class NatsLeases:
     def __init__(self, server: NatsOptions | str, config: NatsLeaseConfig) -> None:
         self.options = server if isinstance(server, NatsOptions) else NatsOptions.from_url(server)
@@ -108,7 +114,7 @@ class NatsLeases:
         timeout = self.config.timeout.total_seconds()
         only = self.config.key_template.replace("{run}", keys[0]) if keys and len(keys) == 1 else None
         try:
-            listed = asyncio.run(asyncio.wait_for(self._keys(timeout, only), timeout * 2))
+            listed = asyncio.run(asyncio.wait_for(self._keys(timeout, only), read_timeout(self.config)))
         except Exception as exc:
             reason = self.options.redact(str(exc))
             log.warning("NATS leases unreadable, every lease unknown: %s: %s", type(exc).__name__, reason)
