@@ -9,6 +9,10 @@ read are skipped by the parser and never become Python objects. That is what
 keeps a 100,000-instance export small in memory, and it is why a Secret's
 ``data`` is never held: the decoder has no field to put it in.
 
+The DAG's listings decode the APIs' answers with the same structs and normalizers
+(:class:`RawInstance` and :func:`gce_instance`, :class:`KubeList` and :func:`k8s_object`),
+so that an export is read, and refused, as the sweep reads the fleet it was taken from.
+
 Any problem raises :class:`InputError` naming the file, the option it came from
 and the JSON path that is wrong.
 """
@@ -34,33 +38,41 @@ class InputError(ConfigError):
 # --- GCE -------------------------------------------------------------------------------------
 
 
-class GcloudMetadataItem(msgspec.Struct):
-    """A metadata entry; only its key is read (values may be large startup scripts)."""
+class MetadataItem(msgspec.Struct):
+    """A metadata entry; only its key is read (values may be large startup scripts). An entry without
+    a key (the API's JSON mapping leaves empty fields out) is no ``created-by``: it is read, not refused."""
 
-    key: str
+    key: str = ""
 
 
-class GcloudMetadata(msgspec.Struct):
-    items: list[GcloudMetadataItem] = []
+class Metadata(msgspec.Struct):
+    items: list[MetadataItem] = []
 
 
 # The metadata key a managed instance group stamps on the instances it creates (their URL as value).
 CREATED_BY = "created-by"
 
 
-class GcloudInstance(msgspec.Struct):
-    """The fields of a Compute API instance resource that the rules read."""
+class RawInstance(msgspec.Struct):
+    """A Compute API instance resource, as a listing page or a ``gcloud`` export holds it: the fields the
+    rules read (the listing's partial response asks for these only: ``gce.inventory.INSTANCE_FIELDS``).
 
-    name: str
-    id: str | int
-    status: str
-    zone: str
-    creationTimestamp: datetime
+    The one struct of both readers, so that they accept and refuse the same instances. A field the
+    answer leaves out reads as the protobuf default would (empty, zero, false), so the normalizer
+    refuses the same instances it refused when the SDK parsed them; ``null`` is no value the API
+    writes, and is refused.
+    """
+
+    name: str = ""
+    id: str | int = ""
+    status: str = ""
+    zone: str = ""
     selfLink: str = ""
     labels: dict[str, str] = {}
-    lastStopTimestamp: datetime | None = None
+    creationTimestamp: str = ""
+    lastStopTimestamp: str = ""
     deletionProtection: bool = False
-    metadata: GcloudMetadata | None = None
+    metadata: Metadata = msgspec.field(default_factory=Metadata)
 
 
 def _aware(ts: datetime, path: str) -> float:
@@ -89,67 +101,59 @@ def numeric_id(value: str | int) -> str | None:
     return str(number) if 0 < number < 2**64 else None
 
 
-def instance_record(
-    name: str,
-    instance_id: str | int,
-    status: str,
-    zone_url: str,
-    self_link: str,
-    labels: dict[str, str],
-    created: float,
-    last_stop: float | None,
-    deletion_protection: bool = False,
-    group_member: bool = False,
-) -> GceInstance:
-    """The one normalizer of an instance, for exports and for the Compute SDK alike.
-
-    The project comes from ``selfLink``, else from the ``zone`` URL. An instance without a name, a
-    status, or a numeric id (:func:`numeric_id`; an absent id reads as 0) cannot be re-validated or
-    deleted by id: it is refused, which makes its listing incomplete.
-    """
-    ident = numeric_id(instance_id)
-    if not name or not status or ident is None:
-        raise ValueError(f"instance {name or '?'}: expected a name, a status and a numeric id, got {instance_id!r}")
-    project = _url_part(self_link, "projects") or _url_part(zone_url, "projects")
-    if not project:
-        raise ValueError(f"instance {name}: no project in selfLink or zone URL")
-    zone = _url_part(zone_url, "zones") or zone_url
-    return GceInstance(
-        project, zone, name, ident, status, labels, created, last_stop, deletion_protection, group_member
-    )
-
-
-def gce_instance(raw: GcloudInstance) -> GceInstance:
-    """Normalize one decoded export instance."""
-    return instance_record(
-        raw.name,
-        raw.id,
-        raw.status,
-        raw.zone,
-        raw.selfLink,
-        raw.labels,
-        _aware(raw.creationTimestamp, f"instance {raw.name} creationTimestamp"),
-        None
-        if raw.lastStopTimestamp is None
-        else _aware(raw.lastStopTimestamp, f"instance {raw.name} lastStopTimestamp"),
-        raw.deletionProtection,
-        raw.metadata is not None and any(item.key == CREATED_BY for item in raw.metadata.items),
-    )
-
-
 def rfc3339(text: str, what: str) -> float:
     """An API timestamp string (``2026-11-01T10:00:00.123-07:00``) as unix seconds; an offset is required."""
     try:
-        return _aware(datetime.fromisoformat(text), what)
+        ts = datetime.fromisoformat(text)
     except ValueError:
         raise ValueError(f"{what}: expected an RFC 3339 timestamp, got {text!r}") from None
+    return _aware(ts, what)
 
 
-_GCLOUD = msgspec.json.Decoder(list[GcloudInstance])
+def gce_instance(raw: RawInstance) -> GceInstance:
+    """The one normalizer of an instance, for listed pages and exports alike.
+
+    The project comes from ``selfLink``, else from the ``zone`` URL. An instance without a name, a
+    status, a zone (its re-read and its delete name one), a creation time, or a numeric id
+    (:func:`numeric_id`; an absent id reads as 0) cannot be judged, re-validated or deleted by id:
+    it is refused (``ValueError``), which makes its listing incomplete. An empty
+    ``lastStopTimestamp`` (the protobuf default) is an instance never stopped.
+    """
+    name = raw.name
+    ident = numeric_id(raw.id)
+    if not name or not raw.status or ident is None:
+        raise ValueError(f"instance {name or '?'}: expected a name, a status and a numeric id, got {raw.id!r}")
+    if not raw.zone:
+        raise ValueError(f"instance {name}: no zone")
+    project = _url_part(raw.selfLink, "projects") or _url_part(raw.zone, "projects")
+    if not project:
+        raise ValueError(f"instance {name}: no project in selfLink or zone URL")
+    stopped = raw.lastStopTimestamp
+    return GceInstance(
+        project,
+        _url_part(raw.zone, "zones") or raw.zone,
+        name,
+        ident,
+        raw.status,
+        raw.labels,
+        rfc3339(raw.creationTimestamp, f"instance {name} creationTimestamp"),
+        rfc3339(stopped, f"instance {name} lastStopTimestamp") if stopped else None,
+        raw.deletionProtection,
+        any(item.key == CREATED_BY for item in raw.metadata.items),
+    )
+
+
+_GCLOUD = msgspec.json.Decoder(list[RawInstance])
 
 
 def load_gce(path: str | Path) -> list[GceInstance]:
-    """Read a ``gcloud compute instances list --format=json`` export."""
+    """Read a ``gcloud compute instances list --format=json`` export: the instances as the listing reads them.
+
+    One difference remains: a key repeated in one object reads as its last value here (msgspec's rule, as
+    most JSON parsers'), where the listing refuses the page (``gce.inventory.decode_once_each``). gcloud
+    never writes a key twice, and counting every key of a full export costs four to seven times its
+    decoding; the listing pays it on its partial responses only.
+    """
     raws = _decode(path, "--gce", _GCLOUD)
     return _normalize(path, "--gce", lambda: [gce_instance(r) for r in raws])
 
@@ -291,9 +295,19 @@ class KubeItem(msgspec.Struct):
     status: _Status | None = None
 
 
-class _KubeList(msgspec.Struct):
+class _ListMeta(msgspec.Struct):
+    # "continue" is a Python keyword.
+    next: str = msgspec.field(default="", name="continue")
+
+
+class KubeList(msgspec.Struct):
+    """A list as the API answers it (a page of it) and as ``kubectl get -o json`` writes it (a ``List``).
+
+    ``items`` is required: an answer without it is no list, never an empty one."""
+
     items: list[KubeItem]
     kind: str = ""
+    metadata: _ListMeta = msgspec.field(default_factory=_ListMeta)
 
 
 def _finished_for_good(status: _ContainerStatus | None, restarted_on_failure: bool) -> bool:
@@ -370,14 +384,14 @@ def k8s_object(item: KubeItem, cluster: str, kind: str | None = None) -> K8sObje
     )
 
 
-_KUBECTL = msgspec.json.Decoder(_KubeList)
+_KUBECTL = msgspec.json.Decoder(KubeList)
 
 
 def load_k8s(path: str | Path, cluster: str) -> list[K8sObject]:
     """Read ``kubectl get pods,secrets,networkpolicies -A -o json`` or a typed ``PodList``; other kinds are ignored."""
     listing = _decode(path, "--k8s", _KUBECTL)
     return _normalize(
-        path, "--k8s", lambda: [k8s_object(i, cluster, kind) for i, kind in _item_kinds(listing) if kind in K8S_KINDS]
+        path, "--k8s", lambda: [k8s_object(i, cluster, kind) for i, kind in item_kinds(listing) if kind in K8S_KINDS]
     )
 
 
@@ -386,22 +400,27 @@ _UNTYPED_LISTS = ("", "List", "PartialObjectMetadataList")
 _NO_KIND = ("", "PartialObjectMetadata")
 
 
-def _item_kinds(listing: _KubeList) -> list[tuple[KubeItem, str]]:
-    """Each item with its kind: its own, else the one its typed list names (``PodList`` -> ``Pod``).
+def item_kinds(listing: KubeList, asked: str = "") -> list[tuple[KubeItem, str]]:
+    """Each item with its kind: its own, else the one its typed list names (``PodList`` -> ``Pod``), else
+    the kind ``asked`` for (a listing of one collection; metadata-only lists name no kind at all).
 
-    The API and client libraries leave the kind off the items of a typed list. An item
-    whose kind cannot be known is an error, never skipped: skipping it would report
-    "no orphans" for objects the reaper never read.
+    The API and client libraries leave the kind off the items of a typed list. An item whose kind
+    cannot be known, or is not the one its list or the request names, is an error (``ValueError``),
+    never skipped nor read as another kind: skipping it would report "no orphans" for objects the
+    reaper never read.
     """
     typed = listing.kind not in _UNTYPED_LISTS and listing.kind.endswith("List")
     listed = listing.kind.removesuffix("List") if typed else ""
+    if asked and listed and listed != asked:
+        raise ValueError(f"a {listing.kind} answered a list of {asked}s")
+    listed = listed or asked
     kinds = []
     for i, item in enumerate(listing.items):
         own = "" if item.kind in _NO_KIND else item.kind
         meta = item.metadata
         where = f"$.items[{i}] ({meta.namespace}/{meta.name})" if meta.namespace else f"$.items[{i}] ({meta.name})"
         if own and listed and own != listed:
-            raise ValueError(f"{where}: kind {own} in a {listing.kind}; expected {listed}")
+            raise ValueError(f"{where}: kind {own} in a {listing.kind or 'list'}; expected {listed}")
         if not (own or listed):
             raise ValueError(
                 f"{where}: no kind, and the list ({listing.kind or 'no kind'}) does not name one; "

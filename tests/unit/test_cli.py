@@ -175,10 +175,11 @@ def _bad(tmp_path: Path, option: str, content: str, capsys: pytest.CaptureFixtur
     [
         ("--gce", "[{not json", "not valid JSON"),
         ("--gce", '{"kind": "List"}', "Expected `array`"),
-        ("--gce", '[{"name": "x"}]', "missing required field"),
+        ("--gce", '[{"name": "x"}]', "instance x: expected a name, a status and a numeric id"),
         (
             "--gce",
-            '[{"name": "x", "id": "1", "status": "RUNNING", "zone": "z", "creationTimestamp": "yesterday"}]',
+            '[{"name": "x", "id": "1", "status": "RUNNING", "zone": "projects/p/zones/z",'
+            ' "creationTimestamp": "yesterday"}]',
             "creationTimestamp",
         ),
         (

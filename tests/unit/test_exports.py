@@ -6,7 +6,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from reaper.exports import GcloudInstance, KubeItem, gce_instance, k8s_object
+from reaper.exports import KubeItem, RawInstance, gce_instance, k8s_object
 
 SIDECAR = "results-egress"
 RUNNING = {"running": {"startedAt": "2026-11-29T11:00:00Z"}}
@@ -87,10 +87,8 @@ def test_deletion_protection_is_read_from_the_instance() -> None:
         "creationTimestamp": "2026-11-29T10:00:00Z",
         "deletionProtection": True,
     }
-    assert gce_instance(msgspec.convert(raw, GcloudInstance)).deletion_protection is True
-    assert (
-        gce_instance(msgspec.convert({**raw, "deletionProtection": False}, GcloudInstance)).deletion_protection is False
-    )
+    assert gce_instance(msgspec.convert(raw, RawInstance)).deletion_protection is True
+    assert gce_instance(msgspec.convert({**raw, "deletionProtection": False}, RawInstance)).deletion_protection is False
 
 
 # Volume plugins of the Pod API that name a Secret in `secretRef`.

@@ -205,12 +205,12 @@ def test_no_input_deletes_a_group_or_a_group_member(fleet, members, health, seen
 
 def test_a_gcloud_export_marks_members_by_the_created_by_key() -> None:
     from include.emulators.shapes import gcloud_instance
-    from reaper.exports import GcloudInstance, gce_instance
+    from reaper.exports import RawInstance, gce_instance
 
     raw = gcloud_instance("p1", "us-east1-b", "m1-0", 7, "RUNNING", {"ci_ephemeral": "true"}, NOW)
-    plain = msgspec.json.decode(msgspec.json.encode(raw), type=GcloudInstance)
+    plain = msgspec.json.decode(msgspec.json.encode(raw), type=RawInstance)
     raw["metadata"] = {"items": [{"key": "startup-script", "value": "#!/bin/sh"}, {"key": "created-by", "value": "x"}]}
-    member = msgspec.json.decode(msgspec.json.encode(raw), type=GcloudInstance)
+    member = msgspec.json.decode(msgspec.json.encode(raw), type=RawInstance)
     assert (gce_instance(plain).group_member, gce_instance(member).group_member) == (False, True)
 
 

@@ -30,10 +30,10 @@ import msgspec
 from google.api_core import exceptions as gexc
 
 from reaper.config import QuotaConfig
-from reaper.exports import CREATED_BY, instance_record, rfc3339
+from reaper.exports import RawInstance, gce_instance
 from reaper.gce.clients import ComputeClients
 from reaper.gce.quota import ProjectQuota, QuotaGroup
-from reaper.model import GceInstance, ScopeListing
+from reaper.model import ScopeListing
 from reaper.retry import Backoff, Stop
 
 PAGE_SIZE = 500
@@ -53,33 +53,6 @@ class ApiWarning(msgspec.Struct):
 
     code: str = ""
     message: str = ""
-
-
-class MetadataItem(msgspec.Struct):
-    key: str = ""
-
-
-class Metadata(msgspec.Struct):
-    items: list[MetadataItem] = []
-
-
-class RawInstance(msgspec.Struct):
-    """An instance as the API answers it, the fields of ``INSTANCE_FIELDS``.
-
-    A field the answer leaves out reads as the protobuf default would (empty, zero, false), so the
-    normalizer refuses the same instances it refused when the SDK parsed them.
-    """
-
-    name: str = ""
-    id: str | int = ""
-    status: str = ""
-    zone: str = ""
-    selfLink: str = ""
-    labels: dict[str, str] = {}
-    creationTimestamp: str = ""
-    lastStopTimestamp: str = ""
-    deletionProtection: bool = False
-    metadata: Metadata = msgspec.field(default_factory=Metadata)
 
 
 class ScopedInstances(msgspec.Struct):
@@ -104,24 +77,6 @@ INSTANCE_PAGE = msgspec.json.Decoder(Page[ScopedInstances])
 def label_filter(selector: dict[str, str]) -> str:
     """The Compute list filter for label equalities: ``labels.k = "v" AND ...``."""
     return " AND ".join(f'labels.{key} = "{value}"' for key, value in sorted(selector.items()))
-
-
-def normalize(raw: RawInstance) -> GceInstance:
-    """An instance of a listed page as the policy's record (the same normalizer as for ``gcloud`` exports)."""
-    name = raw.name
-    stopped = raw.lastStopTimestamp
-    return instance_record(
-        name,
-        raw.id,
-        raw.status,
-        raw.zone,
-        raw.selfLink,
-        raw.labels,
-        rfc3339(raw.creationTimestamp, f"instance {name} creationTimestamp"),
-        rfc3339(stopped, f"instance {name} lastStopTimestamp") if stopped else None,
-        raw.deletionProtection,
-        any(item.key == CREATED_BY for item in raw.metadata.items),
-    )
 
 
 # Every string of a JSON text, in order, and whether a colon follows it (then it is an object's key).
@@ -256,7 +211,7 @@ def list_project(
     for _, scoped in instance_pages(clients, project, selector, listing, backoff, timeout, quota, stop):
         for inst in scoped.instances:
             try:
-                record = normalize(inst)
+                record = gce_instance(inst)
             except ValueError as exc:
                 listing.problems.append(str(exc))
                 continue

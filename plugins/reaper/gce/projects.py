@@ -31,8 +31,9 @@ import msgspec
 from google.api_core import exceptions as gexc
 
 from reaper.config import QuotaConfig
+from reaper.exports import gce_instance
 from reaper.gce.clients import ComputeClients
-from reaper.gce.inventory import instance_pages, normalize
+from reaper.gce.inventory import instance_pages
 from reaper.gce.quota import ProjectQuota, QuotaGroup
 from reaper.model import Resolved, ScopeListing, is_project_number
 from reaper.retry import Backoff
@@ -113,7 +114,7 @@ def first_instance(
     for _, scoped in instance_pages(clients, number, selector, probe, backoff, timeout, quota):
         for raw in scoped.instances:
             try:
-                project = normalize(raw).project
+                project = gce_instance(raw).project
             except ValueError:
                 continue
             if not is_project_number(project):

@@ -5,6 +5,9 @@ label selector, ``limit=500`` and ``continue`` tokens to the end. A ``410 Gone``
 continue token expired) restarts that list once; a second one, a continue token the server
 already gave (a list that would never end), or any failure after retries (a namespace the
 reaper may not list among them), marks the cluster incomplete, which holds every delete in it.
+Pages are decoded by the structs and rules of ``kubectl`` exports (:mod:`reaper.exports`), so that
+both readers accept and refuse the same answers: one without ``items``, or with an item of another kind
+than the one listed, is undecodable, which makes the cluster incomplete.
 Hygiene findings (Pods without ``activeDeadlineSeconds``, objects without ``ownerReferences``)
 are collected for the report: the seed design's two other defences.
 """
@@ -18,7 +21,7 @@ import msgspec
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from reaper.exports import KubeItem, k8s_object
+from reaper.exports import KubeList, item_kinds, k8s_object
 from reaper.k8s.client import METADATA_ONLY, PATHS, answer, call, collection_paths, retryable, selector_string
 from reaper.model import K8sObject, ScopeListing
 from reaper.retry import Backoff
@@ -26,17 +29,16 @@ from reaper.retry import Backoff
 PAGE_SIZE = 500
 
 
-class _ListMeta(msgspec.Struct):
-    # "continue" is a Python keyword.
-    next: str = msgspec.field(default="", name="continue")
+_PAGE = msgspec.json.Decoder(KubeList)
 
 
-class _Page(msgspec.Struct):
-    items: list[KubeItem] = []
-    metadata: _ListMeta = msgspec.field(default_factory=_ListMeta)
+def read_page(raw: bytes, cluster: str, kind: str) -> tuple[list[K8sObject], str]:
+    """One answer of a list of ``kind``: its objects and its continue token (empty at the end).
 
-
-_PAGE = msgspec.json.Decoder(_Page)
+    Raises ``ValueError`` (msgspec's decode errors are ones) for an answer that is no list of ``kind``.
+    """
+    page = _PAGE.decode(raw)
+    return [k8s_object(item, cluster, kind) for item, _ in item_kinds(page, kind)], page.metadata.next
 
 
 def hygiene(objects: list[K8sObject]) -> dict[str, int]:
@@ -99,10 +101,9 @@ def _list_path(
                     query.append(("continue", token))
                 # A 429's Retry-After is believed (capped); a listing has no delete guard to stop it.
                 raw = backoff.call(lambda q=query: call(api, "GET", path, timeout, q, accept=accept), retryable)
-                page = _PAGE.decode(raw)
+                found, token = read_page(raw, cluster, kind)
                 pages += 1
-                objects += [k8s_object(item, cluster, kind) for item in page.items]
-                token = page.metadata.next
+                objects += found
                 if not token:
                     return objects, pages, None
                 if token in seen:
