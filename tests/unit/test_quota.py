@@ -43,28 +43,30 @@ def per_window(times: list[float]) -> Counter[int]:
 
 
 def test_calls_are_paced_to_the_share_and_the_first_goes_at_once() -> None:
-    clock = Clock(BASE + 12.3)  # 10 allowed a window: one slot every 6 s
+    clock = Clock(BASE + 12.3)  # 10 allowed a window: one slot every 60 / 11 s, the last at 49.1 s
     q = quota(clock)
     times = []
     for _ in range(25):
         q.take("p", QuotaGroup.MUTATION)
         times.append(clock.now)
-    assert times[0] == BASE + 12.3  # the slot whose time has just passed: no wait
+    step = WINDOW / 11
+    assert times[0] == BASE + 12.3  # the slot whose time has just passed (at 10.9 s): no wait
     assert max(per_window(times).values()) <= 10
-    assert times[1:4] == pytest.approx([BASE + 18.0, BASE + 24.0, BASE + 30.0])  # then one every 6 s, on the grid
+    assert times[1:4] == pytest.approx([BASE + 3 * step, BASE + 4 * step, BASE + 5 * step])  # on the grid
+    assert times[8] == pytest.approx(BASE + WINDOW)  # after the 10th slot, 49.1 s: the next window's first
     assert q.drain() == {"p": QuotaUse({"mutation_requests": 25})}
     assert q.drain() == {}  # each task reports its own
 
 
 def test_groups_and_projects_have_their_own_slots() -> None:
-    clock = Clock(BASE + 20.0)
+    clock = Clock(BASE + 22.0)
     q = quota(clock)
     q.take("p", QuotaGroup.READ, QuotaGroup.MUTATION)
     q.take("q", QuotaGroup.READ, QuotaGroup.MUTATION)  # another project: no wait
     q.take("p", QuotaGroup.LIST)  # another group: no wait
-    assert clock.now == BASE + 20.0
+    assert clock.now == BASE + 22.0
     q.take("p", QuotaGroup.READ)
-    assert clock.now == pytest.approx(BASE + 24.0)  # the first took the slot at 18 s, just passed
+    assert clock.now == pytest.approx(BASE + 5 * WINDOW / 11)  # the first took the slot at 21.8 s, just passed
     assert q.drain()["p"].requests == {"list_requests": 1, "mutation_requests": 1, "read_requests": 2}
 
 
@@ -77,7 +79,7 @@ def test_a_slot_after_the_stop_gives_up_without_spending_or_sleeping() -> None:
     assert clock.now == BASE
     assert q.drain()["p"].requests == {"mutation_requests": 1}
     q.take("p", QuotaGroup.MUTATION)  # the slot refused above is still free
-    assert clock.now == pytest.approx(BASE + 6.0)
+    assert clock.now == pytest.approx(BASE + WINDOW / 11)
 
 
 @settings(max_examples=300, deadline=None)
@@ -94,7 +96,7 @@ def test_two_tasks_one_after_another_never_exceed_the_allowance_of_a_window(
     """The property the pacing exists for: sequential processes, sharing nothing, stay within the share.
 
     The second task starts at least a slot interval after the first one's last call (0.2 s at the
-    documented defaults, 6 s at this test's allowance of 10 a window): what an Airflow task start
+    documented defaults, 5.5 s at this test's allowance of 10 a window): what an Airflow task start
     guarantees.
     """
     clock = Clock(BASE + start)
@@ -102,7 +104,7 @@ def test_two_tasks_one_after_another_never_exceed_the_allowance_of_a_window(
     tasks = [quota(clock)]
     for i, gap in enumerate(gaps):
         if i == switch:  # the next task: a new process, nothing shared but the clock
-            clock.now += 6.0 + pause
+            clock.now += WINDOW / 11 + pause
             tasks.append(quota(clock))
         clock.now += gap
         tasks[-1].take("p", QuotaGroup.MUTATION)

@@ -87,14 +87,19 @@ class ProjectQuota:
             self.sleep(at - now)
 
     def _slot_at(self, now: float, group: QuotaGroup) -> tuple[int, int]:
-        """The slot whose time has just passed (or is now)."""
+        """The slot whose time has just passed (or is now); past a window's last slot, the next window's first."""
         window = math.floor(now / self.window)
-        slot = math.floor((now - window * self.window) * self.allowance[group] / self.window)
-        return window, min(slot, self.allowance[group] - 1)
+        slot = math.floor((now - window * self.window) / self._interval(group))
+        return (window, slot) if slot < self.allowance[group] else (window + 1, 0)
+
+    def _interval(self, group: QuotaGroup) -> float:
+        """Slots are spaced ``window / (allowance + 1)``: the last one leaves two intervals before the window ends,
+        so that a call made a little after its slot (an intent written, the re-read) still counts in its window."""
+        return self.window / (self.allowance[group] + 1)
 
     def _time(self, group: QuotaGroup, slot: tuple[int, int]) -> float:
         window, index = slot
-        return window * self.window + index * self.window / self.allowance[group]
+        return window * self.window + index * self._interval(group)
 
     def until_next_window(self) -> float:
         """Seconds until the API refills its quotas: the next window boundary, with a little jitter so that
