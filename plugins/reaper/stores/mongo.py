@@ -304,12 +304,14 @@ class _ProvenCollection:
                 found = f"{coll.full_name} is empty"
             else:
                 found = f"no document of {coll.full_name} carries {fields}"
+            problem = (
+                f"{self.config_key}: {found}, so it may not be the store the runners write to: "
+                f"every key is unknown until it holds a document with {fields}"
+            )
         except (PyMongoError, BSONError) as exc:
-            found = f"{coll.full_name} could not be checked ({error_for_log(exc):.200})"
-        problem = (
-            f"{self.config_key}: {found}, so it may not be the store the runners write to: "
-            f"every key is unknown until it holds a document with {fields}"
-        )
+            problem = (
+                f"{self.config_key}: {coll.full_name} did not answer ({error_for_log(exc):.200}): every key is unknown"
+            )
         log.warning("%s", problem)
         return problem
 
