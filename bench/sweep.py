@@ -285,7 +285,7 @@ def main() -> None:
         os.environ["AIRFLOW_CONN_NATS_DEFAULT"] = json.dumps(
             {"conn_type": "generic", "host": "127.0.0.1", "port": world.nats_port}
         )
-        prometheus.wait_for("runner_manager_heartbeat_last_pass_timestamp_seconds", lambda r: len(r) == len(projects))
+        prometheus.wait_for_writers(len(projects))
         configure(
             work,
             world.mongo_port,
