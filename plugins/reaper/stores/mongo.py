@@ -282,7 +282,8 @@ class _ProvenCollection:
     must hold a document carrying every one of ``fields``: one ``find_one`` per reader (one reader
     per sweep task), remembered, so the deleter's re-read before each run pays nothing more. Only
     when that fails do one or two more round trips say what is wrong (no such collection, empty,
-    no document with the fields). Failed or unproven, every key is unknown.
+    no document with the fields). Failed or unproven, every key is unknown (failed, and the answer
+    not complete), with the reason as the answer's ``problem``.
     """
 
     def __init__(self, client: MongoClient, database: str, name: str, config_key: str, fields: tuple[str, ...]) -> None:
@@ -306,11 +307,11 @@ class _ProvenCollection:
                 found = f"no document of {coll.full_name} carries {fields}"
             problem = (
                 f"{self.config_key}: {found}, so it may not be the store the runners write to: "
-                f"every key is unknown until it holds a document with {fields}"
+                f"all keys unknown until it holds a document with {fields}"
             )
         except (PyMongoError, BSONError) as exc:
             problem = (
-                f"{self.config_key}: {coll.full_name} did not answer ({error_for_log(exc):.200}): every key is unknown"
+                f"{self.config_key}: {coll.full_name} did not answer ({error_for_log(exc):.200}): all keys unknown"
             )
         log.warning("%s", problem)
         return problem
@@ -321,7 +322,7 @@ class _ProvenCollection:
         """:func:`batched_lookup` of ``keys`` once the collection has proven it is the store, else all unknown."""
         wanted = set(keys)
         if wanted and self.problem:
-            return Keyed(complete=False, problem=self.problem)
+            return Keyed(failed=frozenset(wanted), complete=False, problem=self.problem)
         projection = dict.fromkeys(self.fields, 1)
         return batched_lookup(self.collection, key_field, wanted, batch_size, projection, decode)
 
