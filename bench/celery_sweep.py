@@ -102,7 +102,7 @@ def main(args: argparse.Namespace, home: Path, writers: Callable[[list[str]], in
     try:
         started.append(Daemon(redis_argv(redis_port), redis_port, "redis"))
         started.append(Daemon(storage_emulator_argv(store_port), store_port, "gcp-storage-emulator"))
-        prometheus.wait_for("runner_manager_heartbeat_last_pass_timestamp_seconds", lambda r: len(r) == len(projects))
+        prometheus.wait_for_writers(len(projects))
         config = home / "reaper.yaml"
         config.write_text(
             json.dumps(

@@ -114,7 +114,7 @@ def main() -> None:
     (HOME / "prometheus").mkdir()
     prometheus = Prometheus(HOME / "prometheus", [f"127.0.0.1:{writers(projects)}"])
     try:
-        prometheus.wait_for("runner_manager_heartbeat_last_pass_timestamp_seconds", lambda r: len(r) == len(projects))
+        prometheus.wait_for_writers(len(projects))
         os.environ["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"] = json.dumps(
             {"conn_type": "google_cloud_platform", "extra": {"api_endpoint": endpoint, "anonymous": True}}
         )

@@ -206,7 +206,8 @@ def main() -> None:
     print(f"{'list_named':10s} {counts.get('list_named', 0):8d} {8 * runs_reaped:12d}")  # re-reads by name
     print(f"{'delete':10s} {counts.get('delete', 0):8d} {4 * runs_reaped:12d}")
     print(
-        f"run store: {finds} find commands for {args.runs:,} runs (lower bound {math.ceil(args.runs / 1000)}); "
+        f"run store: {finds} find commands for {args.runs:,} runs (lower bound {math.ceil(args.runs / 1000) + 1}: "
+        "its proof, then one per 1,000); "
         f"NATS: {nats_msgs} client messages for the lease listing"
     )
     print(

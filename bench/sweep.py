@@ -285,7 +285,7 @@ def main() -> None:
         os.environ["AIRFLOW_CONN_NATS_DEFAULT"] = json.dumps(
             {"conn_type": "generic", "host": "127.0.0.1", "port": world.nats_port}
         )
-        prometheus.wait_for("runner_manager_heartbeat_last_pass_timestamp_seconds", lambda r: len(r) == len(projects))
+        prometheus.wait_for_writers(len(projects))
         configure(
             work,
             world.mongo_port,
@@ -359,8 +359,10 @@ def main() -> None:
     per_kind = {"Pod": args.runs, "Secret": 2 * args.runs, "NetworkPolicy": args.runs}
     # Per reaped run: its 4 objects read again before the Pod, the Pod read at least once after its
     # delete, the other 3 read again and its Pods listed once it is gone; its evidence read twice
-    # (NATS: one key; the run store: one find). Ledger as for GCE, per object deleted.
-    k8s_finds = math.ceil(args.runs / 1000) + 2 * reaped_runs + 3 + 2 * k8s_batches + k8s_deleted + 1
+    # (NATS: one key; the run store: one find). Ledger as for GCE, per object deleted. The run store
+    # proves it is the configured one once per task that reads it: the evidence task and each delete task.
+    proofs = 1 + k8s_batches
+    k8s_finds = math.ceil(args.runs / 1000) + proofs + 2 * reaped_runs + 3 + 2 * k8s_batches + k8s_deleted + 1
     report(
         f"reaper_k8s_enforcement: {args.runs:,} runs ({4 * args.runs:,} objects), {args.k8s_latency * 1000:.0f} ms",
         k8s_wall,

@@ -13,7 +13,7 @@ So two runs in five are orphans, under the budget's default ``max_stale_fraction
 Run records go to ``iterion.runs`` (``k8s.mongo_run_store`` defaults, replaced whole). Leases go
 to the NATS JetStream KV bucket ``run_leases`` (``k8s.nats_leases`` defaults), which is created
 when absent (without a TTL: the leases stay held until deleted), or, without ``--nats-url``, to
-``iterion.run_leases`` in MongoDB (``k8s.lease_source: mongo``, no expiry). Both stores are waited
+``iterion.run_leases`` in MongoDB (``k8s.lease_source: mongo``, ``expires_at`` null: no expiry). Both stores are waited
 for (``--wait``, seconds) before anything is written.
 """
 
@@ -64,8 +64,10 @@ def write_runs(client: MongoClient, runs: Runs, database: str = "iterion", colle
 def write_mongo_leases(
     client: MongoClient, runs: Runs, database: str = "iterion", collection: str = "run_leases"
 ) -> None:
-    """Replace the Mongo lease collection's documents with one held lease (no expiry) per leased run."""
-    _replace(client, database, collection, [{"_id": run} for run in runs.leased])
+    """Replace the Mongo lease collection's documents with one held lease per leased run: ``expires_at`` null,
+    held until the document is removed (a lease document carries the field; the reaper proves the
+    collection by it, docs/design.md §5)."""
+    _replace(client, database, collection, [{"_id": run, "expires_at": None} for run in runs.leased])
 
 
 async def put_nats_leases(url: str, runs: Runs, bucket: str = "run_leases", timeout: float = 10) -> None:

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -26,7 +27,7 @@ from pydantic import (
     model_validator,
 )
 
-from reaper.durations import parse_duration
+from reaper.durations import parse_duration, short
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "include" / "reaper.yaml"
 CONFIG_ENV = "REAPER_CONFIG"
@@ -82,6 +83,25 @@ def _group_selector(value: object) -> str:
 
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+
+
+def _at_least(least: timedelta, why: str) -> AfterValidator:
+    """A lower bound of a duration whose zero (or a tiny value) would remove a safety margin without saying
+    so; ``least`` zero means more than zero."""
+
+    def check(span: timedelta) -> timedelta:
+        if span < least or span <= timedelta(0):
+            bound = f"at least {short(least)}" if least else "more than 0s"
+            raise ValueError(f"expected {bound} ({why}), got {short(span)}")
+        return span
+
+    return AfterValidator(check)
+
+
+# Every external call has a timeout; 0 is none to some clients (MongoDB's wtimeout) and fails every call in others.
+Timeout = Annotated[
+    Duration, _at_least(timedelta(seconds=1), "every call is bounded by it; 0 means no bound to some clients")
+]
 RuleMode = Annotated[Mode, BeforeValidator(_mode)]
 LabelPair = Annotated[tuple[str, str], BeforeValidator(_label_pair)]
 
@@ -111,8 +131,11 @@ class WriterHealthConfig(_Section):
     passes_metric: str = "runner_manager_heartbeat_passes_total"  # every pass: the alerts' denominator
     manager_label: str = "manager"
     project_label: str = "project"
-    failing_window: Duration = timedelta(minutes=15)
-    timeout: Duration = timedelta(seconds=10)
+    # increase() sees a failed pass only with two scrapes inside the window: shorter, a failing writer reads healthy.
+    failing_window: Annotated[
+        Duration, _at_least(timedelta(minutes=1), "a failed pass counts only with two scrapes within it")
+    ] = timedelta(minutes=15)
+    timeout: Timeout = timedelta(seconds=10)
 
 
 class QuotaLimits(_Section):
@@ -171,20 +194,26 @@ class GceConfig(_Section):
     projects: list[str] = []
     selector: Selector = {"ci_ephemeral": "true"}
     heartbeat_label: str = Field("runner_manager_heartbeat", min_length=1)
-    max_job_timeout: Duration = timedelta(hours=3)
-    slack: Duration = timedelta(hours=1)
-    clock_skew: Duration = timedelta(minutes=5)
-    terminated_grace: Duration = timedelta(minutes=10)
-    unlabeled_max_age: Duration = timedelta(days=3)
-    writer_stale_after: Duration = timedelta(minutes=30)
+    max_job_timeout: Annotated[Duration, _at_least(timedelta(0), "a dead manager's last job may run this long")] = (
+        timedelta(hours=3)
+    )
+    slack: Annotated[
+        Duration, _at_least(timedelta(0), "a live manager's beats are a heartbeat interval apart, its clock off")
+    ] = timedelta(hours=1)
+    clock_skew: Duration = timedelta(minutes=5)  # 0 is stricter: more anomalies, more writers unhealthy
+    terminated_grace: Annotated[
+        Duration, _at_least(timedelta(0), "a VM just seen stopped may be its manager's stop-and-start or delete")
+    ] = timedelta(minutes=10)
+    unlabeled_max_age: Duration = timedelta(days=3)  # at least the quarantine: Settings._margins
+    writer_stale_after: Duration = timedelta(minutes=30)  # 0 is stricter: every writer stale, every beat held
     opt_out_label: LabelPair = ("reaper_keep", "true")
     protected_projects: list[str] = []
     list_concurrency: int = Field(8, ge=1, le=64)
     delete_concurrency: int = Field(8, ge=1, le=64)
     delete_rate_per_project: float = Field(5.0, gt=0)
     max_retries: int = Field(4, ge=0, le=10)
-    request_timeout: Duration = timedelta(seconds=30)
-    operation_timeout: Duration = timedelta(minutes=5)
+    request_timeout: Timeout = timedelta(seconds=30)
+    operation_timeout: Timeout = timedelta(minutes=5)
     quota: QuotaConfig = QuotaConfig()
     writer_health: WriterHealthConfig = WriterHealthConfig()
     # Fleeting runners' managed instance groups: a regex the whole group name must match, whose named
@@ -220,7 +249,7 @@ class MongoRunStoreConfig(_Section):
     key_field: str = "_id"
     status_field: str = "status"
     batch_size: int = Field(1000, ge=1, le=1000)
-    timeout: Duration = timedelta(seconds=5)
+    timeout: Timeout = timedelta(seconds=5)
 
 
 class MongoLeaseConfig(_Section):
@@ -230,7 +259,7 @@ class MongoLeaseConfig(_Section):
     database: str = "iterion"
     collection: str = "run_leases"
     batch_size: int = Field(1000, ge=1, le=1000)
-    timeout: Duration = timedelta(seconds=5)
+    timeout: Timeout = timedelta(seconds=5)
 
 
 class NatsLeaseConfig(_Section):
@@ -239,7 +268,7 @@ class NatsLeaseConfig(_Section):
     conn_id: str = "nats_default"
     bucket: str = "run_leases"
     key_template: str = "{run}"
-    timeout: Duration = timedelta(seconds=5)
+    timeout: Timeout = timedelta(seconds=5)
 
     @field_validator("key_template")
     @classmethod
@@ -260,7 +289,7 @@ class PostgresStepStoreConfig(_Section):
     status_column: str = Field("status", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     results_column: str = Field("results", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     batch_size: int = Field(1000, ge=1, le=10000)
-    timeout: Duration = timedelta(seconds=5)
+    timeout: Timeout = timedelta(seconds=5)
 
 
 class K8sConfig(_Section):
@@ -271,8 +300,10 @@ class K8sConfig(_Section):
     selector: Selector = {"iterion.io/managed": "true"}
     run_label: str = Field("iterion.io/run-id", min_length=1)
     terminal_statuses: list[str] = Field(["succeeded", "failed", "cancelled"], min_length=1)
-    min_age: Duration = timedelta(minutes=5)
-    lease_clock_skew: Duration = timedelta(seconds=30)
+    min_age: Annotated[
+        Duration, _at_least(timedelta(minutes=1), "a sandbox younger may not have its lease or run record yet")
+    ] = timedelta(minutes=5)
+    lease_clock_skew: Duration = timedelta(seconds=30)  # 0 when the lease writers' clocks are the reaper's
     results_sidecar: str = "results-egress"
     opt_out_label: LabelPair = ("reaper.io/keep", "true")
     protected_namespaces: list[str] = ["kube-system"]
@@ -289,8 +320,8 @@ class K8sConfig(_Section):
     delete_concurrency: int = Field(8, ge=1, le=64)
     delete_rate_per_cluster: float = Field(20.0, gt=0)
     max_retries: int = Field(4, ge=0, le=10)
-    request_timeout: Duration = timedelta(seconds=10)
-    pod_gone_timeout: Duration = timedelta(seconds=10)
+    request_timeout: Timeout = timedelta(seconds=10)
+    pod_gone_timeout: Duration = timedelta(seconds=10)  # 0: no wait; the run's Secrets wait for a later sweep
 
     @field_validator("terminal_statuses", "step_failed_statuses")
     @classmethod
@@ -330,8 +361,12 @@ class LedgerConfig(_Section):
     collection: str = "ledger"
     sweeps_collection: str = "sweeps"
     locks_collection: str = "sweep_locks"
-    retention: Duration = timedelta(days=400)
-    timeout: Duration = timedelta(seconds=10)
+    retention: Duration = timedelta(days=400)  # at least the longest run timeout + rerun_window: Settings._margins
+    # How old a run an operator may still clear or re-run: the ledger must still know what it sent and lifted.
+    rerun_window: Annotated[Duration, _at_least(timedelta(days=1), "a run may be cleared at least the day it ran")] = (
+        timedelta(days=7)
+    )
+    timeout: Timeout = timedelta(seconds=10)
 
 
 def _schedule(value: object) -> timedelta:
@@ -367,7 +402,7 @@ class MetricsConfig(_Section):
     """Where each sweep pushes its metrics; an empty URL means no push."""
 
     pushgateway_url: str = ""
-    timeout: Duration = timedelta(seconds=5)
+    timeout: Timeout = timedelta(seconds=5)
 
 
 class AirflowConfig(_Section):
@@ -416,7 +451,7 @@ class BurnWindow(_Section):
     """One arm of a multi-window burn-rate alert: the error ratio over ``window`` and over a twelfth of it
     (so the alert stops soon after the errors do) both above ``burn_rate`` times the error budget."""
 
-    window: Duration
+    window: Annotated[Duration, _at_least(timedelta(minutes=1), "a twelfth of it must still hold two scrapes")]
     burn_rate: float = Field(gt=0)
 
 
@@ -439,7 +474,9 @@ class CauseAlertsConfig(_Section):
     enabled: bool = True
     runner_managers: Matchers = {"cluster": "runner-managers-.*"}
     crash_loop_restarts: int = Field(3, ge=1)
-    crash_loop_window: Duration = timedelta(minutes=30)
+    crash_loop_window: Annotated[
+        Duration, _at_least(timedelta(minutes=1), "a restart counts only with two scrapes within it")
+    ] = timedelta(minutes=30)
     machine_creation: MachineCreationConfig = MachineCreationConfig()
 
 
@@ -494,6 +531,29 @@ class Settings(_Section):
         run timeout, so that it ends as skipped rather than timed out (a failure that pages) and keeps
         the rest for its own sweep (the Kubernetes default: 18 s of a 54 s run)."""
         return min(self.airflow.lease_wait, self.run_timeout(target) / 3)
+
+    @model_validator(mode="after")
+    def _margins(self) -> Settings:
+        # docs/design.md §4: an unlabeled VM may run a job of a manager that stamps no heartbeat (yet).
+        gce = self.gce
+        if gce.enabled and gce.unlabeled_max_age < gce.quarantine:
+            raise _CrossFieldError(
+                ("gce", "unlabeled_max_age"),
+                f"expected at least the quarantine {short(gce.quarantine)} (gce.max_job_timeout + gce.slack): "
+                "an unlabeled VM may still run a job",
+            )
+        # docs/design.md §7: a retried or cleared task must still find what its run sent and lifted.
+        targets = [t for t in ("gce", "k8s") if getattr(self, t).enabled] or ["gce"]
+        longest = max(self.run_timeout(t) for t in targets)
+        least = longest + self.ledger.rerun_window
+        if self.ledger.retention < least:
+            raise _CrossFieldError(
+                ("ledger", "retention"),
+                f"expected at least {short(least)} (the longest run timeout {short(longest)} + ledger.rerun_window "
+                f"{short(self.ledger.rerun_window)}), got {short(self.ledger.retention)}: a run cleared or "
+                "retried within that window must find its intents, outcomes and override in the ledger",
+            )
+        return self
 
     @model_validator(mode="after")
     def _liveness_authority(self) -> Settings:

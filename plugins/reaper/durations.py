@@ -57,3 +57,17 @@ def _seconds(text: str) -> float:
         parts = {k: float(v) for k, v in iso.groupdict().items() if v is not None}
         return sum(parts.get(unit, 0.0) * _SHORT_UNITS[unit] for unit in _SHORT_UNITS)
     raise ValueError(f"expected {EXPECTED}, got {text!r}")
+
+
+def short(span: timedelta) -> str:
+    """``span`` for a message, in whole units largest first (``7d 9m``, ``1h``, ``90s`` as ``1m 30s``, ``0.5s``)."""
+    seconds = span.total_seconds()
+    parts = []
+    for unit in ("d", "h", "m"):
+        size = _SHORT_UNITS[unit]
+        if seconds >= size:
+            whole, seconds = divmod(seconds, size)
+            parts.append(f"{whole:.0f}{unit}")
+    if seconds or not parts:
+        parts.append(f"{seconds:g}s")
+    return " ".join(parts)

@@ -266,11 +266,15 @@ class Keyed(msgspec.Struct, Generic[T], frozen=True):
     ``known`` holds the keys the source answered for, ``failed`` the keys whose
     lookup errored. A key in neither is provably absent only when ``complete``
     (the source listed everything and succeeded); otherwise it is unknown.
+    ``problem``: why a source that answered is not complete, in a sentence for the
+    sweep's verdicts (a store that did not prove it is the right one); empty when it
+    is complete or no reason is known.
     """
 
     known: dict[str, T] = {}
     failed: frozenset[str] = frozenset()
     complete: bool = False
+    problem: str = ""
 
 
 class Evidence(msgspec.Struct, frozen=True):

@@ -194,7 +194,10 @@ def test_the_audit_view_after_two_sweeps(gce, sweeper, tmp_path, chromium) -> No
         _shot(driver, "sweep")
         assert _names(driver) == ["browser-stale", "browser-unlabeled", "p2-stale-0", "p2-stale-1", "p2-stale-2"]
         page = driver.find_element(By.TAG_NAME, "body").text
-        assert "heartbeat 1 d old, but the writers' health could not be read" in page and "S 3 / L 4" in page
+        assert (
+            "heartbeat 1 d old, but the writers' health is unknown (unreadable, or no series for the project)" in page
+            and "S 3 / L 4" in page
+        )
         assert "no valid heartbeat label and older than the maximum age, of 3 d" in page and "deleted" in page
         driver.get(f"{sweep}?order=-name&size=2&scope=p2")
         assert _names(driver) == ["p2-stale-2", "p2-stale-1"] and driver.find_element(By.ID, "total").text == "3"

@@ -36,7 +36,7 @@ def test_killed_manager_is_reaped_and_a_failing_writer_holds_everything(
     (tmp_path / "prom").mkdir()
     prom = Prometheus(tmp_path / "prom", [f"127.0.0.1:{p}" for p in ports])
     try:
-        prom.wait_for("runner_manager_heartbeat_last_pass_timestamp_seconds > 0", lambda r: len(r) == 3)
+        prom.wait_for_writers(3)
         sweeper.connect_gce(clients.instances._transport._host)
         sweeper.configure(
             {

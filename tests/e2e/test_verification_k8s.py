@@ -113,8 +113,8 @@ def test_mongodb_outage_during_a_sweep_deletes_nothing_and_reports_the_keys_unkn
 
     listed = K8sTarget.list
 
-    def list_then_lose_mongodb(self, scopes):  # type: ignore[no-untyped-def]
-        listing = listed(self, scopes)
+    def list_then_lose_mongodb(self, scopes, stop=None):  # type: ignore[no-untyped-def]
+        listing = listed(self, scopes, stop)
         store.stop()
         return listing
 

@@ -24,14 +24,18 @@ def fast_backoff(retries: int = 4) -> Backoff:
 
 
 class FindCounter(monitoring.CommandListener):
-    """Counts the round trips a MongoDB read costs: every ``find`` and ``getMore`` sent."""
+    """Counts the round trips a MongoDB read costs: every ``find`` and ``getMore`` sent (``commands``), and
+    every command but the client's own ``endSessions`` (``every``)."""
 
     def __init__(self) -> None:
         self.commands: list[str] = []
+        self.every: list[str] = []
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
         if event.command_name in ("find", "getMore", "aggregate"):
             self.commands.append(event.command_name)
+        if event.command_name != "endSessions":
+            self.every.append(event.command_name)
 
     def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
         pass

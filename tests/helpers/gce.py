@@ -60,7 +60,7 @@ def healthy_writers(projects: list[str], folder: Path) -> Iterator[str]:
         m.start()
     prom = Prometheus(folder, [f"127.0.0.1:{port}" for port in ports])
     try:
-        prom.wait_for("runner_manager_heartbeat_last_pass_timestamp_seconds > 0", lambda r: len(r) == len(projects))
+        prom.wait_for_writers(len(projects))
         yield prom.url
     finally:
         prom.stop()

@@ -16,6 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 from reaper.config import WriterHealthConfig
 
 FAILED_METRIC = WriterHealthConfig().failed_passes_metric
+LAST_METRIC = WriterHealthConfig().last_pass_metric
 
 
 def vector(*series: object, **top: object) -> dict[str, object]:
@@ -30,7 +31,8 @@ def series(manager: str, project: str, value: str, at: float) -> dict[str, objec
 
 class FakePrometheus:
     """Answers the failed-passes query with ``failed``, a query of the past (``offset``) with ``past``
-    when set, and any other query with ``last``.
+    when set, and any other query of the last-pass metric with ``last``. A query of any other metric
+    gets an empty vector, as a real Prometheus answers a metric name it has no series of (a typo).
 
     An answer is ``(HTTP status, body)``; a body that is not ``bytes`` is sent as
     JSON. ``queries`` records every query received, so a test can count them.
@@ -53,6 +55,8 @@ class FakePrometheus:
                 fake.queries.append(query)
                 past = fake.past if fake.past and " offset " in query else None
                 code, body = fake.failed if FAILED_METRIC in query else past or fake.last
+                if FAILED_METRIC not in query and LAST_METRIC not in query:
+                    code, body = 200, vector()
                 data = body if isinstance(body, bytes) else json.dumps(body).encode()
                 self.send_response(code if url.path == "/api/v1/query" else 404)
                 self.send_header("Content-Type", "application/json")

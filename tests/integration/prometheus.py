@@ -54,6 +54,13 @@ class Prometheus:
             time.sleep(0.3)
         raise AssertionError(f"{query}: condition not met within {timeout}s, last result {result}")
 
+    def wait_for_writers(self, count: int, timeout: float = 20.0) -> None:
+        """Until ``count`` heartbeat writers each have a last pass and a failed-pass count the reaper can read:
+        ``increase()`` answers for a counter only from its second sample on, and until then the writer's
+        project reads as unknown (a failed-pass metric the project lacks could hide a failing writer)."""
+        self.wait_for("runner_manager_heartbeat_last_pass_timestamp_seconds > 0", lambda r: len(r) == count, timeout)
+        self.wait_for("increase(runner_manager_heartbeat_failed_passes_total[1m])", lambda r: len(r) == count, timeout)
+
     def stop(self) -> None:
         self.process.terminate()
         self.process.wait(timeout=10)

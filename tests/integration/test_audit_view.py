@@ -78,12 +78,14 @@ def led(mongo) -> Ledger:
                 {"scope": "p1", "holds": [], "overridden": ["budget_exceeded"], "labeled": 4, "stale": 3},
                 {
                     "scope": "p2",
-                    "holds": ["budget_exceeded"],
-                    "blocking": ["budget_exceeded"],
+                    "holds": ["budget_exceeded", "writer_health_unknown"],
+                    "blocking": ["budget_exceeded", "writer_health_unknown"],
                     "labeled": 6,
                     "stale": 5,
+                    "unknown_evidence": ["writer health answered no series for this project"],
                 },
             ],
+            "warnings": ["12 pods carry step labels but k8s.step_store is none"],
             "override": {
                 "reason": "INC-42 writer fixed",
                 "user": "alice",
@@ -198,6 +200,8 @@ def test_sweep_page_shows_the_summary_reasons_in_words_and_links(http) -> None:
     assert "celery@host-2" in page  # a summary field this version does not know is still shown
     assert "budget: True; scopes: p1; applied: True" in page  # the override and the scopes it lifted
     assert "S 5 / L 6" in page and "budget_exceeded" in page
+    assert "writer health answered no series for this project" in page  # why its evidence is unknown
+    assert "12 pods carry step labels but k8s.step_store is none" in page  # the sweep's warnings
     assert "heartbeat 5 h 12 min old" in page and "deleted" in page
     assert f'href="/dags/{GCE_DAG}/runs/manual__2026-11-29T12%3A00%3A00%2B00%3A00"' in page
     assert "/tasks/delete/mapped" in page

@@ -8,6 +8,7 @@ import logging
 import math
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,10 @@ from include.emulators.gce.manager import FAILED_PASSES, LAST_PASS, ManagerSimul
 from include.emulators.http import free_port
 from reaper.config import WriterHealthConfig, parse_settings
 from reaper.gce.writer_health import PrometheusWriterHealth
-from reaper.model import WriterRecord
+from reaper.model import Evidence, GceInstance, Phase, WriterRecord
+from reaper.policy import evaluate
 from reaper.policy.gce import writer_hold
+from tests.builders import HB
 from tests.helpers.gce import add_instance
 from tests.integration.fake_prometheus import FakePrometheus, series, vector
 from tests.integration.prometheus import Prometheus
@@ -26,10 +29,24 @@ SETTINGS = parse_settings({}, "test")
 NOW = time.time()
 
 
+def stale_instance_verdicts(records: list[WriterRecord] | None, projects: list[str], now: float) -> dict[str, str]:
+    """Project -> how the policy decides one instance of it whose heartbeat is past the quarantine, with
+    these writer-health records: what a sweep would do with a dead manager's leftovers there."""
+    beat = str(int(now - 5 * 3600))
+    fleet = [
+        GceInstance(p, "us-east1-b", f"vm-{p}", str(i), "RUNNING", {"ci_ephemeral": "true", HB: beat}, now - 86400)
+        for i, p in enumerate(projects, 1)
+    ]
+    evidence = Evidence(writer_health=records, swept=frozenset(("gce", p) for p in projects))
+    plan = evaluate(fleet, evidence, SETTINGS, Phase.ENFORCEMENT, datetime.fromtimestamp(now, UTC))
+    return {d.resource.project: f"{d.action.value} {d.reason}" for d in plan.decisions}
+
+
 def test_ok_failing_stale_and_dead_writers(gce, tmp_path: Path) -> None:
     fleet, clients = gce
     for project in ("p-ok", "p-failing", "p-stale", "p-dead"):
         add_instance(fleet, project, "us-east1-b", "vm")
+    add_instance(fleet, "p-dead", "us-east1-b", "vm-alive")
     fleet.faults.deny_set_labels.add("p-failing")
     writes = manager_clients(clients.host)  # the managers' own caller name
     managers = {
@@ -40,20 +57,24 @@ def test_ok_failing_stale_and_dead_writers(gce, tmp_path: Path) -> None:
             "m-stale", "p-stale", writes, [("us-east1-b", "vm")], interval=0.5, clock=lambda: time.time() - 3600
         ),
         "dead": ManagerSimulator("m-dead", "p-dead", writes, [("us-east1-b", "vm")], interval=0.5),
+        # Another manager of the dead one's project, still reporting: the source answers for p-dead.
+        "alive": ManagerSimulator("m-alive", "p-dead", writes, [("us-east1-b", "vm-alive")], interval=0.5),
     }
     ports = {key: m.serve_metrics(free_port()) for key, m in managers.items()}
     for m in managers.values():
         m.start()
     prom = Prometheus(tmp_path, [f"127.0.0.1:{p}" for p in ports.values()])
     try:
-        prom.wait_for(f"{FAILED_PASSES}_total", lambda r: len(r) == 4)
+        # Two samples of every failed-pass counter: increase() answers for each manager (none is unknown).
+        prom.wait_for(f"increase({FAILED_PASSES}_total[15m])", lambda r: len(r) == 5)
         prom.wait_for(f"increase({FAILED_PASSES}_total[15m]) > 0", lambda r: len(r) == 1)
         managers["dead"].kill()
-        prom.wait_for(LAST_PASS, lambda r: len(r) == 3)  # the dead manager's series went stale
+        prom.wait_for(LAST_PASS, lambda r: len(r) == 4)  # the dead manager's series went stale
 
         config = WriterHealthConfig(prometheus_url=prom.url)
-        records = {r.manager: r for r in PrometheusWriterHealth(config).read()}
-        assert set(records) == {"m-ok", "m-failing", "m-stale"}
+        read = PrometheusWriterHealth(config).read()
+        records = {r.manager: r for r in read}
+        assert set(records) == {"m-ok", "m-failing", "m-stale", "m-alive"}
         now = time.time()
         assert records["m-ok"].project == "p-ok" and not records["m-ok"].failing
         assert records["m-ok"].last_pass == pytest.approx(now, abs=10)
@@ -65,7 +86,24 @@ def test_ok_failing_stale_and_dead_writers(gce, tmp_path: Path) -> None:
         assert writer_hold(by_project("p-ok"), settings, now) == (None, [])
         assert writer_hold(by_project("p-failing"), settings, now)[0] == "writer_unhealthy"
         assert writer_hold(by_project("p-stale"), settings, now)[1][0]["problem"] == "stale"
-        assert writer_hold(by_project("p-dead"), settings, now) == (None, [])  # dead: not a hold
+        assert writer_hold(by_project("p-dead"), settings, now) == (None, [])  # m-dead is dead: not a hold
+        projects = ["p-ok", "p-failing", "p-stale", "p-dead"]
+        assert stale_instance_verdicts(read, projects, now) == {
+            "p-ok": "delete heartbeat_stale",
+            "p-failing": "report writer_unhealthy",
+            "p-stale": "report writer_unhealthy",
+            "p-dead": "delete heartbeat_stale",  # the dead manager's leftovers are reaped
+        }
+
+        # A typo in the metric name: Prometheus answers no series, which is no proof that anyone died.
+        typo = WriterHealthConfig(prometheus_url=prom.url, last_pass_metric=LAST_PASS.removesuffix("_seconds"))
+        wrong = PrometheusWriterHealth(typo).read()
+        assert stale_instance_verdicts(wrong, projects, now) == {
+            "p-ok": "report writer_health_unknown",  # was delete: every manager read as dead
+            "p-failing": "report writer_unhealthy",  # its failing passes still show
+            "p-stale": "report writer_health_unknown",
+            "p-dead": "report writer_health_unknown",
+        }
     finally:
         for m in managers.values():
             m.kill()
@@ -133,7 +171,35 @@ def test_documented_answer_is_read_with_two_queries(fake: FakePrometheus) -> Non
     assert len(fake.queries) == 2
     assert hold(records, "p-ok") is None
     assert hold(records, "p-failing") == hold(records, "p-never") == "writer_unhealthy"
-    assert hold(records, "p-dead") is None
+    # p-dead's only manager died: no series answers for the project, and silence proves nothing.
+    assert hold(records, "p-dead") == "writer_health_unknown"
+
+
+def test_a_dead_manager_beside_one_that_reports_is_no_hold(fake: FakePrometheus) -> None:
+    fake.answer(
+        vector(series("m-alive", "p-1", f"{NOW - 60:.3f}", NOW)),
+        vector(series("m-alive", "p-1", "0", NOW), series("m-dead", "p-1", "0", NOW)),  # m-dead's last pass went
+    )
+    records = read(fake)
+    assert [r.manager for r in records] == ["m-alive"]
+    assert stale_instance_verdicts(records, ["p-1"], NOW) == {"p-1": "delete heartbeat_stale"}
+
+
+@pytest.mark.parametrize("metric", ["last_pass_metric", "failed_passes_metric"])
+def test_a_wrong_metric_name_holds_every_project(fake: FakePrometheus, metric: str) -> None:
+    fake.answer(
+        vector(series("m-1", "p-1", f"{NOW - 60:.3f}", NOW), series("m-2", "p-2", f"{NOW - 60:.3f}", NOW)),
+        vector(series("m-1", "p-1", "0", NOW), series("m-2", "p-2", "0", NOW)),
+    )
+    assert stale_instance_verdicts(read(fake), ["p-1", "p-2"], NOW) == dict.fromkeys(
+        ["p-1", "p-2"], "delete heartbeat_stale"
+    )
+    typo = WriterHealthConfig(prometheus_url=fake.url, timeout="2s", **{metric: "runner_manager_heartbeat_typo"})
+    records = PrometheusWriterHealth(typo).read()
+    verdicts = stale_instance_verdicts(records, ["p-1", "p-2"], NOW)
+    # Wrong last-pass name: every manager would read as dead. Wrong failed-pass name: every failing one as healthy.
+    assert verdicts == dict.fromkeys(["p-1", "p-2"], "report writer_health_unknown")
+    assert records == [] if metric == "last_pass_metric" else all(math.isnan(r.last_pass) for r in records)
 
 
 @pytest.mark.parametrize("partial", ["last", "failed"])
@@ -154,7 +220,10 @@ def test_answer_with_warnings_means_source_unknown(
 
 
 def test_empty_warnings_list_is_a_complete_answer(fake: FakePrometheus) -> None:
-    fake.answer(vector(series("m-ok", "p-ok", str(NOW), NOW), warnings=[]), vector(warnings=[]))
+    fake.answer(
+        vector(series("m-ok", "p-ok", str(NOW), NOW), warnings=[]),
+        vector(series("m-ok", "p-ok", "0", NOW), warnings=[]),
+    )
     records = read(fake)
     assert records == [WriterRecord("m-ok", "p-ok", NOW, False)]
     assert hold(records, "p-ok") is None
@@ -212,7 +281,7 @@ def test_duplicate_series_make_their_pair_unknown(fake: FakePrometheus, query: s
         series("m-ok", "p-ok", str(NOW), NOW),
         *(twice if query == "last" else [series("m-1", "p-dup", str(NOW), NOW)]),
     ]
-    failed = twice if query == "failed" else [series("m-1", "p-dup", "0", NOW)]
+    failed = [series("m-ok", "p-ok", "0", NOW), *(twice if query == "failed" else [series("m-1", "p-dup", "0", NOW)])]
     fake.answer(vector(*last), vector(*failed))
     records = read(fake)
     assert_unknown_pair(records, "m-1", "p-dup")

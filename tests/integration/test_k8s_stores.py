@@ -41,7 +41,7 @@ def test_run_store_states_and_round_trips(mongo_server, mongo) -> None:
     store = MongoRunStore(counted, MongoRunStoreConfig(database=db))
     keys = [f"run-{i:05d}" for i in range(0, 4998)] + ["run-gone-1", "run-gone-2"]  # 5,000 runs
     answer = store.read(keys)
-    assert counter.commands == ["find"] * 5
+    assert counter.commands == ["find"] + ["find"] * 5  # the store's proof, then one per batch of 1,000
     assert run_state("run-00001", answer, TERMINAL) == (StoreState.TERMINAL, "failed")
     assert run_state("run-00000", answer, TERMINAL) == (StoreState.ACTIVE, "running")
     assert run_state("run-gone-1", answer, TERMINAL) == (StoreState.NOT_FOUND, None)
@@ -73,7 +73,12 @@ def test_mongo_down_makes_every_key_unknown(tmp_path) -> None:
     client = MongoClient(f"mongodb://127.0.0.1:{port}/", serverSelectionTimeoutMS=1000, socketTimeoutMS=1000)
     client["iterion"]["runs"].insert_one({"_id": "r1", "status": "failed"})
     daemon.stop()
-    answer = MongoRunStore(client, MongoRunStoreConfig()).read(["r1", "r2"])
+    store = MongoRunStore(client, MongoRunStoreConfig())
+    answer = store.read(["r1", "r2"])  # down before the store could prove itself
+    assert run_state("r1", answer, TERMINAL)[0] is run_state("r2", answer, TERMINAL)[0] is StoreState.UNKNOWN
+    assert "iterion.runs did not answer (ServerSelectionTimeoutError" in answer.problem
+    store.__dict__["problem"] = ""  # proven before it went down: its batch fails
+    answer = store.read(["r1", "r2"])
     assert answer.failed == {"r1", "r2"}
     assert run_state("r1", answer, TERMINAL)[0] is StoreState.UNKNOWN
 

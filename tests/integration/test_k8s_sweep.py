@@ -18,12 +18,12 @@ def runs_by_reason(plan) -> dict[str, str]:  # type: ignore[no-untyped-def]
     return {d.evidence["run"]: d.reason for d in plan.decisions if d.evidence and "run" in d.evidence}
 
 
-def _config(mongo_db: str, step_store: bool) -> object:
+def _config(mongo_db: str, step_store: bool, **run_store: str) -> object:
     return parse_settings(
         {
             "k8s": {
                 "step_store": "postgres" if step_store else "none",
-                "mongo_run_store": {"database": mongo_db},
+                "mongo_run_store": {"database": mongo_db, **run_store},
                 "nats_leases": {"timeout": "1s"},  # an unreachable NATS is unknown after it, not after the default
                 "delete_rate_per_cluster": 1000.0,
             },
@@ -110,3 +110,41 @@ def test_nats_unreachable_reaps_nothing(kube, nats_server, mongo) -> None:
     nats_server.stop()
     plan, outcomes = sweep(api, _config(db, False), f"nats://127.0.0.1:{nats_server.port}", client, None)
     assert outcomes == [] and runs_by_reason(plan) == {"r1": "lease_unknown"}
+
+
+def test_a_typo_in_the_run_stores_database_reaps_nothing(kube, nats_server, mongo) -> None:
+    # The runs ended or are running in the real store; the config names a database that does not exist.
+    cluster, api, _ = kube
+    client, db = mongo
+    url = f"nats://127.0.0.1:{nats_server.port}"
+    asyncio.run(put_leases(url, []))
+    client[db]["runs"].insert_many([{"_id": "running", "status": "running"}, {"_id": "ended", "status": "failed"}])
+    seed_run(cluster, "running")
+    seed_run(cluster, "ended")
+    plan, outcomes = sweep(api, _config(db + "x", False), url, client, None)
+    assert outcomes == [] and len(cluster.objects) == 8
+    assert runs_by_reason(plan) == {"running": "store_unknown", "ended": "store_unknown"}  # were sandbox_orphan
+    (why,) = plan.scopes[0].details["unknown_evidence"]
+    assert why.startswith(f"k8s.mongo_run_store: database '{db}x' has no collection 'runs'")
+
+    plan, outcomes = sweep(api, _config(db, False), url, client, None)  # the right store still works
+    assert runs_by_reason(plan) == {"running": "lease_absent_run_active", "ended": "sandbox_orphan"}
+    assert [o.result for o in outcomes] == ["deleted"] * 4
+
+
+def test_a_live_lease_missing_from_the_run_store_reaps_nothing_it_does_not_know(kube, nats_server, mongo) -> None:
+    # The config names another collection of run records (an archive): it proves itself, but a run the
+    # runners hold a lease for is not in it, so it is not the store they write to.
+    cluster, api, _ = kube
+    client, db = mongo
+    url = f"nats://127.0.0.1:{nats_server.port}"
+    asyncio.run(put_leases(url, ["live"]))
+    client[db]["runs"].insert_many([{"_id": "live", "status": "running"}, {"_id": "new", "status": "running"}])
+    client[db]["archive"].insert_one({"_id": "old", "status": "succeeded"})
+    for run in ("live", "new", "old"):
+        seed_run(cluster, run)
+    archive = _config(db, False, collection="archive")
+    plan, outcomes = sweep(api, archive, url, client, None)
+    assert runs_by_reason(plan) == {"live": "lease_held", "new": "store_unknown", "old": "sandbox_orphan"}
+    assert [o.result for o in outcomes] == ["deleted"] * 4  # only the run the store does hold a record of
+    assert "1 run holds a live lease but no record in it (live)" in plan.scopes[0].details["unknown_evidence"][0]

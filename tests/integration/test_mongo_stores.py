@@ -15,8 +15,10 @@ import pytest
 from bson import Decimal128, Int64, ObjectId
 from pymongo import MongoClient
 
-from reaper.config import MongoLeaseConfig, MongoRunStoreConfig
-from reaper.model import LeaseState, StoreState
+from include.emulators.http import start_secantusdb
+from reaper.config import MongoLeaseConfig, MongoRunStoreConfig, parse_settings
+from reaper.k8s.evidence import still_reapable
+from reaper.model import Keyed, LeaseState, StoreState
 from reaper.policy.k8s import lease_state, run_state
 from reaper.stores.mongo import MongoLeases, MongoRunStore
 from tests.helpers import FindCounter
@@ -127,7 +129,8 @@ def test_both_forms_cost_one_round_trip_per_batch(mongo_server, mongo) -> None:
     counted = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/", event_listeners=[counter])
     answer = MongoRunStore(counted, MongoRunStoreConfig(database=db)).read(hexes + decimals)
     counted.close()
-    assert counter.commands == ["find", "find"]  # 2,000 keys, each asked in two to four forms
+    # The store's proof (once per reader), then 2,000 keys in two batches, each key asked in two to four forms.
+    assert counter.commands == ["find", "find", "find"]
     assert run_state(hexes[0], answer, TERMINAL)[0] is StoreState.ACTIVE
     assert run_state(hexes[1], answer, TERMINAL)[0] is StoreState.TERMINAL
     assert run_state("7", answer, TERMINAL)[0] is StoreState.NOT_FOUND
@@ -237,3 +240,106 @@ def test_a_status_that_is_not_a_string_is_unknown_for_that_run_only(mongo) -> No
         "live": StoreState.ACTIVE,
         "gone": StoreState.NOT_FOUND,
     }
+
+
+# --- the right store: silence counts only from a store that has shown it is the one configured ---------
+
+
+def counted(mongo_server) -> tuple[MongoClient, FindCounter]:  # type: ignore[no-untyped-def]
+    counter = FindCounter()
+    return MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/", event_listeners=[counter]), counter
+
+
+# Each: what the config points at, what the server holds there, and what the reason says was found.
+WRONG_RUN_STORES = {
+    "typo in the database": ({"database": "itreion"}, None, "database 'itreion' has no collection 'runs'"),
+    "missing collection": ({"collection": "runz"}, None, "has no collection 'runz'"),
+    "empty collection": ({}, [], ".runs is empty"),
+    "documents without the key field": ({"key_field": "run_id"}, [{"run": "r1", "status": "running"}], "carries"),
+    "documents without the status field": ({}, [{"_id": "r1", "state": "running"}], "carries _id and status"),
+}
+
+
+@pytest.mark.parametrize("case", WRONG_RUN_STORES, ids=str)
+def test_a_run_store_that_does_not_prove_itself_answers_unknown_for_every_run(mongo_server, mongo, case) -> None:
+    client, db = mongo
+    config, docs, found = WRONG_RUN_STORES[case]
+    client[db]["elsewhere"].insert_one({"_id": "r1", "status": "running"})  # the database exists
+    if docs == []:
+        client[db].create_collection("runs")
+    elif docs:
+        client[db]["runs"].insert_many(docs)
+    database = config.pop("database", db)
+    reading, counter = counted(mongo_server)
+    store = MongoRunStore(reading, MongoRunStoreConfig(database=database, **config))
+    answers = [store.read(["r1", "gone"]) for _ in range(5)]  # the sweep's read, then the deleter's re-reads
+    reading.close()
+    for answer in answers:
+        assert {key: run_state(key, answer, TERMINAL)[0] for key in ("r1", "gone")} == {
+            "r1": StoreState.UNKNOWN,
+            "gone": StoreState.UNKNOWN,  # was not_found: its sandbox was deleted
+        }
+        assert found in answer.problem and answer.problem.startswith("k8s.mongo_run_store: ")
+    # The proof (and, failed, what is wrong) once per reader: at most three round trips, never per read.
+    assert counter.every[0] == "find" and len(counter.every) <= 3
+
+
+def test_the_right_run_store_proves_itself_once_per_reader(mongo_server, mongo) -> None:
+    client, db = mongo
+    client[db]["runs"].insert_many([{"_id": "r1", "status": "failed"}, {"_id": "r2", "status": "running"}])
+    reading, counter = counted(mongo_server)
+    store = MongoRunStore(reading, MongoRunStoreConfig(database=db))
+    first = store.read(["r1", "r2", "gone"])
+    rereads = [store.read([run]) for run in ("r1", "r2", "gone")]  # the deleter's, one run at a time
+    reading.close()
+    assert first.complete and not first.problem
+    assert [run_state(run, a, TERMINAL)[0] for run, a in zip(("r1", "r2", "gone"), rereads, strict=True)] == [
+        StoreState.TERMINAL,
+        StoreState.ACTIVE,
+        StoreState.NOT_FOUND,
+    ]
+    assert counter.every == ["find"] + ["find"] * 4  # one proof, then one find per read
+    assert store.read([]) == Keyed(complete=True)  # nothing asked: nothing to prove
+
+
+def test_an_error_while_proving_is_unknown() -> None:
+    daemon = start_secantusdb()
+    client = MongoClient(f"mongodb://127.0.0.1:{daemon.port}/", serverSelectionTimeoutMS=500)
+    client["iterion"]["runs"].insert_one({"_id": "r1", "status": "failed"})
+    daemon.stop()
+    answer = MongoRunStore(client, MongoRunStoreConfig()).read(["r1"])
+    assert run_state("r1", answer, TERMINAL)[0] is StoreState.UNKNOWN and "did not answer" in answer.problem
+
+
+WRONG_LEASES = {
+    "missing collection": (None, "has no collection 'run_leases'"),
+    "empty collection": ([], ".run_leases is empty"),
+    # The run store's documents where leases were expected: every one has an _id, none an expiry.
+    "not lease documents": ([{"_id": "r1", "status": "running"}], "no document of"),
+}
+
+
+@pytest.mark.parametrize("case", WRONG_LEASES, ids=str)
+def test_a_lease_collection_that_does_not_prove_itself_answers_unknown_for_every_run(mongo, case) -> None:
+    client, db = mongo
+    docs, found = WRONG_LEASES[case]
+    client[db]["elsewhere"].insert_one({"_id": "x"})
+    if docs == []:
+        client[db].create_collection("run_leases")
+    elif docs:
+        client[db]["run_leases"].insert_many(docs)
+    answer = MongoLeases(client, MongoLeaseConfig(database=db)).read(["r1", "gone"])
+    assert {key: lease_state(key, answer, NOW, 30) for key in ("r1", "gone")} == {
+        "r1": LeaseState.UNKNOWN,
+        "gone": LeaseState.UNKNOWN,  # was absent
+    }
+    assert found in answer.problem and answer.problem.startswith("k8s.mongo_leases: ")
+
+
+def test_the_deleters_reread_goes_through_the_proven_reader(mongo) -> None:
+    client, db = mongo
+    client[db]["runs"].insert_one({"_id": "r1", "status": "failed"})
+    config = parse_settings({"k8s": {"mongo_run_store": {"database": db, "collection": "runz"}}}, "test")
+    store = MongoRunStore(client, config.k8s.mongo_run_store)
+    why = still_reapable("r1", config, lambda keys: Keyed(complete=True), store.read, now=NOW)
+    assert why == "run store unknown (None) when read again before the delete"

@@ -192,3 +192,97 @@ def test_a_run_waits_for_the_lease_at_most_a_third_of_its_timeout() -> None:
     assert config.lease_wait("k8s") == timedelta(seconds=18) and config.run_timeout("k8s") == timedelta(seconds=54)
     assert config.lease_wait("gce") == timedelta(minutes=1)
     assert parse_settings({"airflow": {"lease_wait": "10s"}}, "test").lease_wait("k8s") == timedelta(seconds=10)
+
+
+# --- lower bounds: a duration whose zero (or a tiny value) would remove a safety margin silently --------
+
+TIMEOUTS = [
+    "gce.request_timeout",
+    "gce.operation_timeout",
+    "gce.writer_health.timeout",
+    "k8s.request_timeout",
+    "k8s.mongo_run_store.timeout",
+    "k8s.mongo_leases.timeout",
+    "k8s.nats_leases.timeout",
+    "k8s.postgres_step_store.timeout",
+    "ledger.timeout",
+    "metrics.timeout",
+]
+BOUNDED = {
+    **dict.fromkeys(TIMEOUTS, ("0.5s", "at least 1s (every call is bounded by it")),
+    "gce.max_job_timeout": ("0s", "more than 0s (a dead manager's last job may run this long)"),
+    "gce.slack": ("0s", "more than 0s (a live manager's beats are a heartbeat interval apart"),
+    "gce.terminated_grace": ("0s", "more than 0s (a VM just seen stopped"),
+    "gce.writer_health.failing_window": ("30s", "at least 1m (a failed pass counts only with two scrapes"),
+    "k8s.min_age": ("59s", "at least 1m (a sandbox younger may not have its lease or run record yet)"),
+    "ledger.rerun_window": ("23h", "at least 1d (a run may be cleared at least the day it ran)"),
+    "cause_alerts.crash_loop_window": ("0s", "at least 1m (a restart counts only with two scrapes"),
+    "cause_alerts.machine_creation.fast.window": ("30s", "at least 1m (a twelfth of it must still hold two scrapes"),
+}
+
+
+def _nested(key: str, value: str) -> dict[str, object]:
+    *path, last = key.split(".")
+    data: dict[str, object] = {last: value}
+    for part in reversed(path):
+        data = {part: data}
+    if key.startswith("cause_alerts.machine_creation.fast"):
+        data["cause_alerts"]["machine_creation"]["fast"]["burn_rate"] = 14.4  # type: ignore[index]
+    return data
+
+
+@pytest.mark.parametrize("key", BOUNDED)
+def test_a_duration_below_its_safety_floor_is_refused_naming_file_key_and_bound(key: str) -> None:
+    value, expected = BOUNDED[key]
+    with pytest.raises(ConfigError) as info:
+        parse_settings(_nested(key, value), "reaper.yaml")
+    message = str(info.value)
+    assert message.startswith(f"invalid config reaper.yaml: {key}: expected ")
+    assert expected in message and message.endswith(f"got {value}")
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("gce.clock_skew", "0s"),  # stricter: more anomalies and unhealthy writers, never fewer
+        ("gce.writer_stale_after", "0s"),  # stricter: every writer stale, every heartbeat delete held
+        ("k8s.lease_clock_skew", "0s"),  # the lease writers' clocks are the reaper's (NTP)
+        ("k8s.pod_gone_timeout", "0s"),  # no wait: the run's Secrets wait for a sweep that finds the Pod gone
+        ("airflow.lease_wait", "0s"),  # no wait for another sweep: skipped
+        ("airflow.retry_delay", "0s"),
+        ("gce.request_timeout", "1s"),
+        ("k8s.min_age", "1m"),
+        ("gce.max_job_timeout", "2s"),  # short clocks for tests and the demo stay possible
+    ],
+)
+def test_a_zero_or_short_value_that_keeps_every_margin_is_accepted(key: str, value: str) -> None:
+    parse_settings(_nested(key, value), "reaper.yaml")
+
+
+def test_unlabeled_max_age_is_at_least_the_quarantine() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_settings({"gce": {"unlabeled_max_age": "3h"}}, "reaper.yaml")
+    assert str(info.value) == (
+        "invalid config reaper.yaml: gce.unlabeled_max_age: expected at least the quarantine 4h "
+        "(gce.max_job_timeout + gce.slack): an unlabeled VM may still run a job"
+    )
+    assert parse_settings({"gce": {"unlabeled_max_age": "4h"}}, "reaper.yaml").gce.unlabeled_max_age == timedelta(
+        hours=4
+    )
+    parse_settings({"gce": {"enabled": False, "unlabeled_max_age": "1h"}}, "reaper.yaml")  # no GCE sweep: no bound
+
+
+def test_ledger_retention_outlives_the_longest_run_and_the_rerun_window() -> None:
+    # retention: 0s validated, and the ledger forgot intents, outcomes and summaries within a minute.
+    with pytest.raises(ConfigError) as info:
+        parse_settings({"ledger": {"retention": "0s"}}, "reaper.yaml")
+    assert str(info.value).startswith(
+        "invalid config reaper.yaml: ledger.retention: expected at least 7d 9m (the longest run timeout 9m + "
+        "ledger.rerun_window 7d), got 0s"
+    )
+    # The longest run: the manual-only target's hour, or an explicit run_timeout; the window is configurable.
+    manual = {"airflow": {"gce_schedule": 0}, "ledger": {"retention": "P7DT30M"}}
+    with pytest.raises(ConfigError, match="expected at least 7d 1h"):
+        parse_settings(manual, "reaper.yaml")
+    config = parse_settings({"ledger": {"retention": "P2DT9M", "rerun_window": "2d"}}, "reaper.yaml")
+    assert config.ledger.retention == timedelta(days=2, minutes=9)

@@ -1,8 +1,8 @@
 """The reaper's side of the incident replay (include/prometheus/incident-replay.test.yml), checked against the
 policy itself: the replay's budget hold appears when the default config's sweeps would first push it.
 
-Seed 004's shape, scaled down from 8,000 VMs: the managers of two projects stamped every heartbeat in the
-heartbeat interval before t0, then crash-looped and stopped reporting; a third project stays healthy.
+Seed 004's shape, scaled down from 8,000 VMs: the managers of two projects (one each) stamped every heartbeat
+in the heartbeat interval before t0, then crash-looped and stopped reporting; a third project stays healthy.
 """
 
 from __future__ import annotations
@@ -29,13 +29,19 @@ def fleet(minutes_after_t0: int) -> list[GceInstance]:
     return crashed + [inst(project=HEALTHY, hb_age=s) for s in spread]
 
 
-def budget_holds(minutes_after_t0: int) -> dict[str, bool]:
-    """Project -> whether the enforcement sweep at t0 + ``minutes_after_t0`` holds it on its budget, with
-    writer health as the replay has it: the crashing managers no longer report, the healthy one passes."""
+def blocking(minutes_after_t0: int) -> dict[str, tuple[str, ...]]:
+    """Project -> the holds that block its deletes in the enforcement sweep at t0 + ``minutes_after_t0``, with
+    writer health as the replay has it: the crashing managers (each its project's only one) no longer
+    report, the healthy one passes."""
     evidence = Evidence(writer_health=healthy(HEALTHY), leases=leases(), runs=runs())
     swept = plan(fleet(minutes_after_t0), evidence, settings(gce={"projects": [*CRASHED, HEALTHY]}))
     assert swept.deletes() == []  # never a mass delete: before Q nothing is stale, after it the budget holds
-    return {v.scope: BUDGET_EXCEEDED in v.blocking for v in swept.scopes if v.target == "gce"}
+    return {v.scope: v.blocking for v in swept.scopes if v.target == "gce"}
+
+
+def budget_holds(minutes_after_t0: int) -> dict[str, bool]:
+    """Project -> whether the enforcement sweep at t0 + ``minutes_after_t0`` holds it on its budget."""
+    return {scope: BUDGET_EXCEEDED in holds for scope, holds in blocking(minutes_after_t0).items()}
 
 
 def first_present_minute(values: str) -> int:
@@ -57,10 +63,20 @@ def test_the_first_sweep_past_the_quarantine_holds_both_crashed_projects_and_no_
     assert not any(budget_holds(tripping - SCHEDULE).values())
 
 
-def test_the_replay_pushes_the_hold_from_that_sweep_on() -> None:
+def test_the_first_sweep_holds_the_crashed_projects_on_their_silent_writer_health() -> None:
+    # No series answers for a project whose only manager died: unknown, never "dead", from the first sweep.
+    first = blocking(FIRST_SWEEP)
+    assert first == {**dict.fromkeys(CRASHED, ("writer_health_unknown",)), HEALTHY: ()}
+
+
+def test_the_replay_pushes_the_holds_from_those_sweeps_on() -> None:
     text = REPLAY.read_text()
     assert f"t0 = {T0}m" in text
-    holds = re.findall(r'series: reaper_scope_hold\{[^}]*scope="([^"]+)"[^}]*\}\n\s+values: (.+)', text)
-    assert {scope for scope, _ in holds} == set(CRASHED)
+    series = r'series: reaper_scope_hold\{[^}]*scope="([^"]+)"[^}]*hold="([^"]+)"[^}]*\}\n\s+values: (.+)'
+    holds = re.findall(series, text)
+    assert {(scope, hold) for scope, hold, _ in holds} == {
+        (scope, hold) for scope in CRASHED for hold in ("writer_health_unknown", BUDGET_EXCEEDED)
+    }
     # Scraped one evaluation (a minute) after the sweep that pushed it.
-    assert {first_present_minute(v.split("#")[0]) for _, v in holds} == {T0 + 245 + 1}
+    first = {hold: {first_present_minute(v.split("#")[0]) for _, h, v in holds if h == hold} for _, hold, _ in holds}
+    assert first == {"writer_health_unknown": {T0 + FIRST_SWEEP + 1}, BUDGET_EXCEEDED: {T0 + 245 + 1}}

@@ -269,13 +269,47 @@ def test_non_finite_writer_report_makes_the_project_unknown(value: float) -> Non
 
 
 def test_unreadable_writer_health_holds() -> None:
-    assert one(inst(hb_age=D), evidence=_evidence(None)) == ("report", "heartbeat_stale", "writer_health_unknown")
+    p = plan([i := inst(hb_age=D)], evidence=_evidence(None))
+    assert by_name(p)[i.name] == ("report", "heartbeat_stale", "writer_health_unknown")
+    assert "could not be read" in p.scopes[0].details["unknown_evidence"][0]
 
 
-def test_project_without_writer_reports_is_not_held() -> None:
-    # A manager that no longer reports at all is dead: its instances are what the reaper is for.
-    ev = _evidence([WriterRecord("m1", "other", NOW - 60, True)])
-    assert one(inst(hb_age=D), evidence=ev)[0] == "delete"
+def test_a_dead_manager_beside_one_that_reports_is_reaped() -> None:
+    # m1 stopped reporting while m2 of its project still does: the source answers for the project,
+    # so m1's silence is its death, and its stale instances are what the reaper is for.
+    ev = _evidence([WriterRecord("m2", "p1", NOW - 60, False), *healthy("other")])
+    p = plan([i := inst(hb_age=D)], evidence=ev)
+    assert by_name(p)[i.name] == ("delete", "heartbeat_stale", "heartbeat_stale")
+    assert p.scopes[0].holds == () and "unknown_evidence" not in p.scopes[0].details
+
+
+def test_no_series_for_a_project_with_instances_is_unknown_never_every_manager_dead() -> None:
+    # A wrong project label, or a metric whose series name other projects only: silence proves no death.
+    ev = _evidence([WriterRecord("m1", "other", NOW - 60, False)])
+    p = plan([i := inst(hb_age=D), t := inst(status="TERMINATED", stop_age=D)], evidence=ev)
+    assert by_name(p)[i.name] == ("report", "heartbeat_stale", "writer_health_unknown")
+    assert by_name(p)[t.name][0] == "delete"  # the rules independent of the heartbeat still act
+    assert "no series for this project (it did for 1 others)" in p.scopes[0].details["unknown_evidence"][0]
+
+
+def test_an_answer_with_no_series_at_all_is_unknown_in_every_project() -> None:
+    # A wrong metric name or Prometheus URL answers an empty vector: exactly this.
+    p = plan([a := inst(hb_age=D, project="p1"), b := inst(hb_age=D, project="p2")], evidence=_evidence([]))
+    assert by_name(p)[a.name][2] == by_name(p)[b.name][2] == "writer_health_unknown"
+    assert [v.holds for v in p.scopes] == [("writer_health_unknown",)] * 2
+    assert all("no series at all" in v.details["unknown_evidence"][0] for v in p.scopes)
+
+
+def test_no_series_for_a_project_without_a_valid_heartbeat_holds_nothing() -> None:
+    # No heartbeat delete there to hold: its verdict stays clean, and its other rules act as ever.
+    fleet = [
+        t := inst(status="TERMINATED", stop_age=D),
+        u := inst(created_age=4 * D),
+        m := inst(hb="x", created_age=4 * D),
+    ]
+    p = plan(fleet, evidence=_evidence([]))
+    assert p.scopes[0].holds == () and "unknown_evidence" not in p.scopes[0].details
+    assert by_name(p)[t.name][0] == by_name(p)[u.name][0] == by_name(p)[m.name][0] == "delete"
 
 
 def test_writer_health_of_one_project_does_not_hold_another() -> None:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from reaper.model import Evidence, Keyed, Override, Phase
-from tests.builders import NOW, H, M, leases, obj, plan, runs, sandbox, settings
+from reaper.policy import evaluate
+from reaper.policy.k8s import ORPHAN
+from tests.builders import NOW, NOW_DT, H, M, leases, obj, plan, runs, sandbox, settings
 
 
 def decide(resources, evidence: Evidence, **kwargs) -> dict[str, set[tuple[str, str]]]:
@@ -18,7 +22,11 @@ def decide(resources, evidence: Evidence, **kwargs) -> dict[str, set[tuple[str, 
 
 
 def ev(held=(), statuses=None, **kwargs) -> Evidence:
-    return Evidence(leases=leases(list(held)), runs=runs(statuses or {}), **kwargs)
+    """Leases held for ``held`` (each run recorded as running unless ``statuses`` says otherwise: a run that
+    holds a lease is in the run store), and the run store's ``statuses``."""
+    return Evidence(
+        leases=leases(list(held)), runs=runs({**dict.fromkeys(held, "running"), **(statuses or {})}), **kwargs
+    )
 
 
 def test_row1_young_resource_keeps_the_whole_run() -> None:
@@ -36,7 +44,7 @@ def test_row2_lease_held_keeps() -> None:
 
 def test_row2_unexpired_lease_is_held_and_expired_is_absent() -> None:
     live = Keyed(known={"r1": NOW + 10, "r2": NOW - 60}, complete=True)
-    got = decide(sandbox("r1") + sandbox("r2"), Evidence(leases=live, runs=runs()))
+    got = decide(sandbox("r1") + sandbox("r2"), Evidence(leases=live, runs=runs({"r1": "running"})))
     assert got == {"r1": {("keep", "lease_held")}, "r2": {("delete", "sandbox_orphan")}}
 
 
@@ -72,6 +80,53 @@ def test_row4_any_non_terminal_status_is_active(status: str) -> None:
 def test_row5_store_unknown_reports(store) -> None:
     got = decide(sandbox("r1"), Evidence(leases=leases(), runs=store))
     assert got == {"r1": {("report", "store_unknown")}}
+
+
+UNPROVEN = "k8s.mongo_run_store: database 'iterion' has no collection 'runz', so it may not be the store ..."
+
+
+def test_row5_a_run_store_that_did_not_prove_itself_is_unknown_and_the_verdict_says_why() -> None:
+    got = plan(sandbox("r1"), evidence=Evidence(leases=leases(), runs=Keyed(complete=False, problem=UNPROVEN)))
+    assert {(d.action.value, d.reason) for d in got.decisions} == {("report", "store_unknown")}
+    assert got.scopes[0].details["unknown_evidence"] == [UNPROVEN]
+
+
+def test_row3_a_lease_source_that_did_not_prove_itself_is_unknown_and_the_verdict_says_why() -> None:
+    unproven = "k8s.mongo_leases: iterion.run_leases is empty, so ..."
+    got = plan(sandbox("r1"), evidence=Evidence(leases=Keyed(complete=False, problem=unproven), runs=runs()))
+    assert {(d.action.value, d.reason) for d in got.decisions} == {("report", "lease_unknown")}
+    assert got.scopes[0].details["unknown_evidence"] == [unproven]
+
+
+def test_row5_a_live_lease_missing_from_the_run_store_makes_every_not_found_unknown() -> None:
+    # r1 holds a lease, yet the run store has no record of it: not the store the runners write to.
+    res = sandbox("r1") + sandbox("gone") + sandbox("done")
+    evidence = Evidence(leases=leases(["r1"]), runs=runs({"done": "failed"}))
+    assert decide(res, evidence) == {
+        "r1": {("keep", "lease_held")},
+        "gone": {("report", "store_unknown")},  # was sandbox_orphan: its sandbox was deleted
+        "done": {("delete", "sandbox_orphan")},  # a record it does hold is still evidence
+    }
+    (why,) = plan(res, evidence=evidence).scopes[0].details["unknown_evidence"]
+    assert why.startswith("run store: 1 run holds a live lease but no record in it (r1)")
+
+
+def test_the_cross_check_spans_clusters_and_ignores_expired_leases() -> None:
+    res = [obj("Pod", "live", cluster="c2"), *sandbox("gone")]
+    # A live lease without a record in another cluster: the run store is one for every cluster.
+    assert decide(res, Evidence(leases=leases(["live"]), runs=runs()))["gone"] == {("report", "store_unknown")}
+    # An expired lease is no live run: a run gone from the store may have left it behind.
+    expired = Keyed(known={"live": NOW - 60}, complete=True)
+    assert decide(res, Evidence(leases=expired, runs=runs()))["gone"] == {("delete", "sandbox_orphan")}
+
+
+def test_the_cross_check_reads_the_lease_at_the_policys_now() -> None:
+    # Pure: the lease is live or not at the ``now`` the policy is given, never at the wall clock.
+    res = [obj("Pod", "live", cluster="c2"), *sandbox("gone")]
+    evidence = Evidence(leases=Keyed(known={"live": NOW + 60}, complete=True), runs=runs())
+    assert decide(res, evidence)["gone"] == {("report", "store_unknown")}
+    later = evaluate(res, evidence, settings(), Phase.ENFORCEMENT, NOW_DT + timedelta(minutes=5))
+    assert {d.reason for d in later.decisions if d.resource.labels["iterion.io/run-id"] == "gone"} == {ORPHAN}
 
 
 def test_row6_running_egress_sidecar_reports() -> None:

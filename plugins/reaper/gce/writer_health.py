@@ -15,8 +15,12 @@ counts (DESIGN.md sections 1 and 4, "Surprising evidence"):
 - One (manager, project) pair is unknown (a record with ``last_pass`` NaN,
   which the policy turns into ``writer_health_unknown`` for its project) when
   its sample is not a ``[unix_time, "value"]`` pair with a finite decimal
-  value, when it has two series in one answer, or when its failed-pass count
-  is negative.
+  value, when it has two series in one answer, when its failed-pass count
+  is negative, or when its project has no failed-pass series at all.
+
+An answer with no series for a project is no news of its managers' death: the
+policy holds that project's heartbeat deletes (``writer_health_unknown``), as a
+wrong metric name or Prometheus URL answers exactly that (docs/design.md §4).
 """
 
 from __future__ import annotations
@@ -65,6 +69,12 @@ class PrometheusWriterHealth:
                 "writer health from %s unreadable, holding heartbeat deletes in every project: %s", where, _why(exc)
             )
             return None
+        if not last and not failed:
+            log.warning(
+                "writer health from %s answered no series at all: a wrong metric name or URL? "
+                "Heartbeat deletes are held",
+                url_for_log(cfg.prometheus_url),
+            )
         return _join(last, failed)
 
     def reporting(self, window: timedelta) -> frozenset[Pair] | None:
@@ -192,13 +202,19 @@ def _join(last: dict[Pair, float], failed: dict[Pair, float]) -> list[WriterReco
     may never have completed one: it reports, so it is not dead (last pass 0,
     failing). A pair with only a zero failed-pass count is a manager that died
     within the failing window (the counter's window outlives the last-pass
-    series): no record, like any dead manager.
+    series): no record, like any dead manager. A project with last passes but
+    no failed-pass series at all is unknown: managers export the counter from
+    their start, so its absence is a wrong metric name or label, under which a
+    failing writer would read as healthy (docs/design.md §4).
     """
+    counted = {project for _, project in failed}
+    for project in sorted({project for _, project in last} - counted):
+        log.warning("writer health of %s unknown: last passes but no failed-pass series", project)
     records = []
     for manager, project in sorted(last.keys() | failed.keys(), key=lambda pair: (pair[1], pair[0])):
         failures = failed.get((manager, project), 0.0)
         last_pass = last.get((manager, project), 0.0)
-        if math.isnan(last_pass) or not failures >= 0:  # NaN, or a negative increase
+        if math.isnan(last_pass) or not failures >= 0 or project not in counted:  # NaN, a negative increase
             records.append(WriterRecord(manager, project, UNKNOWN, False))
         elif (manager, project) in last or failures > 0:
             records.append(WriterRecord(manager, project, last_pass, failures > 0))

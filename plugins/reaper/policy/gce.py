@@ -235,12 +235,13 @@ def writer_hold(
 
     ``records is None`` means the source could not be read: unknown, so hold. So does a
     record whose ``last_pass`` is not a finite number (NaN would compare false to every
-    threshold and pass for healthy). A project with no records has no live writer: its
-    instances go stale and are reaped (a dead manager stops reporting; that is what the
-    reaper is for). ``now`` is when the records were read: a later clock only flags more
-    writers stale.
+    threshold and pass for healthy), and so do no records at all: a wrong metric name or
+    Prometheus URL answers no series, exactly like a project whose every manager died, so
+    silence proves no death (docs/design.md §4). A dead manager is one that stopped reporting
+    while others of its project still report: it has no record, and its instances go stale and
+    are reaped. ``now`` is when the records were read: a later clock only flags more writers stale.
     """
-    if records is None:
+    if not records:
         return "writer_health_unknown", []
     unreadable = [{"manager": r.manager, "problem": "unreadable"} for r in records if not math.isfinite(r.last_pass)]
     if unreadable:
@@ -256,6 +257,20 @@ def writer_hold(
         elif r.last_pass > future_after:
             bad.append({"manager": r.manager, "problem": "last_pass_in_future", "last_pass": r.last_pass})
     return ("writer_unhealthy" if bad else None), bad
+
+
+def _writers_unknown(writers: dict[str, list[WriterRecord]] | None, project: str) -> str:
+    """Why the project's writer health is unknown as a whole, for its verdict; empty when a record says why."""
+    if writers is None:
+        return "writer health could not be read (the evidence task's log says why)"
+    if writers.get(project):
+        return ""
+    if not writers:
+        return "writer health answered no series at all: a wrong metric name or Prometheus URL looks exactly like this"
+    return (
+        f"writer health answered no series for this project (it did for {len(writers)} others): a wrong project "
+        "label looks like this, and so does a project whose every manager died, which only a person can tell apart"
+    )
 
 
 def _evaluate_project(project: str, group: _Project, sweep: _Sweep) -> _ProjectResult:
@@ -392,7 +407,9 @@ def _project_holds(
     if (TARGET, project) in sweep.evidence.incomplete or duplicated:
         holds.append("inventory_incomplete")
     records = None if sweep.writers is None else sweep.writers.get(project, [])
-    writer, bad_writers = writer_hold(records, config, sweep.thresholds.observed)
+    # No series for a project without a valid heartbeat is no news: it has no heartbeat delete to hold.
+    silent = records == [] and not labeled
+    writer, bad_writers = (None, []) if silent else writer_hold(records, config, sweep.thresholds.observed)
     if writer:
         holds.append(writer)
     budget, overridden = budget_hold(stale, labeled, config, sweep.override, TARGET, project)
@@ -404,6 +421,9 @@ def _project_holds(
     }
     if protected_by not in (None, project):  # protected by its number, or by a number that may be its own
         details["protected_by"] = protected_by
+    unknown = _writers_unknown(sweep.writers, project) if writer == "writer_health_unknown" else ""
+    if unknown:
+        details["unknown_evidence"] = [unknown]
     names = (*holds, *budget)
     heartbeat = next((h for h in names if h in HEARTBEAT_HOLDS), None)
     return _Holds(names, "protected_scope" in names, "inventory_incomplete" in names, heartbeat), overridden, details

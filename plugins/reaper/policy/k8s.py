@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import msgspec
+
 from reaper.config import Mode, Settings
 from reaper.model import (
     ACTION_OF_MODE,
@@ -60,6 +62,40 @@ def lease_state(key: str, leases: Keyed[float | None] | None, now: float, skew: 
             return LeaseState.UNKNOWN
         return LeaseState.HELD if expires + skew > now else LeaseState.ABSENT
     return LeaseState.ABSENT if leases.complete else LeaseState.UNKNOWN
+
+
+def cross_checked(keys: Iterable[str], evidence: Evidence, config: Settings, now: float) -> Keyed[str] | None:
+    """The run store's answer, no longer complete when a run holds a live lease but is absent from it.
+
+    A run is recorded (queued) before a runner claims it and takes its lease, so such a run means the
+    run store read is not the one the runners write to (docs/design.md §5): none of its ``not_found`` is proof this
+    sweep. Its records stand. A single run read again before its delete cannot be cross-checked.
+    """
+    runs = evidence.runs
+    if runs is None or not runs.complete:
+        return runs
+    skew = config.k8s.lease_clock_skew.total_seconds()
+    contradicting = sorted(
+        key
+        for key in keys
+        if key not in runs.known
+        and key not in runs.failed
+        and lease_state(key, evidence.leases, now, skew) is LeaseState.HELD
+    )
+    if not contradicting:
+        return runs
+    sample = ", ".join(contradicting[:3]) + (", ..." if len(contradicting) > 3 else "")
+    runs_hold = "1 run holds" if len(contradicting) == 1 else f"{len(contradicting)} runs hold"
+    problem = (
+        f"run store: {runs_hold} a live lease but no record in it ({sample}), so it is not the store the "
+        "runners write to: no run missing from it counts as gone this sweep"
+    )
+    return Keyed(known=runs.known, failed=runs.failed, complete=False, problem=problem)
+
+
+def unknown_sources(evidence: Evidence) -> list[str]:
+    """Why the lease source or the run store answers unknown for every key it did not answer, if it says."""
+    return [source.problem for source in (evidence.leases, evidence.runs) if source is not None and source.problem]
 
 
 def _lookup(key: str, source: Keyed | None) -> tuple[bool, object]:
@@ -118,7 +154,9 @@ def evaluate_k8s(
         else:
             by_cluster[obj.cluster].append(obj)
     guards = _run_guards((o for members in by_cluster.values() for o in members), config)
-    sweep = _Sweep(config, modes[ORPHAN], now, evidence, override, guards)
+    keys = {key for members in by_cluster.values() for o in members if (key := o.labels.get(config.k8s.run_label))}
+    evidence = msgspec.structs.replace(evidence, runs=cross_checked(keys, evidence, config, now))
+    sweep = _Sweep(config, modes[ORPHAN], now, evidence, override, guards, unknown_sources(evidence))
     result = TargetResult()
     for cluster in sorted(by_cluster.keys() | {scope for target, scope in evidence.swept if target == TARGET}):
         part = _evaluate_cluster(cluster, by_cluster[cluster], sweep)
@@ -138,6 +176,7 @@ class _Sweep:
     evidence: Evidence
     override: Override | None
     guards: dict[str, tuple[str, list[str]]]  # run key -> the guard that keeps it in every cluster
+    unknown: list[str]  # why a source answers unknown for every key it did not answer (the verdicts say so)
 
 
 class _ClusterResult(NamedTuple):
@@ -207,7 +246,9 @@ def _evaluate_cluster(cluster: str, objects: list[K8sObject], sweep: _Sweep) -> 
         "lease": _count(facts.get("lease") for _, facts in rows.values()),
         "store": _count(facts.get("store") for _, facts in rows.values()),
     }
-    details = {"runs": len(runs), "managed_runs": managed, "orphaned_runs": orphans}
+    details: dict[str, object] = {"runs": len(runs), "managed_runs": managed, "orphaned_runs": orphans}
+    if sweep.unknown:
+        details["unknown_evidence"] = sweep.unknown
     return _ClusterResult(acted, ScopeVerdict(TARGET, cluster, holds, overridden, details), census)
 
 

@@ -111,7 +111,9 @@ SENTENCES: dict[str, Sentence] = {
     "rule_off": lambda ev, lim: f"found {', '.join(map(str, ev.get('findings') or []))} but the rule is off",
     # holds of a scope (GCE project, Kubernetes cluster)
     "writer_unhealthy": lambda ev, lim: f"{_heartbeat(ev)}, but a heartbeat writer of the project is failing or stale",
-    "writer_health_unknown": lambda ev, lim: f"{_heartbeat(ev)}, but the writers' health could not be read",
+    "writer_health_unknown": lambda ev, lim: (
+        f"{_heartbeat(ev)}, but the writers' health is unknown (unreadable, or no series for the project)"
+    ),
     "budget_exceeded": lambda ev, lim: (
         f"{_run(ev) or _heartbeat(ev) + ', '}held: too many orphans in the scope at once"
         + (f" (over {lim.max_stale_fraction:.0%}, at least {lim.min_stale})" if lim else "")
@@ -133,9 +135,11 @@ SENTENCES: dict[str, Sentence] = {
         f"{_run(ev)}youngest object {duration(ev.get('youngest_age_s'))} old{_limit(lim, 'min_age', 'minimum age')}"
     ),
     "lease_held": lambda ev, lim: f"{_run(ev)}lease held",
-    "lease_unknown": lambda ev, lim: f"{_run(ev)}lease could not be read",
+    "lease_unknown": lambda ev, lim: f"{_run(ev)}lease unknown (unreadable, or not proven the right source)",
     "lease_absent_run_active": lambda ev, lim: f"{_run(ev)}lease absent, but {_store(ev)}: the runner may be alive",
-    "store_unknown": lambda ev, lim: f"{_run(ev)}lease absent, run store could not be read",
+    "store_unknown": lambda ev, lim: (
+        f"{_run(ev)}lease absent, run store unknown (unreadable, or not proven the right one)"
+    ),
     "results_egress_in_progress": lambda ev, lim: (
         f"{_run(ev)}lease absent, {_store(ev)}, results-egress sidecar still running"
     ),

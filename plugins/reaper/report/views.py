@@ -161,6 +161,7 @@ def summary_facts(s: dict[str, object], urls: Urls | None) -> str:
         "deletes",
         "stale_plan",
         "stale_inputs",
+        "warnings",
     }
     pairs = [
         ("execution", f"{text(s.get('execution', 0))} <span class='muted'>lease {text(s.get('lease'))}</span>"),
@@ -182,6 +183,8 @@ def summary_facts(s: dict[str, object], urls: Urls | None) -> str:
     ]
     if s.get("stale_plan"):
         pairs.append(("stale plans refused", text(s["stale_plan"])))
+    if s.get("warnings"):
+        pairs.append(("warnings", "<br>".join(text(w) for w in s["warnings"])))  # type: ignore[union-attr]
     for key, value in s.items():
         if key.startswith("override") and isinstance(value, dict):
             # A budget override's scopes as a list of names, the scopes it lifted.
@@ -203,7 +206,8 @@ def summary_facts(s: dict[str, object], urls: Urls | None) -> str:
 
 
 def scopes_table(verdicts: list[dict[str, object]]) -> str:
-    """Each scope's verdict: its holds, which of them block a delete, the budget's S and L."""
+    """Each scope's verdict: its holds, which of them block a delete, the budget's S and L, and why evidence
+    there is unknown (a store that did not prove it is the right one, writer health with no series)."""
     rows = []
     for v in verdicts:
         budget = ""
@@ -221,11 +225,11 @@ def scopes_table(verdicts: list[dict[str, object]]) -> str:
                 text(", ".join(v.get("overridden") or [])),  # type: ignore[arg-type]
                 text(budget),
                 text(writers),
+                "<br>".join(text(why) for why in v.get("unknown_evidence") or []),  # type: ignore[union-attr]
             ]
         )
-    return table(
-        ["target", "scope", "holds", "blocking deletes", "overridden", "budget S / L", "unhealthy writers"], rows
-    )
+    headers = ["target", "scope", "holds", "blocking deletes", "overridden", "budget S / L", "unhealthy writers"]
+    return table([*headers, "unknown evidence"], rows)
 
 
 def _datalist(id_: str, values: list[str]) -> str:

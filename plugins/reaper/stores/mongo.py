@@ -24,6 +24,7 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from datetime import datetime
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from bson import Decimal128, ObjectId
@@ -36,6 +37,7 @@ from pymongo.read_concern import ReadConcern
 
 from reaper.config import MongoLeaseConfig, MongoRunStoreConfig
 from reaper.model import Keyed
+from reaper.redact import error_for_log
 
 if TYPE_CHECKING:
     from airflow.sdk import Connection
@@ -272,16 +274,70 @@ def _reading(collection: Collection) -> Collection:
     )
 
 
-class MongoRunStore:
+class _ProvenCollection:
+    """A collection read as evidence only once it has shown it is the one configured (docs/design.md §5).
+
+    A ``find`` on a database, collection or field that does not exist succeeds and returns nothing,
+    so a typo in the config would read as "every run gone". Before its silence counts, the collection
+    must hold a document carrying every one of ``fields``: one ``find_one`` per reader (one reader
+    per sweep task), remembered, so the deleter's re-read before each run pays nothing more. Only
+    when that fails do one or two more round trips say what is wrong (no such collection, empty,
+    no document with the fields). Failed or unproven, every key is unknown (failed, and the answer
+    not complete), with the reason as the answer's ``problem``.
+    """
+
+    def __init__(self, client: MongoClient, database: str, name: str, config_key: str, fields: tuple[str, ...]) -> None:
+        self.collection = _reading(client[database][name])
+        self.config_key = config_key
+        self.fields = fields
+
+    @cached_property
+    def problem(self) -> str:
+        """Why the collection's answers prove nothing this sweep; empty once it has proven it is the store."""
+        coll = self.collection
+        fields = " and ".join(self.fields)
+        try:
+            if coll.find_one({f: {"$exists": True} for f in self.fields}, {"_id": 1}) is not None:
+                return ""
+            if not coll.database.list_collection_names(filter={"name": coll.name}):
+                found = f"database {coll.database.name!r} has no collection {coll.name!r}"
+            elif coll.find_one({}, {"_id": 1}) is None:
+                found = f"{coll.full_name} is empty"
+            else:
+                found = f"no document of {coll.full_name} carries {fields}"
+            problem = (
+                f"{self.config_key}: {found}, so it may not be the store the runners write to: "
+                f"all keys unknown until it holds a document with {fields}"
+            )
+        except (PyMongoError, BSONError) as exc:
+            problem = (
+                f"{self.config_key}: {coll.full_name} did not answer ({error_for_log(exc):.200}): all keys unknown"
+            )
+        log.warning("%s", problem)
+        return problem
+
+    def lookup(
+        self, keys: Iterable[str], key_field: str, batch_size: int, decode: Callable[[dict[str, object]], object]
+    ) -> Keyed:
+        """:func:`batched_lookup` of ``keys`` once the collection has proven it is the store, else all unknown."""
+        wanted = set(keys)
+        if wanted and self.problem:
+            return Keyed(failed=frozenset(wanted), complete=False, problem=self.problem)
+        projection = dict.fromkeys(self.fields, 1)
+        return batched_lookup(self.collection, key_field, wanted, batch_size, projection, decode)
+
+
+class MongoRunStore(_ProvenCollection):
+    """Run records ``{key_field: run key, status_field: status}``; proven by one carrying both fields."""
+
     def __init__(self, client: MongoClient, config: MongoRunStoreConfig) -> None:
-        self.collection = _reading(client[config.database][config.collection])
+        fields = (config.key_field, config.status_field)
+        super().__init__(client, config.database, config.collection, "k8s.mongo_run_store", fields)
         self.config = config
 
     def read(self, keys: Iterable[str]) -> Keyed[str]:
         cfg = self.config
-        projection = {cfg.key_field: 1, cfg.status_field: 1}
-        decode = run_status(cfg.status_field)
-        return batched_lookup(self.collection, cfg.key_field, keys, cfg.batch_size, projection, decode)
+        return self.lookup(keys, cfg.key_field, cfg.batch_size, run_status(cfg.status_field))
 
 
 def run_status(field: str) -> Callable[[dict[str, object]], str]:
@@ -308,13 +364,16 @@ def _expiry(doc: dict[str, object]) -> float | None:
     raise ValueError(f"expires_at is a {type(value).__name__} {value!r:.40}, not a date or finite unix seconds")
 
 
-class MongoLeases:
-    """Leases as documents ``{_id: run key, expires_at}`` (BSON dates are UTC)."""
+class MongoLeases(_ProvenCollection):
+    """Leases as documents ``{_id: run key, expires_at}`` (BSON dates are UTC).
+
+    Proven by a document carrying ``expires_at``, not only ``_id``: every document of every collection
+    has an ``_id``, so that alone would take any collection (the run store's, say) for the leases.
+    """
 
     def __init__(self, client: MongoClient, config: MongoLeaseConfig) -> None:
-        self.collection = _reading(client[config.database][config.collection])
+        super().__init__(client, config.database, config.collection, "k8s.mongo_leases", ("_id", "expires_at"))
         self.config = config
 
     def read(self, keys: Iterable[str]) -> Keyed[float | None]:
-        projection = {"_id": 1, "expires_at": 1}
-        return batched_lookup(self.collection, "_id", keys, self.config.batch_size, projection, _expiry)
+        return self.lookup(keys, "_id", self.config.batch_size, _expiry)
