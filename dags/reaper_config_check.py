@@ -1,7 +1,10 @@
-"""``reaper_config_check``: validates the reaper config and logs each phase's effective rule modes.
+"""``reaper_config_check``: validates the reaper config, logs each phase's effective rule modes, and runs the
+preflight against the live systems (``reaper check``, :mod:`reaper.preflight`).
 
-Manual trigger only. It reads the config file (no connections, no network) and
-never lists or deletes anything; the sweeping DAGs come from the DAG factory.
+Manual trigger only; the first step of a deployment. The config check reads the config file only;
+the preflight then reaches every connection the config names (one page of a listing at most, no
+writes) and fails the task when any check fails, each failure one log line naming the config key and
+what was found. It never deletes anything; the sweeping DAGs come from the DAG factory.
 It also says loudly what the config leaves unguarded (no step store: step results
 are not checked for durability before a sandbox is reaped) or unwatched (no
 Pushgateway: no sweep pushes the metrics the alerts read), and which phase of each
@@ -56,7 +59,26 @@ def reaper_config_check() -> None:
                 log.info("%s: active phase %s (rollout.%s): only its DAG runs on the schedule", target, phase, target)
         return {phase.value: {r: str(m) for r, m in effective_modes(config, phase).items()} for phase in Phase}
 
-    check_config()
+    @task
+    def preflight() -> list[str]:
+        """Every connection, store, metric and project the config names, checked live (``reaper check``)."""
+        import logging
+
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from reaper.config import load_config
+        from reaper.preflight import preflight as run_preflight
+
+        log = logging.getLogger("reaper.preflight")
+        checks = run_preflight(load_config())
+        for check in checks:
+            (log.info if check.ok else log.error)("%s", check.line())
+        failed = [check.line() for check in checks if not check.ok]
+        if failed:
+            raise AirflowFailException(f"{len(failed)} preflight checks failed: " + "; ".join(failed))
+        return [check.line() for check in checks]
+
+    check_config() >> preflight()
 
 
 reaper_config_check()

@@ -67,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="table",
         help="html: one self-contained page (charts, every finding with its reason in words) to share for review",
     )
+    check = commands.add_parser(
+        "check",
+        help="preflight: the live systems the config points at (connections, stores, metrics, projects); "
+        "exit 1 if any check fails",
+    )
+    check.add_argument("--config", help="config file (default: $REAPER_CONFIG, else include/reaper.yaml)")
     rules = commands.add_parser("alert-rules", help="the Prometheus alert rules for a config, as YAML")
     rules.add_argument("--config", help="config file (default: $REAPER_CONFIG, else include/reaper.yaml)")
     retire = commands.add_parser(
@@ -86,6 +92,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             return _alert_rules(args, out)
         if args.command == "metrics-retire":
             return _metrics_retire(args, out)
+        if args.command == "check":
+            return _check(args, out)
         config = load_config(config_path(args.config))
         plan = _evaluate(args, config)
     except ConfigError as exc:
@@ -111,6 +119,18 @@ def _alert_rules(args: argparse.Namespace, out: TextIO) -> int:
     here = Path.cwd()
     out.write(render(load_config(path), str(path.relative_to(here) if path.is_relative_to(here) else path)))
     return 0
+
+
+def _check(args: argparse.Namespace, out: TextIO) -> int:
+    """The preflight (:mod:`reaper.preflight`), one line per check; 1 when any failed."""
+    from reaper.preflight import preflight
+
+    checks = preflight(load_config(config_path(args.config)))
+    for check in checks:
+        out.write(check.line() + "\n")
+    failed = sum(not c.ok for c in checks)
+    out.write(f"{len(checks) - failed} ok, {failed} failed\n")
+    return 1 if failed else 0
 
 
 def _metrics_retire(args: argparse.Namespace, out: TextIO) -> int:

@@ -239,3 +239,19 @@ def test_config_check_logs_the_executors_and_the_store_it_accepted(dagbag, caplo
     caplog.set_level(logging.INFO)
     config_check(dagbag, monkeypatch, tmp_path, "airflow: {sweep_store: 'file:///srv/sweeps'}\n")
     assert "executors LocalExecutor, sweep store file:///srv/sweeps: accepted" in caplog.text
+
+
+def test_config_check_runs_the_preflight_after_the_config_and_fails_on_a_failed_check(
+    dagbag, monkeypatch, tmp_path
+) -> None:
+    """The DAG is the preflight's other door (``reaper check``): a failed check fails its task."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    dag = dagbag.dags["reaper_config_check"]
+    assert dag.get_task("preflight").upstream_task_ids == {"check_config"}
+    config = tmp_path / "reaper.yaml"
+    # No such connection: the ledger's check fails, and says so by its key.
+    config.write_text("ledger: {conn_id: no_such_connection}\ngce: {enabled: false}\nk8s: {enabled: false}\n")
+    monkeypatch.setenv("REAPER_CONFIG", str(config))
+    with pytest.raises(AirflowFailException, match=r"1 preflight checks failed: FAIL ledger\.conn_id: "):
+        dag.get_task("preflight").python_callable()

@@ -220,3 +220,27 @@ def _live(headers: dict[str, str] | None) -> bool | None:
     if operation in ("DEL", "PURGE") or marker in ("MaxAge", "Purge", "Remove"):
         return False
     return None
+
+
+async def nats_bucket_problem(options: NatsOptions, config: NatsLeaseConfig) -> str | None:
+    """Why the leases' KV bucket cannot be read (no such bucket, no server), or ``None``: the preflight.
+
+    A missing bucket makes every lease unknown (the listing fails), so nothing is reaped; this says so
+    before the first sweep does.
+    """
+    timeout = config.timeout.total_seconds()
+    try:
+        client = await nats.connect(
+            **options.connect_kwargs(), connect_timeout=timeout, allow_reconnect=False, max_reconnect_attempts=0
+        )
+    except Exception as exc:
+        return f"no NATS server answers at {', '.join(options.servers)} ({type(exc).__name__})"
+    try:
+        await client.jetstream(timeout=timeout).stream_info(f"KV_{config.bucket}")
+    except nats.js.errors.NotFoundError:
+        return f"no JetStream KV bucket {config.bucket} at {', '.join(options.servers)}: every lease would be unknown"
+    except Exception as exc:
+        return f"the bucket {config.bucket} could not be read ({type(exc).__name__}: {options.redact(str(exc))})"
+    finally:
+        await client.close()
+    return None

@@ -153,6 +153,15 @@ class PostgresStepStore:
                 failed.update(key for key in wanted if key not in known)
         return Keyed(known=known, failed=frozenset(failed), complete=True)
 
+    def schema_problem(self) -> str | None:
+        """Why the table is not the documented step_runs schema (or cannot be read), or ``None``: the preflight."""
+        try:
+            with self.connect() as conn:
+                self._query(conn)
+        except psycopg.Error as exc:
+            return f"step_runs table {self.config.table} unreadable: {type(exc).__name__}"
+        return self.checked if isinstance(self.checked, str) else None
+
     def _query(self, conn: psycopg.Connection) -> sql.Composed | None:
         """The batch query for this table, or ``None`` (logged) when its schema is not the documented one."""
         if self.checked is None:
