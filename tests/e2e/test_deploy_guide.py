@@ -84,6 +84,10 @@ def test_the_deployment_guide_sweeps_each_target_report_only(tmp_path: Path) -> 
             states = dict(db.execute("SELECT dag_id, state FROM dag_run").fetchall())
         assert states == dict.fromkeys(SWEEPS, "success")
 
+        # The preflight it ran before sweeping: every check passed (its summary line is the last it prints).
+        checks = [line for line in log.read_text().splitlines() if line.startswith(("ok   ", "FAIL "))]
+        assert checks and all(line.startswith("ok   ") for line in checks), checks
+        assert " ok, 0 failed" in log.read_text()
         # What the guide's own look at the audit view's JSON printed: one summary per sweep.
         sweeps = {s["dag_id"]: s for s in map(json.loads, (trial / "sweeps.jsonl").read_text().splitlines())}
         assert set(sweeps) == set(SWEEPS)
