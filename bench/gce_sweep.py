@@ -107,14 +107,14 @@ def main() -> None:
     io_bound = (
         pages_bound * args.latency / gce.list_concurrency + delete_path_calls * args.latency / gce.delete_concurrency
     )
-    rate_bound = max((n - 1) / gce.delete_rate_per_project for n in per_project.values())
+    rate_bound = max((n - 1) / gce.delete_rate for n in per_project.values())  # the quota share may lower it
     lower = max(io_bound, rate_bound)
     wall = deleted - started
 
     print(
         f"# {len(instances):,} instances listed in {args.projects} projects, {len(doomed):,} orphaned, "
         f"{args.latency * 1000:.0f} ms latency; list concurrency {gce.list_concurrency}, delete concurrency "
-        f"{gce.delete_concurrency}, {gce.delete_rate_per_project:g} deletes/s per project"
+        f"{gce.delete_concurrency}, {gce.delete_rate:g} deletes/s per project"
     )
     print(f"{'API calls':16s} {'made':>8s} {'lower bound':>12s}")
     for kind in ("aggregated_list", "get", "delete", "operation_wait", "operation_get", "list", "set_labels"):
