@@ -153,7 +153,7 @@ def celery(tmp_path_factory, mongo_server) -> Iterator[Celery]:  # type: ignore[
                 {"_id": "running-no-lease", "status": "running"},
             ]
         )
-        stores.run_leases.insert_one({"_id": "live"})  # no expiry: held while it exists
+        stores.run_leases.insert_one({"_id": "live", "expires_at": None})  # no expiry: held while it exists
         daemons.append(Daemon(redis_argv(redis_port), redis_port, "redis"))
         daemons.append(Daemon(storage_emulator_argv(store_port), store_port, "gcp-storage-emulator"))
         for _ in ("local", "distributed"):
