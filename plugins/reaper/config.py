@@ -8,6 +8,7 @@ nothing (an invalid config never reaches the policy, so nothing is deleted).
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from datetime import timedelta
@@ -151,41 +152,58 @@ class QuotaLimits(_Section):
     operation_read_requests: int = Field(1500, ge=1)
 
 
+QUOTA_WINDOW_ENV = "REAPER_EMULATOR_QUOTA_WINDOW"
+
+
+def quota_window() -> float:
+    """The rate quotas' refill period in seconds: the Compute API's synchronized minute.
+
+    Not a config key (a shorter one would multiply the reaper's spend of the real minute): an
+    emulator with a faster clock, as in the tests, sets ``$REAPER_EMULATOR_QUOTA_WINDOW`` instead.
+    """
+    value = os.environ.get(QUOTA_WINDOW_ENV)
+    if not value:
+        return 60.0
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise ConfigError(f"invalid ${QUOTA_WINDOW_ENV}: expected a positive number of seconds, got {value!r}")
+    return seconds
+
+
 class QuotaConfig(_Section):
     """How much of each project's rate quotas the reaper may spend (docs/design.md §6, quotas).
 
     The runner managers of a project spend the same quotas (heartbeat label writes, machine
-    creations); the reaper keeps to ``share`` of each group per window so that autoscaling keeps the rest.
+    creations); the reaper keeps to ``share`` of each group per minute so that autoscaling keeps the
+    rest. At most half: the managers are what the fleet runs on.
     """
 
     limits: QuotaLimits = QuotaLimits()
-    share: float = Field(0.2, gt=0.0, le=1.0)
-    # The Compute API refills rate quotas per synchronized minute; another value only for emulators that
-    # model a faster clock (the tests').
-    window: Duration = timedelta(minutes=1)
+    share: float = Field(0.2, gt=0.0, le=0.5)
 
     @model_validator(mode="after")
     def _room_for_a_call(self) -> QuotaConfig:
-        if self.window <= timedelta(0):
-            raise _CrossFieldError(("gce", "quota", "window"), f"expected a positive duration, got {self.window}")
         for group, limit in self.limits:
             if int(limit * self.share) < 1:
                 raise _CrossFieldError(
                     ("gce", "quota", "share"),
-                    f"expected a share that leaves the reaper at least one {group} call per window "
+                    f"expected a share that leaves the reaper at least one {group} call per minute "
                     f"(limit {limit} x share {self.share} < 1)",
                 )
         return self
 
     def allowance(self, group: str) -> int:
-        """Calls of ``group`` the reaper may make in one window of one project."""
+        """Calls of ``group`` the reaper may make in one minute (window) of one project."""
         return int(getattr(self.limits, group) * self.share)
 
     @property
     def deletes_per_second(self) -> float:
         """The fastest deletes can go in one project within the share: each is a read (the re-read), a
         mutation and at least one operation read."""
-        return min(self.allowance(group) for group in QuotaLimits.model_fields) / self.window.total_seconds()
+        return min(self.allowance(group) for group in QuotaLimits.model_fields) / quota_window()
 
 
 class GceConfig(_Section):

@@ -100,25 +100,45 @@ def _gce(config: Settings) -> Iterator[Check]:
             continue
         yield Check("gce.projects", True, f"{names} is {r.scope} ({r.how})")
         yield from _guarded("gce.conn_id", lambda r=r: _first_page(clients, r.scope, config))
+    known = {name for r in resolved if not r.problem for name in (r.scope, *r.numbers, *r.configured)}
+    for name in gce.protected_projects:
+        if name not in known:  # a typo protects nothing: the project it meant is swept like any other
+            yield Check("gce.protected_projects", False, f"{name} names no swept project (the swept: {sorted(known)})")
     if gce.writer_health.source == "prometheus":
         yield from _guarded("gce.writer_health.prometheus_url", lambda: _writers(config, resolved))
 
 
 def _first_page(clients, project: str, config: Settings) -> Iterator[Check]:  # type: ignore[no-untyped-def]
-    """One page of the project's listing: the reaper may list its instances."""
+    """The first page of the project's listing (a second's first request at most): the reaper may list its
+    instances, and they carry the heartbeat label (a typo in its name reads every VM as unlabeled, which
+    ``unlabeled_age`` reaps once it is old)."""
     from reaper.gce.inventory import instance_pages
+    from reaper.gce.quota import ProjectQuota
     from reaper.model import ScopeListing
     from reaper.retry import Backoff
 
     gce = config.gce
     probe = ScopeListing("gce", project)
-    for _ in instance_pages(clients, project, gce.selector, probe, Backoff(1), gce.request_timeout.total_seconds()):
-        if probe.pages:
+    timeout = gce.request_timeout.total_seconds()
+    seen: list[dict[str, str]] = []
+    pages = instance_pages(clients, project, gce.selector, probe, Backoff(1), timeout, ProjectQuota(gce.quota))
+    for _, scoped in pages:
+        if probe.pages > 1:
             break
+        seen += [raw.labels for raw in scoped.instances]
     if probe.problems:
         yield Check("gce.conn_id", False, f"listing {project}: {probe.problems[0]}")
-    else:
-        yield Check("gce.conn_id", True, f"{project}: its instances can be listed")
+        return
+    yield Check("gce.conn_id", True, f"{project}: its instances can be listed")
+    label = gce.heartbeat_label
+    if seen and not any(label in labels for labels in seen):
+        keys = sorted({key for labels in seen for key in labels} - set(gce.selector))
+        yield Check(
+            "gce.heartbeat_label",
+            False,
+            f"none of the {len(seen)} in-scope instances first listed in {project} carries {label} (their other "
+            f"labels: {', '.join(keys[:10]) or 'none'}): every one would read as unlabeled",
+        )
 
 
 def _writers(config: Settings, resolved) -> Iterator[Check]:  # type: ignore[no-untyped-def]
@@ -199,7 +219,9 @@ def _nats_bucket(config: Settings) -> Iterator[Check]:
 
     cfg = config.k8s.nats_leases
     problem = asyncio.run(nats_bucket_problem(nats_options(cfg.conn_id), cfg))
-    yield Check("k8s.nats_leases.bucket", not problem, problem or f"{cfg.bucket} exists")
+    key = "k8s.nats_leases.key_template" if problem and "none of the form" in problem else "k8s.nats_leases.bucket"
+    found = problem or f"{cfg.bucket} exists (any key it holds is a lease under {cfg.key_template!r})"
+    yield Check(key, not problem, found)
 
 
 def _mongo_leases(config: Settings) -> Iterator[Check]:

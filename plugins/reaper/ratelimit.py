@@ -13,6 +13,8 @@ from collections.abc import Callable, Hashable, Iterable
 from itertools import zip_longest
 from typing import TypeVar
 
+from reaper.retry import GaveUp, Stop
+
 T = TypeVar("T")
 
 
@@ -33,7 +35,9 @@ class TokenBucket:
         self._last = clock()
         self._lock = threading.Lock()
 
-    def acquire(self) -> None:
+    def acquire(self, stop: Stop | None = None) -> None:
+        """Wait for a token; :class:`GaveUp` (no token taken) when the wait would end at a time ``stop`` refuses:
+        a low rate (a small quota share) must not keep the task asleep past its deadline."""
         while True:
             with self._lock:
                 now = self._clock()
@@ -43,6 +47,9 @@ class TokenBucket:
                     self._tokens -= 1
                     return
                 wait = (1 - self._tokens) / self.rate
+            why = stop(time.time() + wait) if stop else None
+            if why:
+                raise GaveUp(f"{why} (the next delete of this scope's rate would come later)")
             self._sleep(wait)
 
 
@@ -54,10 +61,10 @@ class BucketsPerScope:
         self._buckets: dict[str, TokenBucket] = {}
         self._lock = threading.Lock()
 
-    def acquire(self, scope: str) -> None:
+    def acquire(self, scope: str, stop: Stop | None = None) -> None:
         with self._lock:
             bucket = self._buckets.get(scope) or self._buckets.setdefault(scope, TokenBucket(self.rate, self.burst))
-        bucket.acquire()
+        bucket.acquire(stop)
 
 
 def round_robin(items: Iterable[T], key: Callable[[T], Hashable]) -> list[T]:

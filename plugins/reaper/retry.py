@@ -56,6 +56,10 @@ class Backoff:
         self.max_retries, self.base, self.cap, self.sleep, self.clock = max_retries, base, cap, sleep, clock
         self._rng = rng or random.Random()
 
+    def delay(self, attempt: int) -> float:
+        """The backoff before retry ``attempt + 1``: full jitter up to ``min(cap, base * 2**attempt)``."""
+        return self._rng.uniform(0, min(self.cap, self.base * 2**attempt))
+
     def call(
         self,
         fn: Callable[[], T],
@@ -79,10 +83,7 @@ class Backoff:
                 verdict = retryable(exc) if attempt < self.max_retries else False
                 if verdict is False:
                     raise
-                if verdict is True:
-                    delay = self._rng.uniform(0, min(self.cap, self.base * 2**attempt))
-                else:
-                    delay = max(0.0, float(verdict))
+                delay = self.delay(attempt) if verdict is True else max(0.0, float(verdict))
                 why = stop(self.clock() + delay) if stop else None
                 if why:
                     raise GaveUp(why, exc) from exc

@@ -8,8 +8,8 @@ recovery (an operator's override of the budget hold, naming both projects) must 
 reaper's share of each group in every window, never cost the live managers a machine creation,
 reap every abandoned VM across as many sweeps as the share needs, and keep every live one.
 
-The emulator's window is four seconds and the reaper is told so (``gce.quota.window``): a faster clock,
-the same rules as the API's minute.
+The emulator's window is four seconds and the reaper is told so (``$REAPER_EMULATOR_QUOTA_WINDOW``): a
+faster clock, the same rules as the API's minute.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pymongo import MongoClient
 
 from include.emulators.gce.manager import ManagerSimulator, manager_clients
 from include.emulators.http import free_port
+from reaper.config import QUOTA_WINDOW_ENV
 from tests.helpers.gce import add_instance
 from tests.integration.prometheus import Prometheus
 
@@ -82,15 +83,16 @@ QUOTA_GROUPS = ("list_requests", "read_requests", "mutation_requests", "operatio
 
 
 def test_a_recovery_under_quota_spends_its_share_and_never_costs_the_managers_a_creation(
-    fleet_under_quota, gce, sweeper, mongo_server
+    fleet_under_quota, gce, sweeper, mongo_server, monkeypatch
 ) -> None:
     fleet, live, abandoned, managers = fleet_under_quota
+    monkeypatch.setenv(QUOTA_WINDOW_ENV, str(WINDOW))  # the emulator's faster minute, which the reaper is told
     _, clients = gce
     sweeper.connect_gce(clients.host)
     gce_config = {
         "projects": PROJECTS,
         "writer_health": {"prometheus_url": fleet.prometheus_url},
-        "quota": {"limits": dict.fromkeys(QUOTA_GROUPS, LIMIT), "share": SHARE, "window": f"{int(WINDOW)}s"},
+        "quota": {"limits": dict.fromkeys(QUOTA_GROUPS, LIMIT), "share": SHARE},
         "request_timeout": "2s",
         "delete_concurrency": 4,
     }

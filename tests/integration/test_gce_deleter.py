@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import time
 
-from reaper.config import parse_settings
+import pytest
+
+from reaper.config import QUOTA_WINDOW_ENV, parse_settings
 from reaper.gce.deleter import GceDeleter
 from reaper.gce.inventory import list_project
 from reaper.model import GceInstance
@@ -20,9 +22,14 @@ def planned(clients, project: str = "p") -> dict[str, GceInstance]:
     return {i.name: i for i in list_project(clients, project, SELECTOR, fast_backoff(), 10).resources}
 
 
+@pytest.fixture(autouse=True)
+def one_second_minutes(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """An emulator's faster clock: a throttled answer waits for the next second, not for the next minute."""
+    monkeypatch.setenv(QUOTA_WINDOW_ENV, "1")
+
+
 def deleter(clients, **gce) -> GceDeleter:
-    # A one-second quota window: a throttled answer waits for the next one, not for the next minute.
-    config = parse_settings({"gce": {"delete_rate_per_project": 1000.0, "quota": {"window": "1s"}, **gce}}, "test")
+    config = parse_settings({"gce": {"delete_rate_per_project": 1000.0, **gce}}, "test")
     return GceDeleter(clients, config, fast_backoff())
 
 
@@ -62,9 +69,9 @@ def test_429_and_503_are_retried_then_succeed(gce) -> None:
     add_instance(fleet, "p", "us-east1-b", "vm", heartbeat_age=86400)
     fleet.faults.fail_next.update({"get": ["503"], "delete": ["429", "503"], "operation_wait": ["429"]})
     assert results(deleter(clients).delete(list(planned(clients).values()))) == {"vm": "deleted"}
-    # A throttled delete was refused, not applied, and sent again after the quota's window: the wait came
-    # between the re-read and the send, so the instance was read again before it (the third get).
-    assert fleet.counters["delete"] == 3 and fleet.counters["get"] == 3 and fleet.counters["operation_wait"] == 2
+    # Every send that did not go through (the 429: refused; the 503: unanswered, maybe applied) is made again
+    # only after its wait and a new re-read: one get before each of the three delete calls, one retried.
+    assert fleet.counters["delete"] == 3 and fleet.counters["get"] == 4 and fleet.counters["operation_wait"] == 2
 
 
 def test_retries_are_bounded_and_only_that_instance_fails(gce) -> None:
@@ -175,5 +182,40 @@ def test_a_refused_delete_is_failed_and_a_refused_retry_unconfirmed(gce) -> None
         raise ApiError(503, "backendError", "the answer is lost")
 
     fleet.on("after", "delete", applied_but_lost)
+    fleet.faults.operation_seconds["delete"] = 30.0  # the applied delete is still under way at the re-read
     assert results(deleter(clients).delete(list(planned(clients).values()))) == {"refused": "unconfirmed"}
     assert len(fleet.deleted_ids) == 1  # the first try's, applied once
+
+
+def test_a_send_that_went_unanswered_is_re_read_before_it_is_made_again(gce) -> None:
+    """A 503 on the delete may or may not have been applied; the retry is a new send, so the VM is read again
+    first (docs/design.md §6): an opt-out put on meanwhile keeps it, and one already gone was this sweep's."""
+    from include.emulators.http import ApiError
+
+    fleet, clients = gce
+    inst = add_instance(fleet, "p", "us-east1-b", "opted-out-meanwhile", heartbeat_age=86400)
+    add_instance(fleet, "p", "us-east1-b", "applied-but-lost", heartbeat_age=86400)
+    seen = planned(clients)
+    ids = {v.id: k for k, v in seen.items()}
+
+    faulted: set[str] = set()
+
+    def unanswered(args: tuple[str, ...]) -> None:
+        if ids[args[2]] == "opted-out-meanwhile" and "opted" not in faulted:
+            faulted.add("opted")
+            with fleet.lock:
+                inst["labels"] = {**inst["labels"], "reaper_keep": "true"}  # an operator opts it out meanwhile
+            raise ApiError(503, "backendError", "Internal error. Please try again.")
+
+    def applied_then_lost(args: tuple[str, ...]) -> None:
+        if ids[args[2]] == "applied-but-lost" and "applied" not in faulted:
+            faulted.add("applied")
+            raise ApiError(503, "backendError", "the answer is lost")
+
+    fleet.on("before", "delete", unanswered, times=None)
+    fleet.on("after", "delete", applied_then_lost, times=None)
+    outcomes = {o.name: o for o in deleter(clients, delete_concurrency=1).delete(list(seen.values()))}
+    assert fleet.names("p") == {"opted-out-meanwhile"}
+    kept = outcomes["opted-out-meanwhile"]
+    assert kept.result == "unconfirmed" and "opt-out label reaper_keep=true" in kept.detail
+    assert outcomes["applied-but-lost"].result == "deleted"  # its 404 on the re-read: this sweep's own delete

@@ -2,15 +2,18 @@
 
 Through the real compute_v1 clients against the GCE emulator. A used-up rate quota is answered as
 the Compute API answers it (403, reason ``rateLimitExceeded``, domain ``usageLimits``); the quota
-window is one second here, so that "wait for the next minute" is a wait for the next second.
+window is one second here (an emulator's faster clock), so that "wait for the next minute" is a wait
+for the next second.
 """
 
 from __future__ import annotations
 
 import time
 
+import pytest
+
 from include.emulators.http import ApiError
-from reaper.config import parse_settings
+from reaper.config import QUOTA_WINDOW_ENV, parse_settings
 from reaper.fence import SendGuard
 from reaper.gce.deleter import GceDeleter
 from reaper.gce.inventory import list_project
@@ -23,8 +26,13 @@ SELECTOR = {"ci_ephemeral": "true"}
 ZONE = "us-east1-b"
 
 
+@pytest.fixture(autouse=True)
+def one_second_minutes(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv(QUOTA_WINDOW_ENV, "1")
+
+
 def config(**gce: object):  # type: ignore[no-untyped-def]
-    return parse_settings({"gce": {"delete_rate_per_project": 1000.0, "quota": {"window": "1s"}, **gce}}, "test")
+    return parse_settings({"gce": {"delete_rate_per_project": 1000.0, **gce}}, "test")
 
 
 def used_up(_: tuple[str, ...]) -> None:
@@ -86,12 +94,13 @@ def test_a_permission_403_is_final_and_fails_the_delete(gce) -> None:
     assert fleet.counters["delete"] == 1  # not retried
 
 
-def test_a_quota_that_refills_after_the_deadline_leaves_the_delete_for_the_next_sweep_at_once(gce) -> None:
+def test_a_quota_that_refills_after_the_deadline_leaves_the_delete_for_the_next_sweep_at_once(gce, monkeypatch) -> None:
     fleet, clients = gce
     add_instance(fleet, "p", ZONE, "vm", heartbeat_age=86400)
     seen = planned(clients)
     fleet.on("before", "get", used_up, times=None)
-    slow = parse_settings({"gce": {"quota": {"window": "60s"}}}, "test")  # the API's minute
+    monkeypatch.delenv(QUOTA_WINDOW_ENV)  # the API's minute
+    slow = parse_settings({}, "test")
     guard = SendGuard(deadline=time.time() + 5.0)
     started = time.monotonic()
     (outcome,) = GceDeleter(clients, slow, fast_backoff()).delete(seen, guard)
@@ -143,7 +152,7 @@ def test_a_failing_re_read_stops_retrying_at_the_deadline(gce) -> None:
     assert fleet.counters["delete"] == 0
 
 
-def test_a_throttled_listing_page_is_waited_for_or_makes_the_listing_incomplete(gce) -> None:
+def test_a_throttled_listing_page_is_waited_for_or_makes_the_listing_incomplete(gce, monkeypatch) -> None:
     fleet, clients = gce
     for i in range(3):
         add_instance(fleet, "p", ZONE, f"vm-{i}")
@@ -154,6 +163,7 @@ def test_a_throttled_listing_page_is_waited_for_or_makes_the_listing_incomplete(
     assert quota.drain()["p"].throttled == 1
     fleet.on("before", "aggregated_list", used_up, times=None)
     late = SendGuard(deadline=time.time() + 5.0).stop_at
+    monkeypatch.delenv(QUOTA_WINDOW_ENV)
     slow = ProjectQuota(parse_settings({}, "test").gce.quota)  # the API's minute: the refill comes too late
     listing = list_project(clients, "p", SELECTOR, fast_backoff(), 10, slow, late)
     assert not listing.complete and "deadline" in listing.problems[0]

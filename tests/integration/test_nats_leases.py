@@ -122,6 +122,24 @@ def test_keys_that_only_resemble_the_template_are_no_runs_lease(nats_server) -> 
     }
 
 
+def test_a_key_template_that_matches_no_key_of_the_bucket_makes_every_lease_unknown(nats_server) -> None:
+    """The runners write lease-<run>-v1; the config says lease.{run} (a typo): no key is any run's, and a silence
+    read through the wrong template would prove every held lease absent. The preflight names it too."""
+    from reaper.stores.nats import NatsOptions, nats_bucket_problem
+
+    asyncio.run(_apply(nats_server.port, [("put", "lease-r1-v1"), ("put", "lease-r2-v1")]))
+    config = NatsLeaseConfig(key_template="lease.{run}")
+    answer = NatsLeases(url(nats_server.port), config).read(["r1", "r2"])
+    assert answer is not None and not answer.complete and "key_template" in answer.problem
+    assert {run: lease_state(run, answer, time.time(), 30) for run in ("r1", "r2")} == dict.fromkeys(
+        ("r1", "r2"), LeaseState.UNKNOWN
+    )
+    problem = asyncio.run(nats_bucket_problem(NatsOptions.from_url(url(nats_server.port)), config))
+    assert problem == "2 keys in bucket run_leases, none of the form 'lease.{run}': every lease unknown"
+    right = NatsLeaseConfig(key_template="lease-{run}-v1")
+    assert asyncio.run(nats_bucket_problem(NatsOptions.from_url(url(nats_server.port)), right)) is None
+
+
 @pytest.mark.parametrize("ops", [[], [("put", "r1"), ("delete", "r1")]], ids=["never written", "released"])
 def test_an_empty_bucket_is_a_complete_listing_of_nothing(nats_server, ops: list[tuple[str, str]]) -> None:
     asyncio.run(_apply(nats_server.port, ops))

@@ -91,11 +91,14 @@ def test_each_place_that_validates_but_points_at_nothing_is_one_failed_line_nami
         "gce": {
             "projects": [NUMBER, "999999999999"],  # the second no project's number
             "writer_health": {**config["gce"]["writer_health"], "last_pass_metric": "runner_heartbeat_last_pass"},
+            "heartbeat_label": "runner_manager_heartbeats",  # the managers write runner_manager_heartbeat
+            "protected_projects": ["ci-aa"],  # meant ci-a
         },
         "k8s": {
             **config["k8s"],
             "mongo_run_store": {"database": "iterion_typo"},  # the runs are in another database
             "nats_leases": {"bucket": "run_lease"},
+            "mongo_leases": {"collection": "leases"},  # not read: the lease source is NATS
             "postgres_step_store": {"results_column": "result"},
         },
         "metrics": config["metrics"],
@@ -109,6 +112,8 @@ def test_each_place_that_validates_but_points_at_nothing_is_one_failed_line_nami
         "k8s.mongo_run_store": "database 'iterion_typo' has no collection 'runs'",  # said once, not twice
         "k8s.nats_leases.bucket": "no JetStream KV bucket run_lease",
         "k8s.postgres_step_store.table": "column result is missing",
+        "gce.heartbeat_label": "1 in-scope instances first listed in ci-a carries runner_manager_heartbeats",
+        "gce.protected_projects": "ci-aa names no swept project",
     }
     for key, says in expected.items():
         assert any(line.startswith(f"FAIL {key}: ") and says in line for line in failed), (key, failed)
@@ -134,4 +139,15 @@ def test_a_mongo_lease_collection_that_holds_no_lease_fails(world) -> None:
     assert [line for line in lines if line.startswith("FAIL")] == [
         "FAIL k8s.mongo_leases: database 'iterion' has no collection 'leases_typo', so it may not be the store the "
         "runners write to: all keys unknown until it holds a document with _id and expires_at"
+    ]
+
+
+def test_a_lease_key_template_that_reads_no_key_of_the_bucket_as_a_lease_fails(world) -> None:
+    config, folder = world
+    config["k8s"] = {**config["k8s"], "nats_leases": {"key_template": "lease.{run}"}}  # type: ignore[dict-item]
+    code, lines = check(config, folder)
+    assert code == 1
+    assert [line for line in lines if line.startswith("FAIL")] == [
+        "FAIL k8s.nats_leases.key_template: 1 keys in bucket run_leases, none of the form 'lease.{run}': "
+        "every lease unknown"
     ]

@@ -38,7 +38,7 @@ from google.cloud import compute_v1
 from requests import exceptions as rexc
 
 from reaper.config import Settings
-from reaper.fence import UNCONFIRMED, Halted, SendGuard
+from reaper.fence import UNCONFIRMED, SendGuard
 from reaper.gce.clients import ComputeClients, throttled, transient
 from reaper.gce.quota import ProjectQuota, QuotaGroup
 from reaper.model import GceInstance, Outcome
@@ -112,46 +112,81 @@ class GceDeleter:
         )
 
     def _delete_one(self, inst: GceInstance, guard: SendGuard) -> Outcome:
+        """Token, slots, intent; then re-read, compare and send, again after every send that did not go through.
+
+        Every send comes right after a re-read (docs/design.md §6): a send refused (a used-up quota) or
+        unanswered (a 5xx, a timeout: it may have been applied) is retried only after the wait it calls for,
+        new slots, and a new re-read, so that an opt-out, a heartbeat or deletion protection set meanwhile
+        keeps the VM. After a send that may have been applied, a 404 is this sweep's own delete.
+        """
         why = guard.check(lease=False)  # no token waited for past the deadline
         if why:
             return Outcome(inst, guard.unsent(inst), why)
-        self.buckets.acquire(inst.project)  # before the re-read: no wait between it and the delete
-        try:  # the re-read's slot and the delete's, at once: the send then waits for nothing
-            self.quota.take(inst.project, QuotaGroup.READ, QuotaGroup.MUTATION, stop=guard.stop_at)
+        try:  # the token and the slots before the re-read: no wait between it and the delete
+            self.buckets.acquire(inst.project, guard.stop_at)
+            window_ends = self._slots(inst, guard)
         except GaveUp as exc:
             return Outcome(inst, guard.unsent(inst), exc.why)
         why = guard.before_send(inst, lease=False)  # the durable intent, before the re-read too
         if why:
             return Outcome(inst, guard.unsent(inst), why)
         lost = False  # a delete call went out whose answer was lost: it may have been applied
-        for refusals in range(self.backoff.max_retries + 1):
-            if refusals:  # refused by a used-up quota and waited for: slots again, then re-validated again
-                try:
-                    self.quota.take(inst.project, QuotaGroup.READ, QuotaGroup.MUTATION, stop=guard.stop_at)
-                except GaveUp as exc:
-                    return Outcome(inst, UNCONFIRMED if lost else guard.unsent(inst), exc.why)
+        last: BaseException | None = None
+        tries = self.backoff.max_retries + 1
+        for attempt in range(tries):
+            try:
+                if attempt or time.time() >= window_ends:  # after a wait, or slots that would count in the next window
+                    window_ends = self._slots(inst, guard)
+            except GaveUp as exc:
+                return Outcome(inst, UNCONFIRMED if lost else guard.unsent(inst), exc.why)
             read = self._reread(inst, guard, lost)
             if isinstance(read, Outcome):
                 return read
             changes = self._changes(inst, read)
             if changes:
+                if lost:  # an earlier call may still take effect: nobody can say what happens to it
+                    return Outcome(inst, UNCONFIRMED, f"changed after a delete call whose answer was lost: {changes}")
                 return Outcome(inst, CHANGED, "; ".join(changes))
             why = guard.check()  # the lease and the deadline right before the send: the re-read may have waited
             if why:
                 return Outcome(inst, UNCONFIRMED if lost else guard.unsent(inst), why)
             sent = self._send(inst, guard, lost)
-            if isinstance(sent, Outcome):
-                return sent
             if isinstance(sent, compute_v1.Operation):
                 guard.sent(inst)
                 return self._wait(inst, sent, guard)
-            lost = lost or sent.lost
-            why = self._wait_for_quota(inst, sent.refusal, guard)
-            if why:
-                return Outcome(inst, UNCONFIRMED if lost else guard.unsent(inst), why)
-        return Outcome(
-            inst, UNCONFIRMED if lost else guard.unsent(inst), "throttled on every try: the quota is used up"
-        )
+            if isinstance(sent, Outcome):
+                return sent
+            last, lost = sent.error, lost or sent.lost
+            if sent.lost:
+                guard.sent(inst)  # recorded as sent: a later 404 for it is this sweep's own delete
+            if attempt + 1 < tries:
+                why = self._pause_before_retry(inst, sent, attempt, guard)
+                if why:
+                    return Outcome(inst, UNCONFIRMED if lost else guard.unsent(inst), why)
+        if last is not None and throttled(last):
+            return Outcome(inst, UNCONFIRMED if lost else guard.unsent(inst), f"throttled on every try: {last}")
+        return Outcome(inst, FAILED, f"delete: {type(last).__name__}: {last}")
+
+    def _slots(self, inst: GceInstance, guard: SendGuard) -> float:
+        """A read slot (the re-read) and a mutation slot (the delete) of the project's quota share, in one window;
+        when that window ends (after it, the delete would count in the next window's share)."""
+        return self.quota.take(inst.project, QuotaGroup.READ, QuotaGroup.MUTATION, stop=guard.stop_at)
+
+    def _pause_before_retry(self, inst: GceInstance, sent: _Retry, attempt: int, guard: SendGuard) -> str | None:
+        """Sleep as long as the failed send calls for (the next quota window, or the backoff); or why not (it would
+        end past the guard's deadline)."""
+        if throttled(sent.error):
+            self.quota.count_throttled(inst.project)
+            seconds = self.quota.until_next_window()
+        else:
+            seconds = self.backoff.delay(attempt)
+        why = guard.stop_at(time.time() + seconds)
+        if why:
+            return f"delete: {type(sent.error).__name__} ({sent.error}); {why}"
+        if throttled(sent.error):
+            self.quota.waited(inst.project)(sent.error, seconds)
+        guard.pause(seconds)
+        return guard.stop_at(time.time())
 
     def _reread(self, inst: GceInstance, guard: SendGuard, lost: bool) -> compute_v1.Instance | Outcome:
         """The instance as it is now, by id; or the outcome that ends its delete (gone, unreadable, out of time)."""
@@ -177,49 +212,27 @@ class GceDeleter:
                 return Outcome(inst, UNCONFIRMED if lost else guard.unsent(inst), f"get throttled: {exc}")
             return Outcome(inst, FAILED, f"get: {type(exc).__name__}: {exc}")
 
-    def _send(self, inst: GceInstance, guard: SendGuard, lost: bool) -> compute_v1.Operation | Outcome | _Refused:
-        """The delete call by id, retried after errors (each retry guarded again); a used-up quota is
-        returned as :class:`_Refused`: the caller waits for the next window, then re-validates."""
+    def _send(self, inst: GceInstance, guard: SendGuard, lost: bool) -> compute_v1.Operation | Outcome | _Retry:
+        """One delete call by id: its operation, the outcome it ends in, or :class:`_Retry` (refused by a used-up
+        quota, or unanswered: a 5xx, a timeout, a dropped connection) for the caller to re-validate and retry."""
         target = {"project": inst.project, "zone": inst.zone, "instance": inst.id}
-        attempts = 0
-
-        def send() -> compute_v1.Operation:
-            nonlocal attempts
-            if attempts:
-                guard.retry(inst)  # the first try may have been applied: recorded as sent; Halted if too late
-                self.quota.take(inst.project, QuotaGroup.MUTATION, stop=guard.stop_at)
-            attempts += 1
-            return self.clients.instances.delete_unary(**target, retry=None, timeout=self.timeout)
-
         try:
-            return self.backoff.call(send, transient, stop=guard.stop_at, pause=guard.pause)
+            return self.clients.instances.delete_unary(**target, retry=None, timeout=self.timeout)
         except gexc.NotFound:
-            # A 404 after an earlier attempt of this call timed out or failed is this call's own work.
-            return self._gone(inst, guard, "delete", sent=lost or attempts > 1)
+            return self._gone(inst, guard, "delete", sent=lost)
         except (gexc.Conflict, gexc.PreconditionFailed) as exc:
-            if lost or attempts > 1:  # an earlier try's answer was lost: it may have been applied, and be the conflict
+            if lost:  # an earlier try's answer was lost: it may have been applied, and be the conflict
                 return Outcome(inst, UNCONFIRMED, f"delete: {exc.code} on a retry of a delete that may have gone")
             # A delete by id carries no precondition: a refusal is a failure, which alerts if it repeats.
             return Outcome(inst, FAILED, f"delete: {exc.code} {type(exc).__name__}: {exc.message}")
-        except (Halted, GaveUp) as exc:
-            # Only ever after an attempt whose answer was lost (an error, a timeout): it may have been applied.
-            guard.sent(inst)  # (again, if a retry recorded it): a later 404 is this sweep's own delete
-            return Outcome(inst, UNCONFIRMED, f"the delete call's answer was lost and no retry was sent: {exc}")
         except Exception as exc:
-            if throttled(exc):  # refused, not applied: but this try's earlier attempts' answers may have been lost
-                return _Refused(exc, lost=attempts > 1)
+            if throttled(exc):  # refused, not applied
+                return _Retry(exc, lost=False)
+            if transient(exc):  # unanswered: it may have been applied
+                return _Retry(exc, lost=True)
+            if lost:
+                return Outcome(inst, UNCONFIRMED, f"delete: {type(exc).__name__}: {exc} after a lost answer")
             return Outcome(inst, FAILED, f"delete: {type(exc).__name__}: {exc}")
-
-    def _wait_for_quota(self, inst: GceInstance, refusal: BaseException, guard: SendGuard) -> str | None:
-        """Sleep until the project's quota refills; or why not (it would end past the guard's deadline)."""
-        self.quota.count_throttled(inst.project)
-        seconds = self.quota.until_next_window()
-        why = guard.stop_at(time.time() + seconds)
-        if why:
-            return f"delete throttled ({refusal}): {why}"
-        self.quota.waited(inst.project)(refusal, seconds)
-        guard.pause(seconds)
-        return guard.stop_at(time.time())
 
     def _changes(self, planned: GceInstance, current: compute_v1.Instance) -> list[str]:
         """Everything that makes the instance now a different one from what the plan decided on."""
@@ -290,11 +303,11 @@ class GceDeleter:
         return max(1.0, min(WAIT_CAP, guard.deadline - guard.clock() + self.timeout))
 
 
-class _Refused:
-    """A delete call refused because the project's rate quota was used up (not applied); ``lost``: an earlier
-    attempt of the same call lost its answer, so it may have been."""
+class _Retry:
+    """A delete call to make again after a wait and a new re-read: ``error`` what it met; ``lost``: it may have
+    been applied (a 5xx, a timeout), or it surely was not (a used-up quota)."""
 
-    __slots__ = ("lost", "refusal")
+    __slots__ = ("error", "lost")
 
-    def __init__(self, refusal: BaseException, lost: bool) -> None:
-        self.refusal, self.lost = refusal, lost
+    def __init__(self, error: BaseException, lost: bool) -> None:
+        self.error, self.lost = error, lost

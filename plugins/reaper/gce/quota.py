@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from enum import StrEnum
 
-from reaper.config import QuotaConfig
+from reaper.config import QuotaConfig, quota_window
 from reaper.gce.clients import throttled, transient
 from reaper.model import QuotaUse
 from reaper.retry import GaveUp, Retryable, Stop, Waited
@@ -54,7 +54,7 @@ class ProjectQuota:
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
     ) -> None:
-        self.window = config.window.total_seconds()
+        self.window = quota_window()
         self.allowance = {group: config.allowance(group) for group in QuotaGroup}
         self.clock, self.sleep = clock, sleep
         self._rng = rng or random.Random()
@@ -64,17 +64,25 @@ class ProjectQuota:
         self._throttled: dict[str, int] = {}
         self._waited: dict[str, float] = {}
 
-    def take(self, project: str, *groups: QuotaGroup, stop: Stop | None = None) -> None:
-        """Wait for a slot of each of ``groups`` in ``project``; all are spent at once.
+    def take(self, project: str, *groups: QuotaGroup, stop: Stop | None = None) -> float:
+        """Wait for a slot of each of ``groups`` in ``project``, all in one window; all are spent at once.
 
-        :class:`GaveUp` (nothing spent, nothing slept) when the latest of them comes at a time
-        ``stop`` refuses: the call cannot be made before the run must stop.
+        Returns the end of that window: a call made later counts in the next window, whose slots are
+        other calls', so the caller takes its slots again rather than make it (:class:`GaveUp`,
+        nothing spent, nothing slept, when the latest slot comes at a time ``stop`` refuses: the call
+        cannot be made before the run must stop).
         """
         with self._lock:
             now = self.clock()
             slots = {
                 group: max(self._slot_at(now, group), self._next.get((project, group), (0, 0))) for group in groups
             }
+            for _ in range(3):  # every slot in the window of the latest: a slot spent later counts there
+                at = max(self._time(group, slot) for group, slot in slots.items())
+                aligned = {group: max(slot, self._slot_at(at, group)) for group, slot in slots.items()}
+                if aligned == slots:
+                    break
+                slots = aligned
             at = max(self._time(group, slot) for group, slot in slots.items())
             why = stop(at) if stop else None
             if why:
@@ -83,8 +91,10 @@ class ProjectQuota:
                 following = (window + 1, 0) if slot + 1 >= self.allowance[group] else (window, slot + 1)
                 self._next[(project, group)] = following
                 self._requests[(project, group)] = self._requests.get((project, group), 0) + 1
+            ends = (max(window for window, _ in slots.values()) + 1) * self.window
         if at > now:
             self.sleep(at - now)
+        return ends
 
     def _slot_at(self, now: float, group: QuotaGroup) -> tuple[int, int]:
         """The slot whose time has just passed (or is now); past a window's last slot, the next window's first."""

@@ -131,10 +131,11 @@ class K8sDeleter:
         """
         stopped = guard.check(lease=False)  # the lease is read before each send, after the token
         if not stopped:
-            self.buckets.acquire(members[0].cluster)  # before the re-reads: no wait between them and the delete
             try:
+                # The token before the re-reads: no wait between them and the delete (none past the deadline).
+                self.buckets.acquire(members[0].cluster, guard.stop_at)
                 changed = self._changed(members, guard) or self._evidence_changed(members[0], guard)
-            except Stopped as exc:
+            except (Stopped, GaveUp) as exc:
                 stopped, changed = str(exc), None
             if changed:
                 return [self._record(obj, guard, CHANGED, changed) for obj in members]
@@ -255,7 +256,10 @@ class K8sDeleter:
     def _delete_one(self, obj: K8sObject, guard: SendGuard, take_token: bool) -> Outcome:
         api = self.api_for(obj.cluster)
         if take_token:
-            self.buckets.acquire(obj.cluster)
+            try:
+                self.buckets.acquire(obj.cluster, guard.stop_at)
+            except GaveUp as exc:
+                return Outcome(obj, guard.unsent(obj), str(exc))
         why = guard.before_send(obj)
         if why:
             return Outcome(obj, guard.unsent(obj), why)

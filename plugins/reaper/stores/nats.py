@@ -119,9 +119,26 @@ class NatsLeases:
             reason = self.options.redact(str(exc))
             log.warning("NATS leases unreadable, every lease unknown: %s: %s", type(exc).__name__, reason)
             return None
+        problem = self.template_problem(listed) if only is None else ""
+        if problem:
+            log.warning("%s", problem)
+            return Keyed(failed=frozenset(keys or ()), complete=False, problem=problem)
         runs = {run: live for key, live in listed.items() if (run := self._run(key)) is not None}
         known = {run: None for run, live in runs.items() if live}
         return Keyed(known=known, failed=frozenset(run for run, live in runs.items() if live is None), complete=True)
+
+    def template_problem(self, listed: dict[str, bool | None]) -> str:
+        """Why a whole bucket's keys prove nothing: there are keys and none is a run's lease under the template.
+
+        The template is then not the runners' (a typo) and its silence would read as every lease absent
+        (docs/design.md §5: a source proves it is the right one before its silence counts).
+        """
+        if not listed or any(self._run(key) is not None for key in listed):
+            return ""
+        return (
+            f"k8s.nats_leases.key_template: {len(listed)} keys in bucket {self.config.bucket}, none of the form "
+            f"{self.config.key_template!r}: every lease unknown"
+        )
 
     def _run(self, key: str) -> str | None:
         """The run whose lease ``key`` is: the template exactly, around a non-empty run key."""
@@ -223,10 +240,10 @@ def _live(headers: dict[str, str] | None) -> bool | None:
 
 
 async def nats_bucket_problem(options: NatsOptions, config: NatsLeaseConfig) -> str | None:
-    """Why the leases' KV bucket cannot be read (no such bucket, no server), or ``None``: the preflight.
+    """Why the leases' KV bucket proves nothing (no server, no such bucket, keys none of which the template
+    reads as a run's), or ``None``: the preflight.
 
-    A missing bucket makes every lease unknown (the listing fails), so nothing is reaped; this says so
-    before the first sweep does.
+    Either makes every lease unknown, so nothing is reaped; this says so before the first sweep does.
     """
     timeout = config.timeout.total_seconds()
     try:
@@ -236,11 +253,15 @@ async def nats_bucket_problem(options: NatsOptions, config: NatsLeaseConfig) -> 
     except Exception as exc:
         return f"no NATS server answers at {', '.join(options.servers)} ({type(exc).__name__})"
     try:
-        await client.jetstream(timeout=timeout).stream_info(f"KV_{config.bucket}")
+        info = await client.jetstream(timeout=timeout).stream_info(f"KV_{config.bucket}")
     except nats.js.errors.NotFoundError:
         return f"no JetStream KV bucket {config.bucket} at {', '.join(options.servers)}: every lease would be unknown"
     except Exception as exc:
         return f"the bucket {config.bucket} could not be read ({type(exc).__name__}: {options.redact(str(exc))})"
     finally:
         await client.close()
+    if info.state.messages:  # keys there: at least one must be a run's lease under the template
+        leases = NatsLeases(options, config)
+        listed = await asyncio.wait_for(leases._keys(timeout, None), read_timeout(config))
+        return leases.template_problem(listed).removeprefix("k8s.nats_leases.key_template: ") or None
     return None
