@@ -231,7 +231,11 @@ class GceConfig(_Section):
     delete_rate_per_project: float = Field(5.0, gt=0)
     max_retries: int = Field(4, ge=0, le=10)
     request_timeout: Timeout = timedelta(seconds=30)
-    operation_timeout: Timeout = timedelta(minutes=5)
+    # An accepted delete not DONE by then is failed (an operation still running when the run must stop is
+    # operation_pending): at least the two minutes one zoneOperations.wait may take.
+    operation_timeout: Annotated[
+        Duration, _at_least(timedelta(minutes=2), "zoneOperations.wait alone may take two minutes")
+    ] = timedelta(minutes=5)
     quota: QuotaConfig = QuotaConfig()
     writer_health: WriterHealthConfig = WriterHealthConfig()
     # Fleeting runners' managed instance groups: a regex the whole group name must match, whose named

@@ -153,8 +153,8 @@ def expected(project: str, last: list[Series], failed: list[Series]) -> str:
     """What the documented rules make of one project, given complete answers.
 
     A pair is unknown when it has two series in one answer, a sample that is not
-    documented with a finite value, or a negative failed-pass count, and so is a
-    project with last passes but no failed-pass series. Otherwise a
+    documented with a finite value, or a negative failed-pass count, or a last
+    pass without its failed-pass series. Otherwise a
     failed pass, or a last pass outside [stale, future], is unhealthy; a project
     with no last pass at all (only zero failed-pass counts, or no series) has only
     dead managers (no record).
@@ -164,7 +164,8 @@ def expected(project: str, last: list[Series], failed: list[Series]) -> str:
         return "writer_health_unknown"
     if any(s.value is None or (which == "failed" and s.value < 0) for s, which in mine):
         return "writer_health_unknown"
-    if {which for _, which in mine} == {"last"}:  # no failed-pass series: a wrong name would hide failures
+    counted = {s.pair for s, which in mine if which == "failed"}
+    if any(which == "last" and s.pair not in counted for s, which in mine):  # a wrong name would hide failures
         return "writer_health_unknown"
     failing = any(which == "failed" and s.value > 0 for s, which in mine)
     out_of_window = any(which == "last" and not STALE_BEFORE <= s.value <= FUTURE_AFTER for s, which in mine)

@@ -11,6 +11,7 @@ a day (``terminated``) are the only deletes.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import compute_v1
 
+from include.emulators.http import ApiError
 from include.emulators.shapes import COMPUTE, gcloud_instance
 from reaper.config import LedgerConfig
 from reaper.ledger import Ledger
@@ -217,3 +219,32 @@ def test_the_emulators_projects_get_answers_the_discovery_documents_project(gce)
     fleet.faults.deny_project_get.add("ci-a")
     with pytest.raises(gexc.Forbidden, match=r"compute\.projects\.get"):
         sdk.get(project=NUMBER)
+
+
+def test_resolving_under_a_used_up_read_quota_stops_when_the_run_must(gce, monkeypatch) -> None:
+    """During an incident the managers use up the read quota, and projects.get is throttled: each name waits a
+    window per retry, list_concurrency at a time. Resolution stops when told to (resolve_scopes gives it a
+    quarter of the run's time); an id then names itself, as after any other failure of projects.get."""
+    from reaper.config import QUOTA_WINDOW_ENV, parse_settings
+    from reaper.fence import SendGuard
+    from reaper.gce.projects import resolve_projects
+    from reaper.gce.quota import ProjectQuota
+    from reaper.retry import Backoff
+
+    monkeypatch.setenv(QUOTA_WINDOW_ENV, "1")
+    fleet, clients = gce
+    projects = [f"p{i:02d}" for i in range(16)]
+    for p in projects:
+        add_instance(fleet, p, ZONES[0], "vm")
+
+    def used_up(_: tuple[str, ...]) -> None:
+        raise ApiError(403, "rateLimitExceeded", "Rate Limit Exceeded")
+
+    fleet.on("before", "project_get", used_up, times=None)
+    quota = ProjectQuota(parse_settings({}, "test").gce.quota)
+    stop = SendGuard(deadline=time.time() + 1.5).stop_at
+    started = time.monotonic()
+    found = resolve_projects(clients, projects, {"ci_ephemeral": "true"}, 8, Backoff(4), 10, quota, stop)
+    assert time.monotonic() - started < 3.0
+    assert [r.scope for r in found] == projects and not any(r.problem for r in found)
+    assert all(r.how.startswith("as configured: an id") for r in found)

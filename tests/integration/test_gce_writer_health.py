@@ -344,3 +344,15 @@ def test_unreadable_answer_means_source_unknown(fake: FakePrometheus, code: int,
     records = read(fake)
     assert records is None
     assert hold(records, "p-ok") == "writer_health_unknown"
+
+
+def test_a_manager_without_a_failed_pass_series_is_unknown_even_beside_one_with_it() -> None:
+    """Two managers of project p report last passes; only A exports the failed-pass counter (B runs a build that
+    renamed it, or its relabelling drops it): B's failures are invisible, so its health is unknown, not healthy."""
+    from reaper.config import parse_settings
+    from reaper.gce.writer_health import _join
+    from reaper.policy.gce import writer_hold
+
+    now = time.time()
+    records = _join({("mgr-a", "p"): now - 30, ("mgr-b", "p"): now - 30}, {("mgr-a", "p"): 0.0})
+    assert writer_hold(records, parse_settings({}, "test"), now)[0] == "writer_health_unknown"

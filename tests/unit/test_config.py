@@ -198,7 +198,6 @@ def test_a_run_waits_for_the_lease_at_most_a_third_of_its_timeout() -> None:
 
 TIMEOUTS = [
     "gce.request_timeout",
-    "gce.operation_timeout",
     "gce.writer_health.timeout",
     "k8s.request_timeout",
     "k8s.mongo_run_store.timeout",
@@ -210,6 +209,7 @@ TIMEOUTS = [
 ]
 BOUNDED = {
     **dict.fromkeys(TIMEOUTS, ("0.5s", "at least 1s (every call is bounded by it")),
+    "gce.operation_timeout": ("1m", "at least 2m (zoneOperations.wait alone may take two minutes)"),
     "gce.max_job_timeout": ("0s", "more than 0s (a dead manager's last job may run this long)"),
     "gce.slack": ("0s", "more than 0s (a live manager's beats are a heartbeat interval apart"),
     "gce.terminated_grace": ("0s", "more than 0s (a VM just seen stopped"),
@@ -286,3 +286,13 @@ def test_ledger_retention_outlives_the_longest_run_and_the_rerun_window() -> Non
         parse_settings(manual, "reaper.yaml")
     config = parse_settings({"ledger": {"retention": "P2DT9M", "rerun_window": "2d"}}, "reaper.yaml")
     assert config.ledger.retention == timedelta(days=2, minutes=9)
+
+
+def test_the_quota_share_is_at_most_half_and_the_window_is_no_config_key() -> None:
+    """A share of the whole quota leaves the runner managers nothing; a shorter window than the API's minute would
+    multiply the reaper's spend of it (only an emulator's environment may shorten it)."""
+    with pytest.raises(ConfigError, match=r"gce\.quota\.share: expected .*0\.5"):
+        parse_settings({"gce": {"quota": {"share": 0.6}}}, "reaper.yaml")
+    with pytest.raises(ConfigError, match=r"gce\.quota\.window: unknown key"):
+        parse_settings({"gce": {"quota": {"window": "10s"}}}, "reaper.yaml")
+    assert parse_settings({}, "reaper.yaml").gce.quota.deletes_per_second == 5.0  # 300 a minute

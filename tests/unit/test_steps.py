@@ -92,7 +92,7 @@ class FakeGce(GceTarget):
         super().__init__(config)
         self.fleet, self.incomplete, self.guards = fleet, incomplete or {}, []
 
-    def resolve(self, scopes: list[str]) -> list[Resolved]:
+    def resolve(self, scopes: list[str], stop: Stop | None = None) -> list[Resolved]:
         return [Resolved(s, (s,)) for s in scopes]
 
     def list(self, scopes: list[str], stop: Stop | None = None) -> list[ScopeListing]:
@@ -223,11 +223,24 @@ def test_scopes_named_twice_are_one_shard_entry_and_the_lease_is_handed_on(tmp_p
     assert setup.shards == [[Resolved("p1", ("p1",))], [Resolved("p2", ("p2",))]] and setup.lease == LEASE
 
 
+def test_an_override_may_name_a_held_project_by_the_id_the_audit_view_shows(tmp_path: Path) -> None:
+    """A project configured by its number is held, and shown held, under its id: the id is accepted as well as the
+    configured name; another name is refused (after resolution, the lease given back)."""
+    s = sweep(tmp_path, [], gce={"projects": ["123456789012", "p2"]})
+    number = Resolved("ci-a", ("123456789012",), ("123456789012",), how="projects.get")
+    s.target.resolve = lambda scopes, stop=None: [number, Resolved("p2", ("p2",))]  # type: ignore[method-assign]
+    named = {**OVERRIDE, "override_scopes": ["ci-a"]}
+    assert [[r.scope for r in shard] for shard in steps.resolve_scopes(s, named).shards] == [["ci-a"], ["p2"]]
+    with pytest.raises(AirflowFailException, match=r"\['ci-x'\] are not swept .* or their ids \['ci-a'\]"):
+        steps.resolve_scopes(s, {**OVERRIDE, "override_scopes": ["ci-x"]})
+    assert s.ledger().released == [s.ids.holder]
+
+
 def test_a_resolution_that_fails_gives_the_lease_back(tmp_path: Path) -> None:
     # A failed setup task runs no teardown: resolve_scopes releases the lease it took itself.
     s = sweep(tmp_path, [])
 
-    def unreachable(scopes: list[str]) -> list[Resolved]:
+    def unreachable(scopes: list[str], stop: Stop | None = None) -> list[Resolved]:
         raise ConnectionError("no route to the Compute API")
 
     s.target.resolve = unreachable  # type: ignore[method-assign]

@@ -36,7 +36,7 @@ from reaper.gce.clients import ComputeClients
 from reaper.gce.inventory import instance_pages
 from reaper.gce.quota import ProjectQuota, QuotaGroup
 from reaper.model import Resolved, ScopeListing, is_project_number
-from reaper.retry import Backoff
+from reaper.retry import Backoff, Stop
 
 log = logging.getLogger(__name__)
 # The Compute Engine default service account: PROJECT_NUMBER-compute@developer.gserviceaccount.com
@@ -56,20 +56,20 @@ PROJECT = msgspec.json.Decoder(RawProject)
 
 
 def get_project(
-    clients: ComputeClients, name: str, backoff: Backoff, timeout: float, quota: ProjectQuota
+    clients: ComputeClients, name: str, backoff: Backoff, timeout: float, quota: ProjectQuota, stop: Stop | None = None
 ) -> RawProject:
     """``projects.get`` on the listing's session, with the bounded retry of a listing page; each try a read
     request of the project's quota share."""
     url = f"{clients.host}/compute/v1/projects/{quote(name, safe='')}"
 
     def once() -> bytes:
-        quota.take(name, QuotaGroup.READ)
+        quota.take(name, QuotaGroup.READ, stop=stop)
         response = clients.http.get(url, headers={"X-Goog-FieldMask": PROJECT_FIELDS}, timeout=timeout)
         if response.status_code >= 400:
             raise gexc.from_http_response(response)
         return response.content
 
-    return PROJECT.decode(backoff.call(once, quota.retryable(name), waited=quota.waited(name)))
+    return PROJECT.decode(backoff.call(once, quota.retryable(name), stop=stop, waited=quota.waited(name)))
 
 
 def resolve_project(
@@ -79,11 +79,12 @@ def resolve_project(
     backoff: Backoff,
     timeout: float,
     quota: ProjectQuota,
+    stop: Stop | None = None,
 ) -> Resolved:
-    """How one configured name resolves (the module's rules)."""
+    """How one configured name resolves (the module's rules); no wait ``stop`` refuses (then as a failure)."""
     number = (name,) if is_project_number(name) else ()
     try:
-        project = get_project(clients, name, backoff, timeout, quota)
+        project = get_project(clients, name, backoff, timeout, quota, stop)
     except gexc.NotFound:
         return Resolved(name, (name,), how="projects.get", problem=f"projects.get: there is no project {name}")
     except Exception as exc:
@@ -97,7 +98,7 @@ def resolve_project(
     log.warning("%s; resolving %s without it", failed, name)
     if not number:
         return Resolved(name, (name,), how=f"as configured: an id ({failed})")
-    return first_instance(clients, name, selector, backoff, timeout, failed, quota)
+    return first_instance(clients, name, selector, backoff, timeout, failed, quota, stop)
 
 
 def first_instance(
@@ -108,10 +109,11 @@ def first_instance(
     timeout: float,
     failed: str,
     quota: ProjectQuota,
+    stop: Stop | None = None,
 ) -> Resolved:
     """A project number resolved by the first instance its listing answers: the id its ``selfLink`` names."""
     probe = ScopeListing("gce", number)
-    for _, scoped in instance_pages(clients, number, selector, probe, backoff, timeout, quota):
+    for _, scoped in instance_pages(clients, number, selector, probe, backoff, timeout, quota, stop):
         for raw in scoped.instances:
             try:
                 project = gce_instance(raw).project
@@ -155,6 +157,7 @@ def resolve_projects(
     backoff: Backoff,
     timeout: float,
     quota: ProjectQuota | None = None,
+    stop: Stop | None = None,
 ) -> list[Resolved]:
     """Every configured name resolved, ``concurrency`` at a time; names of one project merged (:func:`merge`).
 
@@ -163,5 +166,5 @@ def resolve_projects(
     """
     quota = quota or ProjectQuota(QuotaConfig())
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="gce-resolve") as pool:
-        found = pool.map(lambda n: resolve_project(clients, n, selector, backoff, timeout, quota), names)
+        found = pool.map(lambda n: resolve_project(clients, n, selector, backoff, timeout, quota, stop), names)
         return merge(list(found))

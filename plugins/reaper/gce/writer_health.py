@@ -16,7 +16,7 @@ counts (DESIGN.md sections 1 and 4, "Surprising evidence"):
   which the policy turns into ``writer_health_unknown`` for its project) when
   its sample is not a ``[unix_time, "value"]`` pair with a finite decimal
   value, when it has two series in one answer, when its failed-pass count
-  is negative, or when its project has no failed-pass series at all.
+  is negative, or when it has no failed-pass series.
 
 An answer with no series for a project is no news of its managers' death: the
 policy holds that project's heartbeat deletes (``writer_health_unknown``), as a
@@ -202,19 +202,20 @@ def _join(last: dict[Pair, float], failed: dict[Pair, float]) -> list[WriterReco
     may never have completed one: it reports, so it is not dead (last pass 0,
     failing). A pair with only a zero failed-pass count is a manager that died
     within the failing window (the counter's window outlives the last-pass
-    series): no record, like any dead manager. A project with last passes but
-    no failed-pass series at all is unknown: managers export the counter from
-    their start, so its absence is a wrong metric name or label, under which a
+    series): no record, like any dead manager. A manager with a last pass but
+    no failed-pass series is unknown: managers export the counter from their
+    start, so its absence is a wrong metric name or label, under which a
     failing writer would read as healthy (docs/design.md §4).
     """
-    counted = {project for _, project in failed}
-    for project in sorted({project for _, project in last} - counted):
-        log.warning("writer health of %s unknown: last passes but no failed-pass series", project)
+    for manager, project in sorted(last.keys() - failed.keys()):
+        log.warning("writer health of %s in %s unknown: a last pass but no failed-pass series", manager, project)
     records = []
     for manager, project in sorted(last.keys() | failed.keys(), key=lambda pair: (pair[1], pair[0])):
         failures = failed.get((manager, project), 0.0)
         last_pass = last.get((manager, project), 0.0)
-        if math.isnan(last_pass) or not failures >= 0 or project not in counted:  # NaN, a negative increase
+        # NaN, a negative increase, or a last pass without its failed-pass series (a manager whose counter is
+        # named or labelled otherwise: a failing writer would read as healthy).
+        if math.isnan(last_pass) or not failures >= 0 or (manager, project) not in failed:
             records.append(WriterRecord(manager, project, UNKNOWN, False))
         elif (manager, project) in last or failures > 0:
             records.append(WriterRecord(manager, project, last_pass, failures > 0))

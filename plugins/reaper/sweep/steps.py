@@ -300,7 +300,11 @@ def resolve_scopes(sweep: Sweep, params: dict[str, object]) -> Setup:
         ledger.summary({**sweep.under(None).fields(), **skipped})
         raise AirflowSkipException(lease)
     try:
-        resolved = sorted(target.resolve(wanted), key=lambda r: r.scope)
+        # A quarter of the time the run may send for, at most: waits for a used-up quota must leave the sweep room.
+        now = time.time()
+        stop = SendGuard(deadline=now + (send_deadline(sweep, lease, None) - now) / 4).stop_at
+        resolved = sorted(target.resolve(wanted, stop), key=lambda r: r.scope)
+        check_override_scopes(params, wanted, target, resolved)  # by a configured name or the id it resolved to
     except BaseException:
         ledger.release(target.name, sweep.ids.holder)  # a failed setup runs no teardown
         raise
@@ -314,9 +318,15 @@ def resolve_scopes(sweep: Sweep, params: dict[str, object]) -> Setup:
     return Setup([s for s in (resolved[i::shards] for i in range(shards)) if s], lease, spent)
 
 
-def check_override_scopes(params: dict[str, object], wanted: list[str], target: Target) -> None:
+def check_override_scopes(
+    params: dict[str, object], wanted: list[str], target: Target, resolved: list[Resolved] | None = None
+) -> None:
     """``override_scopes`` names the scopes whose budget hold ``override_budget`` lifts (docs/design.md §6):
-    some, each swept by this run (``wanted``), and only beside ``override_budget``."""
+    some, each swept by this run (``wanted``), and only beside ``override_budget``.
+
+    Before the scopes are resolved (``resolved`` None) only the form of the param is checked; after, each name
+    must be a swept scope as configured or the id it resolved to (as the audit view shows it held).
+    """
     named = override_scopes(params)
     if not params.get("override_budget"):
         if named:
@@ -330,12 +340,16 @@ def check_override_scopes(params: dict[str, object], wanted: list[str], target: 
             "params.override_scopes: expected the scopes whose budget hold override_budget lifts (the audit "
             "view's scopes held on budget_exceeded), got none"
         )
-    outside = sorted(set(named) - set(wanted))
+    if resolved is None:
+        return
+    ids = {r.scope for r in resolved if not r.problem}
+    outside = sorted(set(named) - set(wanted) - ids)
     if outside:
+        also = f" or their ids {sorted(ids - set(wanted))}" if ids - set(wanted) else ""
         among = (
-            f"params.scopes {sorted(wanted)}"
+            f"params.scopes {sorted(wanted)}{also}"
             if params.get("scopes")
-            else f"the configured {sorted(wanted)} (config key {target.name}.{target.scope_key})"
+            else f"the configured {sorted(wanted)}{also} (config key {target.name}.{target.scope_key})"
         )
         raise AirflowFailException(
             f"params.override_scopes: {outside} are not swept by this run; expected a subset of {among}"
@@ -576,7 +590,7 @@ def run_overrides(
     if not (budget or raised):
         return Overrides(None, lower, None)
     record: dict[str, object] = {"reason": reason, "user": triggered_by, "budget": budget}
-    scope_of = {name: r.scope for r in resolution for name in r.configured}
+    scope_of = {name: r.scope for r in resolution for name in (*r.configured, r.scope)}
     scopes = sorted({scope_of.get(name, name) for name in override_scopes(params)}) if budget else []
     if budget:
         record["scopes"] = scopes

@@ -51,8 +51,9 @@ class Target(Protocol):
 
     def scopes(self) -> list[str]: ...
 
-    def resolve(self, scopes: list[str]) -> list[Resolved]:
-        """These configured scopes by their canonical names, one entry per scope (once per sweep)."""
+    def resolve(self, scopes: list[str], stop: Stop | None = None) -> list[Resolved]:
+        """These configured scopes by their canonical names, one entry per scope (once per sweep); no wait that
+        ``stop`` refuses."""
         ...
 
     def unit(self, resource: Resource) -> Hashable: ...
@@ -114,7 +115,7 @@ class GceTarget:
     def scopes(self) -> list[str]:
         return list(self.config.gce.projects)
 
-    def resolve(self, scopes: list[str]) -> list[Resolved]:
+    def resolve(self, scopes: list[str], stop: Stop | None = None) -> list[Resolved]:
         """Each configured project by its id (:mod:`reaper.gce.projects`).
 
         Called by ``resolve_scopes``, which runs once per sweep, before the scopes are sharded: two
@@ -204,7 +205,7 @@ class K8sTarget:
     def scopes(self) -> list[str]:
         return list(self.config.k8s.clusters)
 
-    def resolve(self, scopes: list[str]) -> list[Resolved]:
+    def resolve(self, scopes: list[str], stop: Stop | None = None) -> list[Resolved]:
         """A cluster is named by its Airflow connection: as configured."""
         return [Resolved(cluster, (cluster,)) for cluster in scopes]
 
@@ -291,6 +292,13 @@ class K8sTarget:
     def delete(self, resources: list[Resource], guard: SendGuard) -> list[Outcome]:
         from reaper.k8s.deleter import K8sDeleter
 
+        # A Mongo reader proves it is the right store on its first read (reaper/stores/mongo.py): done here, before
+        # any run, so that the re-read before a run's delete is the one query its time budget counts
+        # (reaper/k8s/evidence.py reread_timeout), not that query and the proof.
+        for read in (self.leases, self.runs):
+            owner = getattr(read, "__self__", None)
+            if owner is not None and hasattr(owner, "problem"):
+                owner.problem  # noqa: B018  (a cached property: read once, remembered)
         return K8sDeleter(self.api_for, self.config, revalidate=self.revalidate).delete(resources, guard)  # type: ignore[arg-type]
 
 
