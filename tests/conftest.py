@@ -31,6 +31,9 @@ os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(ROOT / "dags"))
 os.environ.setdefault("AIRFLOW__CORE__PLUGINS_FOLDER", str(ROOT / "plugins"))
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
+# The emulated Compute API's rate quotas refill every second, not every minute (its faster clock): a 429 or a
+# used-up quota a test injects is waited for a second, not a minute. Tests of the API's own minute unset it.
+os.environ.setdefault("REAPER_EMULATOR_QUOTA_WINDOW", "1")
 
 
 # --- emulators ----------------------------------------------------------------------------------

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
-from reaper.config import QUOTA_WINDOW_ENV, parse_settings
+from reaper.config import parse_settings
 from reaper.gce.deleter import GceDeleter
 from reaper.gce.inventory import list_project
 from reaper.model import GceInstance
@@ -20,12 +18,6 @@ SELECTOR = {"ci_ephemeral": "true"}
 def planned(clients, project: str = "p") -> dict[str, GceInstance]:
     """The instances as the plan saw them (listed through the same adapter)."""
     return {i.name: i for i in list_project(clients, project, SELECTOR, fast_backoff(), 10).resources}
-
-
-@pytest.fixture(autouse=True)
-def one_second_minutes(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """An emulator's faster clock: a throttled answer waits for the next second, not for the next minute."""
-    monkeypatch.setenv(QUOTA_WINDOW_ENV, "1")
 
 
 def deleter(clients, **gce) -> GceDeleter:

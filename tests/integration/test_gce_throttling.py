@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from include.emulators.http import ApiError
 from reaper.config import QUOTA_WINDOW_ENV, parse_settings
 from reaper.fence import SendGuard
@@ -24,11 +22,6 @@ from tests.helpers.gce import add_instance
 
 SELECTOR = {"ci_ephemeral": "true"}
 ZONE = "us-east1-b"
-
-
-@pytest.fixture(autouse=True)
-def one_second_minutes(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setenv(QUOTA_WINDOW_ENV, "1")
 
 
 def config(**gce: object):  # type: ignore[no-untyped-def]

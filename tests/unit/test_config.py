@@ -288,11 +288,12 @@ def test_ledger_retention_outlives_the_longest_run_and_the_rerun_window() -> Non
     assert config.ledger.retention == timedelta(days=2, minutes=9)
 
 
-def test_the_quota_share_is_at_most_half_and_the_window_is_no_config_key() -> None:
+def test_the_quota_share_is_at_most_half_and_the_window_is_no_config_key(monkeypatch) -> None:
     """A share of the whole quota leaves the runner managers nothing; a shorter window than the API's minute would
     multiply the reaper's spend of it (only an emulator's environment may shorten it)."""
     with pytest.raises(ConfigError, match=r"gce\.quota\.share: expected .*0\.5"):
         parse_settings({"gce": {"quota": {"share": 0.6}}}, "reaper.yaml")
     with pytest.raises(ConfigError, match=r"gce\.quota\.window: unknown key"):
         parse_settings({"gce": {"quota": {"window": "10s"}}}, "reaper.yaml")
+    monkeypatch.delenv("REAPER_EMULATOR_QUOTA_WINDOW", raising=False)  # the API's minute
     assert parse_settings({}, "reaper.yaml").gce.quota.deletes_per_second == 5.0  # 300 a minute
