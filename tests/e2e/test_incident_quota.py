@@ -69,7 +69,7 @@ def fleet_under_quota(gce, tmp_path) -> Iterator[tuple[object, set[str], set[str
         t.start()
     prom = Prometheus(tmp_path, [f"127.0.0.1:{port}" for port in ports])
     try:
-        prom.wait_for("runner_manager_heartbeat_last_pass_timestamp_seconds > 0", lambda r: len(r) == len(PROJECTS))
+        prom.wait_for_writers(len(PROJECTS))  # both series of each manager, as writer health reads them
         fleet.prometheus_url = prom.url  # type: ignore[attr-defined]
         yield fleet, live, abandoned, managers
     finally:
