@@ -22,10 +22,17 @@ T = TypeVar("T")
 
 
 class Phase(StrEnum):
+    """A rollout phase, in rollout order: each deletes at least what the one before it does."""
+
     TELEMETRY = "telemetry"
     TERMINATED_CLEANUP = "terminated-cleanup"
     REPORT_ONLY = "report-only"
     ENFORCEMENT = "enforcement"
+
+    def above(self, other: Phase) -> bool:
+        """Whether this phase comes after ``other`` in the rollout (and so may delete what ``other`` keeps)."""
+        order = list(Phase)
+        return order.index(self) > order.index(other)
 
 
 class Action(StrEnum):

@@ -48,7 +48,12 @@ class Sweeper:
             self.monkeypatch.setenv("AIRFLOW_CONN_POSTGRES_DEFAULT", postgres_dsn)
 
     def configure(self, config: dict[str, object]) -> None:
-        base = {"airflow": {"sweep_store": f"file://{self.tmp_path}/sweeps", "retries": 0}}
+        """``config`` over a base whose active phase is enforcement for both targets: a test's sweep of any
+        phase is then no what-if of a later phase (DESIGN.md 8), unless its ``rollout`` says so."""
+        base = {
+            "airflow": {"sweep_store": f"file://{self.tmp_path}/sweeps", "retries": 0},
+            "rollout": {"gce": "enforcement", "k8s": "enforcement"},
+        }
         merged = {**base, **config, "airflow": {**base["airflow"], **config.get("airflow", {})}}  # type: ignore[dict-item]
         path = self.tmp_path / "reaper.yaml"
         path.write_text(json.dumps(merged))  # JSON is YAML

@@ -62,6 +62,7 @@ def reaper_config() -> dict[str, object]:
             "mongo_run_store": {"database": STORES},
         },
         "ledger": {"database": LEDGER, "timeout": "3s"},
+        "rollout": {"gce": "enforcement", "k8s": "enforcement"},  # the swept phase is the active one (no gate)
         "airflow": {
             "gce_schedule": 0,
             "k8s_schedule": 0,

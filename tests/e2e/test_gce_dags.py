@@ -217,6 +217,39 @@ def test_the_active_phases_sweeps_push_metrics_and_what_ifs_do_not(fleet, sweepe
     assert sweeper.run("reaper_gce_enforcement", dry_run=True).state == "success"
 
 
+def test_a_later_phase_run_by_hand_deletes_only_when_its_trigger_confirms_the_phase(
+    fleet, sweeper, prometheus, pushgateway, mongo_server
+) -> None:
+    """Issue 25.1: with the rollout at report-only, a plain ``airflow dags test reaper_gce_enforcement`` deleted
+    for real and pushed no metrics. Now it is a dry run; confirmed, it deletes and its metrics reach the alerts."""
+    import requests
+
+    sweeper.configure(
+        {
+            "gce": {"projects": PROJECTS, "writer_health": {"prometheus_url": prometheus}},
+            "k8s": {"enabled": False},
+            "metrics": {"pushgateway_url": pushgateway.url},
+            "rollout": {"gce": "report-only"},
+        }
+    )
+    plain = sweeper.run("reaper_gce_enforcement")
+    assert plain.state == "success" and everything(fleet) == ALL
+    db = ledger(mongo_server)
+    summary = db.sweeps.find_one({"run_id": plain.run_id})
+    assert summary["branch"] == "report_only" and summary["dry_run"] is True
+    assert summary["phase_gate"]["confirmed"] is False and "confirm_phase" in summary["why"]
+    assert "reaper_" not in requests.get(f"{pushgateway.url}/metrics", timeout=5).text
+
+    reason = "INC-7: enforce p1 ahead of the rollout"
+    confirmed = sweeper.run("reaper_gce_enforcement", confirm_phase="enforcement", override_reason=reason)
+    assert confirmed.state == "success" and everything(fleet) == ALL - P1_ORPHANS
+    gate = db.sweeps.find_one({"run_id": confirmed.run_id})["phase_gate"]
+    assert gate["confirmed"] is True and gate["reason"] == reason and gate["active"] == "report-only"
+    pushed = requests.get(f"{pushgateway.url}/metrics", timeout=5).text
+    deleted = 'reaper_last_sweep_deletions{instance="",job="reaper",outcome="deleted",scope="_all",target="gce"} 3'
+    assert deleted in pushed
+
+
 def test_clearing_a_run_never_replays_its_override_and_keeps_each_executions_summary(
     fleet, sweeper, mongo_server
 ) -> None:

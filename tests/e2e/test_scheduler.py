@@ -47,6 +47,7 @@ def reaper_config(home: Path, run_timeout: float = RUN_TIMEOUT, **gce: object) -
         },
         "k8s": {"enabled": False},
         "ledger": {"timeout": "3s"},
+        "rollout": {"gce": "terminated-cleanup"},  # DAG is the active phase: a manual run of it deletes
         "airflow": {
             "gce_schedule": 0,
             "run_timeout": f"{run_timeout:.0f}s",

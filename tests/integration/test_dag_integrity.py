@@ -127,6 +127,10 @@ def test_only_the_active_phase_runs_on_the_schedule(tmp_path, monkeypatch) -> No
     assert set(scheduled) == {"reaper_gce_report_only", "reaper_k8s_telemetry"}  # k8s: the default, telemetry
     assert str(scheduled["reaper_gce_report_only"]) == str(timedelta(minutes=10))
     assert bag.dags["reaper_gce_enforcement"].schedule is None  # there for manual triggers
+    # A phase above the active one deletes only when its trigger confirms it (DESIGN.md 8): the form asks there.
+    gated = {d for d, dag in bag.dags.items() if "confirm_phase" in dag.params}
+    assert gated == {"reaper_gce_enforcement", "reaper_k8s_report_only", "reaper_k8s_enforcement"}
+    assert "report-only" in bag.dags["reaper_gce_enforcement"].params.get_param("confirm_phase").description
 
 
 def test_a_phase_a_target_does_not_have_is_refused_naming_the_key(tmp_path, monkeypatch) -> None:

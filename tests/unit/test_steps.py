@@ -125,6 +125,7 @@ def sweep(tmp_path: Path, fleet: list[GceInstance], execution: int = 0, **config
         **{
             "gce": {"projects": ["p1", "p2"]},
             "airflow": {"sweep_store": f"file://{tmp_path}", "shards": 2, "lease_wait": "0s"},
+            "rollout": {"gce": "enforcement"},  # these sweeps are of the active phase unless a test says otherwise
             **config,
         }
     )
@@ -591,6 +592,74 @@ def test_record_never_files_an_earlier_executions_plan_as_its_own(tmp_path: Path
         assert (doc["execution"], doc["lease"], doc["state"]) == (1, "tok2", "failed")
         assert "deletes" not in doc and doc["branch"] == "" and "no plan of its own" in str(doc["why"])
     assert [doc["stale_plan"] for doc in again.ledger().summaries] == [0, 2]
+
+
+CONFIRMED = {"confirm_phase": "enforcement", "override_reason": "INC-7: enforce ahead of the rollout"}
+
+
+def test_a_manual_run_of_a_phase_above_the_active_one_deletes_only_when_its_trigger_confirms_the_phase(
+    tmp_path: Path,
+) -> None:
+    """DESIGN.md 8: the active phase deletes on its schedule; a later phase run by hand is a what-if unless its
+    trigger names the phase and gives a reason, and then its metrics reach the alerts like any sweep's."""
+    url = {"pushgateway_url": "http://127.0.0.1:1"}
+    ahead = sweep(tmp_path / "a", stale_fleet(), metrics=url, rollout={"gce": "report-only"})
+    what_if = plan_through(ahead)
+    assert what_if.batches == [] and what_if.summary.dry_run and what_if.summary.deletes > 0
+    gate = what_if.summary.phase_gate
+    assert gate is not None and gate["confirmed"] is False and gate["active"] == "report-only"
+    branch = steps.budget_check(what_if.summary)
+    assert branch.branch == steps.REPORT_ONLY and "above the active phase report-only" in branch.why
+    assert "confirm_phase" in branch.why and not steps.pushes_metrics(ahead, what_if.summary)
+    # A confirmed run that also asks for a dry run deletes nothing.
+    assert plan_through(ahead, {**CONFIRMED, "dry_run": True}).batches == []
+
+    later = sweep(tmp_path / "c", stale_fleet(), metrics=url, rollout={"gce": "report-only"})
+    confirmed = plan_through(later, CONFIRMED)
+    assert confirmed.batches and not confirmed.summary.dry_run
+    assert confirmed.summary.phase_gate == {
+        "phase": "enforcement",
+        "active": "report-only",
+        "user": "sre",
+        "reason": CONFIRMED["override_reason"],
+        "confirmed": True,
+        "why": "enforcement confirmed by sre",
+    }
+    assert steps.budget_check(confirmed.summary).branch == steps.DELETE
+    assert steps.pushes_metrics(ahead, confirmed.summary)  # what it deletes reaches the alerts
+
+    # A confirmation was given for the evidence its trigger saw: a cleared run (execution 1) is a dry run again.
+    cleared = sweep(tmp_path / "r", stale_fleet(), execution=1, rollout={"gce": "report-only"})
+    again = plan_through(cleared, CONFIRMED)
+    assert again.batches == [] and again.summary.phase_gate is not None
+    assert again.summary.phase_gate["confirmed"] is False and "first execution" in str(again.summary.phase_gate["why"])
+
+    # The active phase, and a phase below it, are not gated.
+    assert plan_through(sweep(tmp_path / "e", stale_fleet())).summary.phase_gate is None
+
+
+@pytest.mark.parametrize(
+    ("params", "match"),
+    [
+        ({"confirm_phase": "report-only", "override_reason": "r"}, r"confirm_phase: 'report-only' is not this DAG"),
+        ({"confirm_phase": "enforcement"}, "override_reason: expected a non-empty reason with confirm_phase"),
+        ({"confirm_phase": "enforcement", "override_reason": " "}, "override_reason"),
+    ],
+)
+def test_a_phase_confirmation_names_this_dags_phase_and_gives_a_reason(
+    tmp_path: Path, params: dict[str, object], match: str
+) -> None:
+    s = sweep(tmp_path, [], rollout={"gce": "report-only"})
+    with pytest.raises(AirflowFailException, match=match):
+        steps.resolve_scopes(s, params)
+    assert s.ledger().summaries == []  # refused before the lease
+
+
+def test_phases_are_ordered_as_the_rollout_moves() -> None:
+    order = list(Phase)
+    assert order == [Phase.TELEMETRY, Phase.TERMINATED_CLEANUP, Phase.REPORT_ONLY, Phase.ENFORCEMENT]
+    assert all(later.above(earlier) for i, earlier in enumerate(order) for later in order[i + 1 :])
+    assert not any(p.above(q) for i, p in enumerate(order) for q in order[i:])
 
 
 def test_only_the_active_phases_sweeps_that_are_no_dry_run_push_metrics(tmp_path: Path) -> None:

@@ -162,6 +162,7 @@ def summary_facts(s: dict[str, object], urls: Urls | None) -> str:
         "stale_plan",
         "stale_inputs",
         "warnings",
+        "phase_gate",
     }
     pairs = [
         ("execution", f"{text(s.get('execution', 0))} <span class='muted'>lease {text(s.get('lease'))}</span>"),
@@ -181,6 +182,10 @@ def summary_facts(s: dict[str, object], urls: Urls | None) -> str:
             ),
         ),  # type: ignore[union-attr]
     ]
+    gate = s.get("phase_gate")
+    if isinstance(gate, dict):
+        confirmed = f"confirmed by {gate.get('user')}: {gate.get('reason')}"
+        pairs.append(("phase gate", text(confirmed if gate.get("confirmed") else gate.get("why"))))
     if s.get("stale_plan"):
         pairs.append(("stale plans refused", text(s["stale_plan"])))
     if s.get("warnings"):

@@ -117,6 +117,16 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
                 "override_reason, for incident recovery; recorded with the user."
             ),
         )
+    if phase.above(target.active_phase):
+        params["confirm_phase"] = Param(
+            None,
+            type=["null", "string"],
+            description=(
+                f"Empty: this run is a dry run, since {phase.value} is above {name}'s active phase "
+                f"({target.active_phase.value}, rollout.{name}). To let it delete as {phase.value} does, type "
+                f"{phase.value} here and give override_reason; recorded with the user, its metrics pushed."
+            ),
+        )
     dag_id = dag_id_of(name, phase)
     alerts = notifiers(config.airflow.alerts)
 

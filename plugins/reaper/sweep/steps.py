@@ -154,6 +154,8 @@ class Summary(msgspec.Struct, frozen=True):
     ``resolution``: each swept scope, the configured names it was resolved from and how
     (docs/design.md §4: a GCE project configured by its number is swept by its id).
     ``quota``: what resolving and listing cost each scope's API quotas (``record`` adds the deletes').
+    ``phase_gate``: for a run of a phase above its target's active one, whether its trigger confirmed the
+    phase (:func:`phase_gate`); unconfirmed, the run is a dry run.
     """
 
     phase: str
@@ -176,6 +178,7 @@ class Summary(msgspec.Struct, frozen=True):
     left: int = 0
     resolution: list[Resolved] = []
     quota: dict[str, QuotaUse] = {}
+    phase_gate: dict[str, object] | None = None
 
 
 class Batch(msgspec.Struct, Generic[R], frozen=True):
@@ -281,6 +284,14 @@ def resolve_scopes(sweep: Sweep, params: dict[str, object]) -> Setup:
     if params.get("override_budget") and not reason:
         raise AirflowFailException("params.override_reason: expected a non-empty reason with override_budget")
     check_override_scopes(params, wanted, target)
+    confirm = str(params.get("confirm_phase") or "").strip()
+    if confirm and confirm != sweep.phase.value:
+        raise AirflowFailException(
+            f"params.confirm_phase: {confirm!r} is not this DAG's phase; expected {sweep.phase.value!r} "
+            "for a run that deletes as that phase does, or empty for a dry run"
+        )
+    if confirm and not reason:
+        raise AirflowFailException("params.override_reason: expected a non-empty reason with confirm_phase")
     cap = params.get("max_deletions")
     if cap is not None and (type(cap) is not int or cap < 0):
         raise AirflowFailException(f"params.max_deletions: expected a whole number >= 0 or null, got {cap!r}")
@@ -498,7 +509,8 @@ def evaluate_policy(
     )
     foreign = ids.lease == "" or set(sweep_input.tokens) != {ids.lease}
     plan_ref = PlanRef(ids.execution, ids.lease, config_digest(config))
-    dry_run = bool(params.get("dry_run"))
+    gate = phase_gate(sweep, params, triggered_by, rerun or ids.execution > 0)
+    dry_run = bool(params.get("dry_run")) or (gate is not None and not gate["confirmed"])
     deletes = [] if dry_run or plan.capped or foreign else plan.deletes()
     if deletes:  # one round trip, empty unless this execution planned before: what it recorded stands
         done = ledger.outcomes(ids.fields())
@@ -515,7 +527,10 @@ def evaluate_policy(
     units = cut_batches(fits, config.airflow.delete_batch_size, target.unit, config.airflow.max_delete_batches)
     return Planned(
         batches=[Batch(plan_ref, unit) for unit in units],
-        summary=summarize(plan, plan_ref, sweep_input, overrides, len(left), triggered_by, dry_run, foreign),
+        summary=msgspec.structs.replace(
+            summarize(plan, plan_ref, sweep_input, overrides, len(left), triggered_by, dry_run, foreign),
+            phase_gate=gate,
+        ),
     )
 
 
@@ -603,6 +618,32 @@ def run_overrides(
     return Overrides(lifted, asked, {**record, "applied": True})
 
 
+def phase_gate(sweep: Sweep, params: dict[str, object], triggered_by: str, rerun: bool) -> dict[str, object] | None:
+    """The ledger's record of the phase gate (DESIGN.md 8), or None for a phase at or below the active one.
+
+    Only the active phase deletes on its schedule. A manual run of a phase above it is a what-if, a dry run,
+    unless its trigger names that phase in ``confirm_phase`` and gives ``override_reason``
+    (:func:`resolve_scopes` refused a confirmation without a reason or of another phase): then it deletes
+    as its phase does and pushes its metrics, so what it deletes reaches the alerts. Like an override, a
+    confirmation was given for the evidence its trigger saw: a cleared or re-run run is a dry run.
+    """
+    active = sweep.target.active_phase
+    if not sweep.phase.above(active):
+        return None
+    record: dict[str, object] = {"phase": sweep.phase.value, "active": active.value, "user": triggered_by}
+    if str(params.get("confirm_phase") or "").strip() != sweep.phase.value:
+        why = (
+            f"{sweep.phase.value} is above the active phase {active.value}: a dry run, unless the trigger sets "
+            f"confirm_phase to {sweep.phase.value} with an override_reason"
+        )
+        return {**record, "confirmed": False, "why": why}
+    record["reason"] = str(params.get("override_reason") or "").strip()
+    if rerun:
+        why = "the run was cleared or re-run: a phase confirmation applies to its first execution only"
+        return {**record, "confirmed": False, "why": why}
+    return {**record, "confirmed": True, "why": f"{sweep.phase.value} confirmed by {triggered_by}"}
+
+
 def budget_check(summary: Summary) -> Branch:
     """Delete, or only report, for the reasons that stop the whole sweep.
 
@@ -613,6 +654,9 @@ def budget_check(summary: Summary) -> Branch:
     if summary.capped:
         why = f"max_deletions_per_sweep exceeded ({summary.capped} > {summary.max_deletions}): everything is reported"
         return Branch(REPORT_ONLY, why)
+    gate = summary.phase_gate
+    if gate is not None and not gate["confirmed"]:
+        return Branch(REPORT_ONLY, f"phase gate: {gate['why']}; nothing is deleted")
     if summary.dry_run:
         return Branch(REPORT_ONLY, "dry_run: nothing is deleted")
     if summary.stale_inputs and summary.deletes:
@@ -717,12 +761,17 @@ def record(
 
 
 def pushes_metrics(sweep: Sweep, summary: Summary | None) -> bool:
-    """Whether this sweep's metrics reach the Pushgateway: the active phase's, not a dry run.
+    """Whether this sweep's metrics reach the Pushgateway: the active phase's and a confirmed run of a later
+    phase's (:func:`phase_gate`: what it deletes must reach the alerts), never a dry run's.
 
-    The alerts read these series: a what-if run of another phase, or a dry run, must not feed them.
+    The alerts read these series: a what-if run of another phase, or a dry run, must not feed them; a run of
+    an earlier phase deletes only what the active phase deletes too, and its census would mask the active
+    phase's holds (an earlier phase reports fewer rules).
     """
-    dry_run = summary is not None and summary.dry_run
-    return bool(sweep.config.metrics.pushgateway_url) and sweep.phase is sweep.target.active_phase and not dry_run
+    if not sweep.config.metrics.pushgateway_url or (summary is not None and summary.dry_run):
+        return False
+    gate = summary.phase_gate if summary is not None else None  # no summary: the sweep failed before its plan
+    return sweep.phase is sweep.target.active_phase or (gate is not None and bool(gate["confirmed"]))
 
 
 def push_metrics(
