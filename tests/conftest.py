@@ -24,8 +24,12 @@ if TYPE_CHECKING:
     from include.emulators.gce import Fleet
     from reaper.gce.clients import ComputeClients
 
-if "AIRFLOW_HOME" not in os.environ:
-    os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="reaper-airflow-home-")
+# One home per process: pytest-xdist's workers (``make test`` runs two) inherit the controller's environment,
+# and two workers sharing one SQLite metadata DB would lock each other out.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if "AIRFLOW_HOME" not in os.environ or os.environ.get("REAPER_TEST_AIRFLOW_HOME_OF", _WORKER) != _WORKER:
+    os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix=f"reaper-airflow-home-{_WORKER}")
+    os.environ["REAPER_TEST_AIRFLOW_HOME_OF"] = _WORKER
     atexit.register(shutil.rmtree, os.environ["AIRFLOW_HOME"], ignore_errors=True)  # its DB and logs
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(ROOT / "dags"))

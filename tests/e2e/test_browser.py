@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote, unquote, urlparse
@@ -148,7 +149,13 @@ def test_the_audit_view_after_two_sweeps(gce, sweeper, tmp_path, chromium) -> No
     add_instance(fleet, "p2", "us-east1-b", "p2-fresh")
     sweeper.connect_gce(clients.instances._transport._host)
     sweeper.configure(
-        {"gce": {"projects": ["p1", "p2"], "writer_health": {"source": "none"}}, "k8s": {"enabled": False}}
+        {
+            "gce": {"projects": ["p1", "p2"], "writer_health": {"source": "none"}},
+            "k8s": {"enabled": False},
+            # A ledger of its own: the overview shows every sweep its ledger holds, and the other tests of this
+            # pytest worker (one SecantusDB each) write theirs to the default database.
+            "ledger": {"database": f"reaper_browser_{uuid.uuid4().hex[:8]}"},
+        }
     )
     first = sweeper.run(REPORT_ONLY)  # deletes the TERMINATED VM, reports the stale and the unlabeled ones
     second = sweeper.run(ENFORCEMENT)  # deletes the unlabeled VM; the stale ones stay held
