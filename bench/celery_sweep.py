@@ -110,6 +110,7 @@ def main(args: argparse.Namespace, home: Path, writers: Callable[[list[str]], in
                     "gce": {"projects": projects, "writer_health": {"prometheus_url": prometheus.url}},
                     "k8s": {"clusters": ["bench_cluster"], "delete_rate_per_cluster": 1000.0},
                     "max_deletions_per_sweep": 100_000,
+                    "rollout": {"gce": "enforcement", "k8s": "enforcement"},  # the swept phase is the active one
                     "airflow": {
                         "gce_schedule": 0,
                         "k8s_schedule": 0,

@@ -130,6 +130,7 @@ def main() -> None:
             {
                 "gce": gce,
                 "k8s": {"enabled": False},
+                "rollout": {"gce": "enforcement"},  # the swept phase is the active one
                 "airflow": {"sweep_store": f"file://{HOME}/sweeps", "retries": 0},
                 # SecantusDB (Python) takes seconds to upsert 8,000 decisions in one bulk write, more on a busy
                 # machine; MongoDB takes well under one. The default 10 s would time the benchmark out, not the reaper.

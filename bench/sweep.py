@@ -293,6 +293,7 @@ def main() -> None:
                 "gce": {"projects": projects, "writer_health": {"prometheus_url": prometheus.url}},
                 "k8s": {"clusters": ["bench_cluster"], "delete_rate_per_cluster": 1000.0},
                 "max_deletions_per_sweep": 100_000,
+                "rollout": {"gce": "enforcement", "k8s": "enforcement"},  # the swept phase is the active one
                 # The Kubernetes default schedule (1 min) leaves deletes about 34 s after the run starts;
                 # at 80,000 objects SecantusDB's run-store lookups alone take ~30 s, and every delete
                 # past the deadline is left for the next sweep. A fleet this size gets a longer run.

@@ -7,7 +7,8 @@ Prometheus and the Pushgateway (when installed), and ``airflow standalone``
 (LocalExecutor, metadata DB in the local PostgreSQL, connections and pools
 imported from ``include/demo/connections.json`` and ``include/airflow/pools.json``).
 It then triggers one sweep of each rollout phase, in order, through Airflow's REST
-API, and prints what each phase reported and deleted, the ledger's summary, and
+API (each phase but the active one, enforcement, confirmed with ``confirm_phase``, as an
+operator confirms a phase by hand), and prints what each phase reported and deleted, the ledger's summary, and
 where to look. Everything keeps running for the UI until ``python -m include.demo down``,
 which stops every recorded process group by pid.
 """
@@ -199,8 +200,9 @@ class Api:
         response.raise_for_status()
         return response.json()
 
-    def trigger(self, dag_id: str) -> str:
-        response = self.http.post(f"{self.base}/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None}, timeout=10)
+    def trigger(self, dag_id: str, conf: dict[str, object] | None = None) -> str:
+        body = {"logical_date": None, **({"conf": conf} if conf else {})}
+        response = self.http.post(f"{self.base}/api/v2/dags/{dag_id}/dagRuns", json=body, timeout=10)
         response.raise_for_status()
         return str(response.json()["dag_run_id"])
 
@@ -231,6 +233,21 @@ def rollout(targets: tuple[str, ...] = TARGETS) -> list[str]:
     return [dag_id_of(target, phase) for target in targets for phase in PHASES[target]]
 
 
+def confirmations(target: str) -> list[dict[str, object]]:
+    """Each phase's trigger conf, in rollout order: the demo's config makes enforcement the active phase, and a
+    manual run of any other phase is a dry run unless its trigger confirms the phase (with a reason)."""
+    from reaper.model import Phase
+    from reaper.sweep.factory import PHASES
+
+    reason = "make demo: one sweep of every rollout phase, in order"
+    return [
+        {}
+        if phase in (Phase.ENFORCEMENT, Phase.TELEMETRY)
+        else {"confirm_phase": phase.value, "override_reason": reason}
+        for phase in PHASES[target]
+    ]
+
+
 def sweep_all(api: Api, crashed_at: float) -> list[tuple[str, str, str]]:
     """Each target's phases one after another in rollout order, the two targets side by side: they share
     nothing but Airflow (their own pools, leases and scopes), so the demo takes the longer of the two."""
@@ -238,14 +255,14 @@ def sweep_all(api: Api, crashed_at: float) -> list[tuple[str, str, str]]:
     def sweep(target: str) -> list[tuple[str, str, str]]:
         own = Api(api.base)  # a session of this thread's own: requests' sessions are not made to be shared
         runs = []
-        for dag_id in rollout((target,)):
+        for dag_id, conf in zip(rollout((target,)), confirmations(target), strict=True):
             if dag_id == "reaper_gce_enforcement":
                 wait = crashed_at + QUARANTINE - time.time()
                 if wait > 0:
                     say(f"waiting {wait:.0f} s until the crashed manager m4's instances are past their quarantine")
                     time.sleep(wait)
             started = time.time()
-            run_id = own.trigger(dag_id)
+            run_id = own.trigger(dag_id, conf)
             state = own.wait(dag_id, run_id)
             say(f"{dag_id}: {state} in {time.time() - started:.0f} s")
             runs.append((dag_id, run_id, state))

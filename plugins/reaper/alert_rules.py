@@ -7,9 +7,9 @@ by hand only, schedule 0, has no sweep-time alert). ``reaper
 alert-rules`` prints them for a config; ``include/prometheus/reaper-rules.yml`` is this output
 for ``include/reaper.yaml`` (a test keeps the two equal).
 
-The reaper's series come from the active rollout phase's sweeps only, grouped by target and
-scope (:mod:`reaper.metrics`): the alerts follow the active phase, and a what-if run of another
-phase, a dry run or a removed scope leaves nothing behind that pages.
+The reaper's series come from the active rollout phase's sweeps (and a run of another phase its
+trigger confirmed), grouped by target and scope (:mod:`reaper.metrics`): the alerts follow the active
+phase, and a what-if run of another phase, a dry run or a removed scope leaves nothing behind that pages.
 """
 
 from __future__ import annotations

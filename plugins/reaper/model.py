@@ -29,11 +29,6 @@ class Phase(StrEnum):
     REPORT_ONLY = "report-only"
     ENFORCEMENT = "enforcement"
 
-    def above(self, other: Phase) -> bool:
-        """Whether this phase comes after ``other`` in the rollout (and so may delete what ``other`` keeps)."""
-        order = list(Phase)
-        return order.index(self) > order.index(other)
-
 
 class Action(StrEnum):
     KEEP = "keep"

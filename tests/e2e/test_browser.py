@@ -148,16 +148,17 @@ def test_the_audit_view_after_two_sweeps(gce, sweeper, tmp_path, chromium) -> No
         add_instance(fleet, "p2", "us-east1-b", f"p2-stale-{i}", heartbeat_age=86400)
     add_instance(fleet, "p2", "us-east1-b", "p2-fresh")
     sweeper.connect_gce(clients.instances._transport._host)
-    sweeper.configure(
-        {
-            "gce": {"projects": ["p1", "p2"], "writer_health": {"source": "none"}},
-            "k8s": {"enabled": False},
-            # A ledger of its own: the overview shows every sweep its ledger holds, and the other tests of this
-            # pytest worker (one SecantusDB each) write theirs to the default database.
-            "ledger": {"database": f"reaper_browser_{uuid.uuid4().hex[:8]}"},
-        }
-    )
+    config = {
+        "gce": {"projects": ["p1", "p2"], "writer_health": {"source": "none"}},
+        "k8s": {"enabled": False},
+        # A ledger of its own: the overview shows every sweep its ledger holds, and the other tests of this
+        # pytest worker (one SecantusDB each) write theirs to the default database.
+        "ledger": {"database": f"reaper_browser_{uuid.uuid4().hex[:8]}"},
+    }
+    # The rollout moves from report-only to enforcement between the two sweeps, each of its active phase.
+    sweeper.configure({**config, "rollout": {"gce": "report-only"}})
     first = sweeper.run(REPORT_ONLY)  # deletes the TERMINATED VM, reports the stale and the unlabeled ones
+    sweeper.configure({**config, "rollout": {"gce": "enforcement"}})
     second = sweeper.run(ENFORCEMENT)  # deletes the unlabeled VM; the stale ones stay held
     assert (first.state, second.state) == ("success", "success")
     assert fleet.names("p1") == {"fresh-0", "fresh-1", "fresh-2", "browser-stale"}

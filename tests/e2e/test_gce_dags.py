@@ -59,7 +59,17 @@ ALL = {"p1-fresh-0", "p1-fresh-1", "p1-fresh-2", "p2-fresh", *P1_ORPHANS, *(f"p2
         ("reaper_gce_enforcement", P1_ORPHANS),
     ],
 )
-def test_each_phase_deletes_exactly_its_presets(fleet, sweeper, mongo_server, dag_id: str, deleted: set[str]) -> None:
+def test_each_phase_deletes_exactly_its_presets(
+    fleet, sweeper, prometheus, mongo_server, dag_id: str, deleted: set[str]
+) -> None:
+    phase = dag_id.removeprefix("reaper_gce_").replace("_", "-")
+    sweeper.configure(  # the phase swept is the active one
+        {
+            "gce": {"projects": PROJECTS, "writer_health": {"prometheus_url": prometheus}},
+            "k8s": {"enabled": False},
+            "rollout": {"gce": phase},
+        }
+    )
     run = sweeper.run(dag_id)
     assert run.state == "success"
     assert everything(fleet) == ALL - deleted
@@ -68,7 +78,7 @@ def test_each_phase_deletes_exactly_its_presets(fleet, sweeper, mongo_server, da
     assert outcomes == dict.fromkeys(deleted, "deleted")
     summary = db.sweeps.find_one({"run_id": run.run_id})
     assert summary["branch"] == ("delete" if deleted else "report_only")
-    assert summary["phase"] == dag_id.removeprefix("reaper_gce_").replace("_", "-")
+    assert summary["phase"] == phase
     reports = {r["name"]: r["reason"] for r in db.ledger.find({"run_id": run.run_id, "action": "report"})}
     if dag_id.endswith("report_only"):
         assert reports["p1-stale"] == "heartbeat_stale" and reports["p1-unlabeled-old"] == "unlabeled_age"

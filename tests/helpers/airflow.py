@@ -44,8 +44,9 @@ class Rest:
         response.raise_for_status()
         return response.json()
 
-    def trigger_dag(self, dag_id: str) -> str:
-        return str(self.api("POST", f"/dags/{dag_id}/dagRuns", logical_date=None)["dag_run_id"])
+    def trigger_dag(self, dag_id: str, **conf: object) -> str:
+        body: dict[str, object] = {"logical_date": None, **({"conf": conf} if conf else {})}
+        return str(self.api("POST", f"/dags/{dag_id}/dagRuns", **body)["dag_run_id"])
 
     def dag_run(self, dag_id: str, run_id: str) -> dict[str, object]:
         return self.api("GET", f"/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}")

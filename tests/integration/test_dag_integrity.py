@@ -127,9 +127,15 @@ def test_only_the_active_phase_runs_on_the_schedule(tmp_path, monkeypatch) -> No
     assert set(scheduled) == {"reaper_gce_report_only", "reaper_k8s_telemetry"}  # k8s: the default, telemetry
     assert str(scheduled["reaper_gce_report_only"]) == str(timedelta(minutes=10))
     assert bag.dags["reaper_gce_enforcement"].schedule is None  # there for manual triggers
-    # A phase above the active one deletes only when its trigger confirms it (DESIGN.md 8): the form asks there.
+    # Another phase than the active one deletes only when its trigger confirms it (DESIGN.md 8): the form asks
+    # there. Telemetry deletes nothing and asks nothing.
     gated = {d for d, dag in bag.dags.items() if "confirm_phase" in dag.params}
-    assert gated == {"reaper_gce_enforcement", "reaper_k8s_report_only", "reaper_k8s_enforcement"}
+    assert gated == {
+        "reaper_gce_terminated_cleanup",
+        "reaper_gce_enforcement",
+        "reaper_k8s_report_only",
+        "reaper_k8s_enforcement",
+    }
     assert "report-only" in bag.dags["reaper_gce_enforcement"].params.get_param("confirm_phase").description
 
 

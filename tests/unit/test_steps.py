@@ -609,7 +609,7 @@ def test_a_manual_run_of_a_phase_above_the_active_one_deletes_only_when_its_trig
     gate = what_if.summary.phase_gate
     assert gate is not None and gate["confirmed"] is False and gate["active"] == "report-only"
     branch = steps.budget_check(what_if.summary)
-    assert branch.branch == steps.REPORT_ONLY and "above the active phase report-only" in branch.why
+    assert branch.branch == steps.REPORT_ONLY and "not the active phase (report-only)" in branch.why
     assert "confirm_phase" in branch.why and not steps.pushes_metrics(ahead, what_if.summary)
     # A confirmed run that also asks for a dry run deletes nothing.
     assert plan_through(ahead, {**CONFIRMED, "dry_run": True}).batches == []
@@ -634,8 +634,12 @@ def test_a_manual_run_of_a_phase_above_the_active_one_deletes_only_when_its_trig
     assert again.batches == [] and again.summary.phase_gate is not None
     assert again.summary.phase_gate["confirmed"] is False and "first execution" in str(again.summary.phase_gate["why"])
 
-    # The active phase, and a phase below it, are not gated.
-    assert plan_through(sweep(tmp_path / "e", stale_fleet())).summary.phase_gate is None
+    # The active phase is not gated, and its decisions carry no gate stamp; a confirmed phase's do.
+    active = sweep(tmp_path / "e", stale_fleet())
+    assert plan_through(active).summary.phase_gate is None
+    assert all("phase_gate" not in r for r in active.ledger().records)
+    stamped = [r for r in later.ledger().records if r.get("kind") == "decision" and r.get("action") == "delete"]
+    assert stamped and all(r["phase_gate"] == confirmed.summary.phase_gate for r in stamped)
 
 
 @pytest.mark.parametrize(
@@ -655,11 +659,26 @@ def test_a_phase_confirmation_names_this_dags_phase_and_gives_a_reason(
     assert s.ledger().summaries == []  # refused before the lease
 
 
-def test_phases_are_ordered_as_the_rollout_moves() -> None:
-    order = list(Phase)
-    assert order == [Phase.TELEMETRY, Phase.TERMINATED_CLEANUP, Phase.REPORT_ONLY, Phase.ENFORCEMENT]
-    assert all(later.above(earlier) for i, earlier in enumerate(order) for later in order[i + 1 :])
-    assert not any(p.above(q) for i, p in enumerate(order) for q in order[i:])
+def test_an_earlier_phase_run_by_hand_is_a_dry_run_too_as_the_active_phases_cap_holds_it_back(
+    tmp_path: Path,
+) -> None:
+    """Review of the gate: enforcement, active, is over the global cap and deletes nothing; terminated-cleanup
+    run by hand plans fewer deletes, fits the cap, and would delete the TERMINATED VMs unseen by the alerts."""
+    fleet = [inst(name=f"t{i}", status="TERMINATED", hb=str(int(time.time() - D)), stop_age=D) for i in range(2)]
+    fleet += [inst(name=f"u{i}", created_age=4 * D) for i in range(4)]  # no heartbeat, past unlabeled_age
+    common: dict[str, object] = {"max_deletions_per_sweep": 3, "rollout": {"gce": "enforcement"}}
+    active = plan_through(sweep(tmp_path / "a", fleet, **common))
+    assert active.summary.capped and active.batches == []
+    earlier = sweep(tmp_path / "b", fleet, **common)
+    object.__setattr__(earlier, "phase", Phase.TERMINATED_CLEANUP)
+    what_if = plan_through(earlier)
+    assert what_if.batches == [] and what_if.summary.deletes == 2 and what_if.summary.dry_run
+    assert what_if.summary.phase_gate is not None and "not the active phase (enforcement)" in str(
+        what_if.summary.phase_gate["why"]
+    )
+    confirmed = plan_through(earlier, {"confirm_phase": "terminated-cleanup", "override_reason": "INC-9"})
+    assert confirmed.batches and confirmed.summary.phase_gate is not None
+    assert confirmed.summary.phase_gate["confirmed"] is True
 
 
 def test_only_the_active_phases_sweeps_that_are_no_dry_run_push_metrics(tmp_path: Path) -> None:

@@ -51,7 +51,8 @@ def scope_counts(summary: dict[str, object], scope: str) -> dict[str, dict[str, 
 
 
 def marks(summary: dict[str, object], scope: str | None) -> tuple[str, ...]:
-    """What to flag on the time axis: holds of ``scope`` (every scope's when None), overrides, the cap."""
+    """What to flag on the time axis: holds of ``scope`` (every scope's when None), overrides, a run of a phase
+    other than the active one (confirmed, or a what-if), the cap."""
     found = []
     for verdict in summary.get("scopes") or []:  # type: ignore[union-attr]
         if scope is not None and verdict.get("scope") != scope:
@@ -65,6 +66,12 @@ def marks(summary: dict[str, object], scope: str | None) -> tuple[str, ...]:
             lifted = value.get("scopes")  # the scopes whose budget hold it lifts (none recorded before they were)
             on = f" on {', '.join(map(str, lifted))}" if isinstance(lifted, list) and lifted else ""
             found.append(f"{key} by {value.get('user', '?')}{on}: {value.get('reason', '')}{applied}")
+    gate = summary.get("phase_gate")
+    if isinstance(gate, dict):
+        if gate.get("confirmed"):
+            found.append(f"phase {gate.get('phase')} confirmed by {gate.get('user', '?')}: {gate.get('reason', '')}")
+        else:
+            found.append(f"what-if of {gate.get('phase')} (active phase {gate.get('active')}): deleted nothing")
     for target, planned in (summary.get("capped") or {}).items():  # type: ignore[union-attr]
         found.append(f"cap: {target} planned {planned} deletes, over max_deletions_per_sweep")
     return tuple(found)

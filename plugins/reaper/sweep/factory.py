@@ -16,6 +16,7 @@ Parsing a DAG file reads the config file and nothing else: no connections, no ne
 
 from __future__ import annotations
 
+import getpass
 import logging
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -117,12 +118,12 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
                 "override_reason, for incident recovery; recorded with the user."
             ),
         )
-    if phase.above(target.active_phase):
+    if phase not in (target.active_phase, Phase.TELEMETRY):  # reaper.sweep.steps.phase_gate
         params["confirm_phase"] = Param(
             None,
             type=["null", "string"],
             description=(
-                f"Empty: this run is a dry run, since {phase.value} is above {name}'s active phase "
+                f"Empty: this run is a dry run, since {phase.value} is not {name}'s active phase "
                 f"({target.active_phase.value}, rollout.{name}). To let it delete as {phase.value} does, type "
                 f"{phase.value} here and give override_reason; recorded with the user, its metrics pushed."
             ),
@@ -180,6 +181,8 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
             sweep, context = _current(config, target, phase)
             run = context["dag_run"]
             user = str(getattr(run, "triggering_user_name", None) or "scheduler")
+            if user == "dag_test":  # `airflow dags test` names no Airflow user: who ran it is who runs this process
+                user = f"dag_test ({getpass.getuser()})"
             input_ = _typed(sweep_input, steps.SweepInput)
             planned = steps.evaluate_policy(
                 sweep, input_, context["params"], user, _typed(lease, steps.Lease), run.start_date

@@ -154,8 +154,8 @@ class Summary(msgspec.Struct, frozen=True):
     ``resolution``: each swept scope, the configured names it was resolved from and how
     (docs/design.md §4: a GCE project configured by its number is swept by its id).
     ``quota``: what resolving and listing cost each scope's API quotas (``record`` adds the deletes').
-    ``phase_gate``: for a run of a phase above its target's active one, whether its trigger confirmed the
-    phase (:func:`phase_gate`); unconfirmed, the run is a dry run.
+    ``phase_gate``: for a run of a phase other than its target's active one, whether its trigger confirmed
+    the phase (:func:`phase_gate`); unconfirmed, the run is a dry run.
     """
 
     phase: str
@@ -483,6 +483,7 @@ def evaluate_policy(
     overrides = run_overrides(
         params, ids, triggered_by, rerun, config.max_deletions_per_sweep, target.name, sweep_input.resolution
     )
+    gate = phase_gate(sweep, params, triggered_by, rerun or ids.execution > 0)
     as_of = datetime.fromtimestamp(sweep_input.as_of, UTC)
     plan = evaluate(
         data.resources, data.evidence, config, sweep.phase, as_of, overrides.budget, overrides.max_deletions
@@ -501,15 +502,15 @@ def evaluate_policy(
             "location": d.resource.location,
             "resource_kind": d.resource.kind,  # the audit view's kind column and filter
             "evidence": d.evidence,
-            # Every decision made under an override says so.
+            # Every decision made under an override, or in a phase its trigger confirmed, says so.
             **({"override": stamp} if (stamp := overrides.stamp(d.target, d.scope)) else {}),
+            **({"phase_gate": gate} if gate is not None and gate["confirmed"] else {}),
         }
         for d in plan.acted
         if d.action is not Action.KEEP
     )
     foreign = ids.lease == "" or set(sweep_input.tokens) != {ids.lease}
     plan_ref = PlanRef(ids.execution, ids.lease, config_digest(config))
-    gate = phase_gate(sweep, params, triggered_by, rerun or ids.execution > 0)
     dry_run = bool(params.get("dry_run")) or (gate is not None and not gate["confirmed"])
     deletes = [] if dry_run or plan.capped or foreign else plan.deletes()
     if deletes:  # one round trip, empty unless this execution planned before: what it recorded stands
@@ -619,21 +620,24 @@ def run_overrides(
 
 
 def phase_gate(sweep: Sweep, params: dict[str, object], triggered_by: str, rerun: bool) -> dict[str, object] | None:
-    """The ledger's record of the phase gate (DESIGN.md 8), or None for a phase at or below the active one.
+    """The ledger's record of the phase gate (DESIGN.md 8), or None for the active phase (and telemetry,
+    which deletes nothing).
 
-    Only the active phase deletes on its schedule. A manual run of a phase above it is a what-if, a dry run,
-    unless its trigger names that phase in ``confirm_phase`` and gives ``override_reason``
-    (:func:`resolve_scopes` refused a confirmation without a reason or of another phase): then it deletes
-    as its phase does and pushes its metrics, so what it deletes reaches the alerts. Like an override, a
-    confirmation was given for the evidence its trigger saw: a cleared or re-run run is a dry run.
+    Only the active phase deletes on its own. A manual run of any other phase is a what-if, a dry run, unless
+    its trigger names that phase in ``confirm_phase`` and gives ``override_reason`` (:func:`resolve_scopes`
+    refused a confirmation without a reason or of another phase): then it deletes as its phase does and
+    pushes its metrics, so what it deletes reaches the alerts. A later phase deletes what the active one
+    keeps; an earlier one is no subset either: under the active phase's global cap it deletes nothing, the
+    earlier phase's smaller plan fits. Like an override, a confirmation was given for the evidence its
+    trigger saw: a cleared or re-run run is a dry run.
     """
     active = sweep.target.active_phase
-    if not sweep.phase.above(active):
+    if sweep.phase in (active, Phase.TELEMETRY):
         return None
     record: dict[str, object] = {"phase": sweep.phase.value, "active": active.value, "user": triggered_by}
     if str(params.get("confirm_phase") or "").strip() != sweep.phase.value:
         why = (
-            f"{sweep.phase.value} is above the active phase {active.value}: a dry run, unless the trigger sets "
+            f"{sweep.phase.value} is not the active phase ({active.value}): a dry run, unless the trigger sets "
             f"confirm_phase to {sweep.phase.value} with an override_reason"
         )
         return {**record, "confirmed": False, "why": why}
@@ -761,12 +765,10 @@ def record(
 
 
 def pushes_metrics(sweep: Sweep, summary: Summary | None) -> bool:
-    """Whether this sweep's metrics reach the Pushgateway: the active phase's and a confirmed run of a later
+    """Whether this sweep's metrics reach the Pushgateway: the active phase's and a confirmed run of another
     phase's (:func:`phase_gate`: what it deletes must reach the alerts), never a dry run's.
 
-    The alerts read these series: a what-if run of another phase, or a dry run, must not feed them; a run of
-    an earlier phase deletes only what the active phase deletes too, and its census would mask the active
-    phase's holds (an earlier phase reports fewer rules).
+    The alerts read these series: a what-if run of another phase, or a dry run, must not feed them.
     """
     if not sweep.config.metrics.pushgateway_url or (summary is not None and summary.dry_run):
         return False
