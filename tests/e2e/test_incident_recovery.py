@@ -159,10 +159,16 @@ def test_a_recovery_that_cannot_finish_before_its_deadline_stops_in_time_and_lea
     crashed = {n for n in abandoned if n.startswith(tuple(CRASHED))}
     assert set(outcomes) == crashed, "every planned delete has exactly one outcome"
     results = Counter(r["result"] for r in outcomes.values())
-    assert set(results) == {"deleted", "not_attempted"} and results["deleted"] > 0, results
+    assert results["deleted"] > 0 and results["not_attempted"] > 0, results
+    # A delete sent in the last moments whose operation was not DONE when the run had to stop is pending, never
+    # failed (docs/design.md §6): at most the calls in flight then. On a busy machine the deadline meets some.
+    assert set(results) <= {"deleted", "not_attempted", "operation_pending"}, results
+    assert results["operation_pending"] <= CONCURRENCY, results
     left = {n for n, r in outcomes.items() if r["result"] == "not_attempted"}
+    pending = {n for n, r in outcomes.items() if r["result"] == "operation_pending"}
     assert all("left for the next sweep" in r["detail"] for n, r in outcomes.items() if n in left)
-    assert names(fleet) == live | left | (abandoned - crashed)
+    kept = live | left | (abandoned - crashed)
+    assert kept <= names(fleet) <= kept | pending  # a pending delete's VM may be gone already, or not yet
     # Left at planning (no intent), or by the batch under way when the deadline came (its intent, no call).
     calls = {"run_id": recovery.run_id, "action": "delete_intent", "sent": True, "name": {"$in": sorted(left)}}
     assert db.ledger.count_documents(calls) == 0

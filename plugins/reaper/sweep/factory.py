@@ -118,7 +118,7 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
                 "override_reason, for incident recovery; recorded with the user."
             ),
         )
-    if phase not in (target.active_phase, Phase.TELEMETRY):  # reaper.sweep.steps.phase_gate
+    if steps.gated(phase, target.active_phase):
         params["confirm_phase"] = Param(
             None,
             type=["null", "string"],

@@ -619,6 +619,12 @@ def run_overrides(
     return Overrides(lifted, asked, {**record, "applied": True})
 
 
+def gated(phase: Phase, active: Phase) -> bool:
+    """Whether a run of ``phase`` deletes only when its trigger confirms the phase (:func:`phase_gate`): every
+    phase but the target's active one and telemetry (which deletes nothing)."""
+    return phase not in (active, Phase.TELEMETRY)
+
+
 def phase_gate(sweep: Sweep, params: dict[str, object], triggered_by: str, rerun: bool) -> dict[str, object] | None:
     """The ledger's record of the phase gate (DESIGN.md 8), or None for the active phase (and telemetry,
     which deletes nothing).
@@ -632,7 +638,7 @@ def phase_gate(sweep: Sweep, params: dict[str, object], triggered_by: str, rerun
     trigger saw: a cleared or re-run run is a dry run.
     """
     active = sweep.target.active_phase
-    if sweep.phase in (active, Phase.TELEMETRY):
+    if not gated(sweep.phase, active):
         return None
     record: dict[str, object] = {"phase": sweep.phase.value, "active": active.value, "user": triggered_by}
     if str(params.get("confirm_phase") or "").strip() != sweep.phase.value:
