@@ -1,8 +1,10 @@
 """Airflow plugin: the reaper's audit view (the ledger's sweeps, decisions and outcomes) in the Airflow UI.
 
-Served by Airflow's API server under /reaper, behind Airflow's authentication; linked from the
-navigation and from every DAG run (Airflow fills in the run; a run of another DAG finds no sweep).
-Server-rendered pages with inline styles and SVG: nothing to build, no static files to serve.
+Served by Airflow's API server under /reaper, behind Airflow's authentication; shown inside Airflow (an
+iframe under its own header) from Browse and as a tab of every DAG run (Airflow fills in the run; a run of
+another DAG finds no sweep). An external view appears as a page or tab only with a ``url_route``; without
+one it is a link that opens a new browser tab. Server-rendered pages with inline styles and SVG: nothing to
+build, no static files to serve.
 """
 
 from typing import ClassVar
@@ -18,6 +20,17 @@ class ReaperAuditPlugin(AirflowPlugin):
         {"app": app, "url_prefix": "/reaper", "name": "Reaper audit"},
     ]
     external_views: ClassVar[list[dict[str, object]]] = [
-        {"name": "Reaper sweeps", "href": "/reaper/", "destination": "nav", "category": "browse"},
-        {"name": "Reaper decisions", "href": "/reaper/sweeps/{DAG_ID}/{RUN_ID}", "destination": "dag_run"},
+        {
+            "name": "Reaper sweeps",
+            "href": "/reaper/",
+            "destination": "nav",
+            "category": "browse",
+            "url_route": "reaper-sweeps",
+        },
+        {
+            "name": "Reaper decisions",
+            "href": "/reaper/sweeps/{DAG_ID}/{RUN_ID}",
+            "destination": "dag_run",
+            "url_route": "reaper-decisions",
+        },
     ]

@@ -104,6 +104,24 @@ def chromium(tmp_path) -> Iterator[object]:
     driver.quit()
 
 
+DECISIONS = "Reaper decisions"  # the DAG-run tab (plugins/reaper_audit.py)
+
+
+def _in_airflow(driver, path: str, page: str, text: str) -> None:  # type: ignore[no-untyped-def]
+    """Airflow's own page at ``path`` shows the audit view's ``page`` in an iframe, and that page holds ``text``."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    frame = WebDriverWait(driver, 30).until(lambda d: d.find_element(By.TAG_NAME, "iframe"))
+    assert unquote(urlparse(driver.current_url).path).startswith(path)  # a nav page may append the view's path
+    assert unquote(urlparse(frame.get_attribute("src")).path) == unquote(urlparse(page).path)
+    driver.switch_to.frame(frame)
+    try:
+        WebDriverWait(driver, 30).until(lambda d: text in d.page_source)
+    finally:
+        driver.switch_to.default_content()
+
+
 def _shot(driver, name: str) -> None:  # type: ignore[no-untyped-def]
     """A full-page screenshot in the artifacts folder."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -223,7 +241,18 @@ def test_the_audit_view_after_two_sweeps(gce, sweeper, tmp_path, chromium) -> No
         driver.find_element(By.LINK_TEXT, "DAG run").click()
         WebDriverWait(driver, 30).until(lambda d: second.run_id in d.find_element(By.TAG_NAME, "body").text)
         assert unquote(urlparse(driver.current_url).path) == f"/dags/{ENFORCEMENT}/runs/{second.run_id}"
+        # And back: the run's own "Reaper decisions" tab shows this sweep's page inside Airflow (issue 25.3).
+        tab = WebDriverWait(driver, 30).until(lambda d: d.find_element(By.XPATH, f"//*[text()='{DECISIONS}']"))
         _shot(driver, "airflow-dag-run")
+        tab.click()
+        _in_airflow(
+            driver, f"/dags/{ENFORCEMENT}/runs/{second.run_id}/plugin/reaper-decisions", sweep, "browser-unlabeled"
+        )
+        _shot(driver, "airflow-dag-run-decisions")
+        # The Browse menu's entry shows the overview inside Airflow too.
+        driver.get(f"{base}/plugin/reaper-sweeps")
+        _in_airflow(driver, "/plugin/reaper-sweeps", f"{base}/reaper/", "census")
+        _shot(driver, "airflow-browse-sweeps")
 
         # A resource deleted two sweeps ago (sweep one of two), and one reported then deleted.
         driver.get(f"{base}/reaper/history?q=browser-terminated")
