@@ -309,6 +309,20 @@ def summarize(ledger, runs: list[tuple[str, str, str]]) -> dict[str, object]:  #
     return {"phases": phases, "ledger": [[*key, n] for key, n in sorted(counts.items())]}
 
 
+def alerts_page(prometheus_url: str) -> str:
+    """Prometheus' alerts page: ``/alerts``, or ``/classic/alerts`` where the build has no React UI (Debian's
+    prometheus package answers 404 at ``/alerts``)."""
+    import requests
+
+    for path in ("/alerts", "/classic/alerts"):
+        try:
+            if requests.get(f"{prometheus_url}{path}", timeout=10).status_code == 200:
+                return f"{prometheus_url}{path}"
+        except requests.RequestException:
+            break
+    return f"{prometheus_url}/alerts"
+
+
 def alerts(prometheus_url: str) -> list[dict[str, str]]:
     """The alert rules' pending and firing alerts, once Prometheus has scraped the last sweep's push."""
     import requests
@@ -493,8 +507,8 @@ def report(
     print(
         f"""
 Airflow UI      {base}  (login {USER} / {PASSWORD})
-Audit view      {base}/reaper/
-Prometheus      {running.prometheus_url}/alerts  (the reaper's alert rules, fed by the Pushgateway)
+Audit view      {base}/plugin/reaper-sweeps  (Browse -> Reaper sweeps; each DAG run's Reaper decisions tab)
+Prometheus      {alerts_page(running.prometheus_url)}  (the reaper's alert rules, fed by the Pushgateway)
 Config          {reaper_config}  (quarantine 30 s; production default 4 h)
 Logs            {STATE / "logs"}
 Stop it all     make demo-down"""

@@ -10,6 +10,7 @@ import sys
 import uuid
 
 import psycopg
+import requests
 
 from include.emulators.http import free_port
 from reaper.gce.clients import compute_clients
@@ -73,6 +74,10 @@ def test_demo_sweeps_every_phase_reaps_the_orphans_and_stops_everything(tmp_path
             "stepped-8",  # step results not durable yet
             "young-9",  # younger than min_age
         }
+        # Every URL the demo prints answers (issue 25.6: Debian's Prometheus has no /alerts, only /classic/alerts).
+        printed = [line for line in up.stdout.splitlines() if line.startswith(("Prometheus ", "Audit view "))]
+        urls = [word for line in printed for word in line.split() if word.startswith("http")]
+        assert len(urls) == 2 and all(requests.get(url, timeout=10).status_code == 200 for url in urls), urls
         pids = json.loads((state / "pids.json").read_text())
         assert set(pids) >= {"secantusdb", "nats", "fleet", "prometheus", "airflow"}
     finally:
