@@ -73,9 +73,13 @@ def start(
     return daemon
 
 
+# What ``up`` writes that lets someone in: the Airflow login and the emulated cluster's kubeconfig (its token).
+CREDENTIALS = ("airflow/passwords.json", "kubeconfig.json")
+
+
 def down(databases: bool = True) -> None:
-    """Stop every process group ``up`` started (SIGTERM, then SIGKILL after 20 s), then drop the
-    demo's PostgreSQL databases; the logs stay in ``.demo/logs``."""
+    """Stop every process group ``up`` started (SIGTERM, then SIGKILL after 20 s), remove the credentials it
+    wrote (:data:`CREDENTIALS`), then drop the demo's PostgreSQL databases; the logs stay in ``.demo/logs``."""
     pids = _pids()
     for name, pid in pids.items():
         try:
@@ -90,6 +94,8 @@ def down(databases: bool = True) -> None:
         if _alive(pid):
             os.killpg(pid, signal.SIGKILL)
     PIDS.unlink(missing_ok=True)
+    for name in CREDENTIALS:
+        (STATE / name).unlink(missing_ok=True)
     if databases:
         drop_databases()
 
@@ -525,6 +531,9 @@ def _get(url: str) -> bool:
 
 
 def main() -> None:
+    # This process imports Airflow too (the DAG ids): with no AIRFLOW_HOME that creates ~/airflow/logs. It
+    # uses the demo's Airflow home, the one ``airflow_env`` gives ``airflow standalone``.
+    os.environ["AIRFLOW_HOME"] = str(STATE / "airflow")
     command = sys.argv[1] if len(sys.argv) > 1 else "up"
     if command == "up":
         try:

@@ -2,5 +2,10 @@
 
 Layout: ``config`` (validated settings), ``model`` (resources, evidence, plan),
 ``policy`` (the pure decision function), ``exports`` (decoders for gcloud and
-kubectl exports and evidence files), ``cli`` (``reaper evaluate``).
+kubectl exports and evidence files), ``cli`` (``reaper evaluate``, ``check``, ``alert-rules``,
+``metrics-retire``).
 """
+
+# The project's version (pyproject.toml; a test keeps the two equal). Here, not read from the installed
+# package's metadata: an Airflow image copies plugins/ and never installs the project.
+__version__ = "0.1.0"

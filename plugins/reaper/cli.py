@@ -1,15 +1,17 @@
-"""``reaper evaluate``: run the policy on exports of a real fleet and show what a phase would do.
+"""The reaper's command line: what-if runs of the policy, the preflight, the alert rules, metric clean-up.
 
-It calls the same :func:`reaper.policy.evaluate` as the DAGs, so what it prints
-is exactly what that phase would report and delete given the same evidence.
-It never deletes anything. Exit 0 on success, 2 on invalid config or input
-(one message on stderr, nothing on stdout).
+``reaper evaluate`` calls the same :func:`reaper.policy.evaluate` as the DAGs, so what it prints
+is exactly what that phase would report and delete given the same evidence; it never deletes
+anything. Exit 0 on success, 2 on invalid config or input (one message on stderr, nothing on
+stdout); ``reaper check`` exits 1 when a check fails. Output cut short by its reader (``| head``)
+ends quietly.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -17,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import NoReturn, TextIO
 
-from reaper import exports
+from reaper import __version__, exports
 from reaper.config import ConfigError, Settings, config_path, load_config
 from reaper.model import Action, Decision, Evidence, K8sObject, Phase, Plan, Resource
 from reaper.policy import evaluate
@@ -50,6 +52,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="reaper", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"reaper {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     ev = commands.add_parser("evaluate", help="what-if: evaluate a phase's policy on fleet exports")
     ev.add_argument("--config", help="config file (default: $REAPER_CONFIG, else include/reaper.yaml)")
@@ -87,6 +90,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     args = build_parser().parse_args(argv)
     out = out or sys.stdout
+    try:
+        return _run(args, out)
+    except BrokenPipeError:
+        # The reader stopped reading (``| head``): not an error. Python's advice: point stdout at devnull so
+        # that the interpreter's own flush at exit does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _run(args: argparse.Namespace, out: TextIO) -> int:
     try:
         if args.command == "alert-rules":
             return _alert_rules(args, out)

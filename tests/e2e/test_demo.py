@@ -41,6 +41,8 @@ def _k8s_runs(kubeconfig: str) -> set[str]:
 def test_demo_sweeps_every_phase_reaps_the_orphans_and_stops_everything(tmp_path) -> None:
     state, db = tmp_path / "demo", f"reaper_demotest_{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "REAPER_DEMO_STATE": str(state), "REAPER_DEMO_DB": db, "REAPER_DEMO_PORT": str(free_port())}
+    env.pop("AIRFLOW_HOME")  # as a user runs it: the demo keeps Airflow's files in its own state, never ~/airflow
+    env["HOME"] = str(tmp_path / "home")
     demo = [sys.executable, "-m", "include.demo"]
     try:
         up = subprocess.run([*demo, "up"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
@@ -94,3 +96,6 @@ def test_demo_sweeps_every_phase_reaps_the_orphans_and_stops_everything(tmp_path
         except ProcessLookupError:
             pass
     assert not (state / "pids.json").exists()
+    assert (state / "logs").is_dir()  # the logs stay; the credentials do not (issue 25.6)
+    assert not (tmp_path / "home" / "airflow").exists()
+    assert not (state / "airflow" / "passwords.json").exists() and not (state / "kubeconfig.json").exists()

@@ -395,3 +395,41 @@ def test_runs_file_follows_the_run_stores_key_forms(tmp_path: Path, key: str, re
     # Review finding: the CLI read {"_id": 123} as run "123" and a $oid under any spelling as a match,
     # while the DAG's run store calls both unknown: the what-if promised deletes the sweep never makes.
     assert _dead_run(tmp_path, [{"_id": record_id, "status": "running"}], key=key) == {("report", "store_unknown")}
+
+
+def test_help_names_every_command_and_version_matches_the_project(capsys: pytest.CaptureFixture[str]) -> None:
+    import tomllib
+
+    from reaper import __version__
+
+    with pytest.raises(SystemExit) as helped:
+        main(["--help"])
+    assert helped.value.code == 0
+    text = capsys.readouterr().out
+    assert all(command in text for command in ("evaluate", "check", "alert-rules", "metrics-retire"))
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert capsys.readouterr().out.strip() == f"reaper {project}" and __version__ == project
+
+
+def test_output_cut_short_by_its_reader_ends_quietly() -> None:
+    """Issue 25.6: ``reaper evaluate ... | head`` ended in a BrokenPipeError traceback. Here the reader is gone
+    before the first write (its end of the pipe closed), so every write meets a closed pipe."""
+    import os
+
+    args = [sys.executable, "-m", "reaper", "evaluate", "--now", NOW, "--format", "json", *INPUTS]
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            args,
+            stdout=write,
+            capture_output=False,
+            stderr=subprocess.PIPE,
+            timeout=60,
+            env={"PYTHONPATH": str(ROOT / "plugins")},
+        )
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr.decode()) == (0, "")

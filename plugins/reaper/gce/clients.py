@@ -26,7 +26,9 @@ from google.auth.transport.requests import AuthorizedSession
 from google.cloud import compute_v1
 from requests import exceptions as rexc
 
-USER_AGENT = "reaper/0.1.0"
+from reaper import __version__
+
+USER_AGENT = f"reaper/{__version__}"
 # Transient failures worth a bounded retry with backoff: server errors, timeouts, dropped connections.
 # Throttling (429, a used-up quota) is not among them: it waits for the quota to refill (reaper.gce.quota).
 TRANSIENT = (gexc.ServerError, rexc.Timeout, rexc.ConnectionError)
