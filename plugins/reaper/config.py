@@ -422,10 +422,16 @@ class RolloutConfig(_Section):
 
 
 class MetricsConfig(_Section):
-    """Where each sweep pushes its metrics; an empty URL means no push."""
+    """Where each sweep pushes its metrics (an empty URL means no push), and where the alerts send on-call.
+
+    ``runbook_url``: the runbook's address as the team reads it (a wiki page, the repository's file on its
+    forge); each alert's ``runbook_url`` annotation, the key Alertmanager, Grafana and PagerDuty templates
+    link, is it plus ``#`` and the alert's name in lower case (its section's anchor in docs/runbook.md).
+    """
 
     pushgateway_url: str = ""
     timeout: Timeout = timedelta(seconds=5)
+    runbook_url: str = "docs/runbook.md"
 
 
 class AirflowConfig(_Section):

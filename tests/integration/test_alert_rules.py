@@ -139,8 +139,16 @@ def test_every_alert_has_a_runbook_paragraph() -> None:
     runbook = (ROOT / "docs" / "runbook.md").read_text()
     for alert in alerts:
         assert f"## {alert}" in runbook, f"docs/runbook.md has no section for {alert}"
-        anchor = re.search(rf"alert: {alert}\n(?:.*\n)*?\s+runbook: docs/runbook.md#(\w+)", RULES.read_text())
-        assert anchor and anchor.group(1) in {a.lower() for a in alerts}
+        anchor = re.search(rf"alert: {alert}\n(?:.*\n)*?\s+runbook_url: docs/runbook.md#(\w+)", RULES.read_text())
+        assert anchor and anchor.group(1) == alert.lower()
+
+
+def test_the_runbook_url_has_the_configured_base() -> None:
+    """Issue 25.6: alerting tools link the ``runbook_url`` annotation; a path inside the repository is no link."""
+    base = "https://git.example.com/sre/reaper/-/blob/main/docs/runbook.md"
+    every = [r for g in rules(settings(metrics={"runbook_url": base}))["groups"] for r in g["rules"]]  # type: ignore[index]
+    assert every and all(r["annotations"]["runbook_url"] == f"{base}#{r['alert'].lower()}" for r in every)
+    assert all("runbook" not in r["annotations"] for r in every)
 
 
 @pytest.mark.parametrize(
