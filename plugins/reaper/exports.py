@@ -473,6 +473,16 @@ def load_writer_health(path: str | Path) -> list[WriterRecord]:
     return _decode(path, "--writer-health", _WRITERS)
 
 
+# What each option takes, for a file that is something else (a kubectl List given to --gce): the decoder's
+# own words ("Expected `array`, got `object`") then say where, this says what.
+EXPECTED = {
+    "--gce": "a gcloud export (gcloud compute instances list --format=json: a JSON array of instances)",
+    "--k8s": "a kubectl export (kubectl get pods,secrets,networkpolicies -o json: a JSON List object)",
+    "--leases": "a JSON array of the run keys whose lease is held",
+    "--writer-health": "a JSON array of heartbeat-writer reports",
+}
+
+
 def _decode(path: str | Path, option: str, decoder: msgspec.json.Decoder):  # type: ignore[no-untyped-def]
     try:
         data = Path(path).read_bytes()
@@ -481,7 +491,7 @@ def _decode(path: str | Path, option: str, decoder: msgspec.json.Decoder):  # ty
     try:
         return decoder.decode(data)
     except msgspec.ValidationError as exc:
-        raise InputError(f"invalid input {path} ({option}): {exc}") from None
+        raise InputError(f"invalid input {path} ({option}): expected {EXPECTED[option]}; {exc}") from None
     except msgspec.DecodeError as exc:
         raise InputError(f"invalid input {path} ({option}): not valid JSON ({exc})") from None
 

@@ -433,3 +433,18 @@ def test_output_cut_short_by_its_reader_ends_quietly() -> None:
     finally:
         os.close(write)
     assert (done.returncode, done.stderr.decode()) == (0, "")
+
+
+@pytest.mark.parametrize(
+    ("option", "sample", "expected"),
+    [
+        ("--gce", "k8s-objects.json", "expected a gcloud export (gcloud compute instances list --format=json"),
+        ("--k8s", "gce-instances.json", "expected a kubectl export (kubectl get pods,secrets,networkpolicies"),
+    ],
+)
+def test_an_export_of_the_other_kind_says_what_the_option_takes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, sample: str, expected: str
+) -> None:
+    """Issue 25.6: a kubectl List given to --gce read "Expected `array`, got `object`", the decoder's words."""
+    err = _bad(tmp_path, option, (SAMPLES / sample).read_text(), capsys)
+    assert expected in err and err.count("\n") == 1
