@@ -22,7 +22,8 @@ T = TypeVar("T")
 
 
 class Phase(StrEnum):
-    """A rollout phase, in rollout order: each deletes at least what the one before it does."""
+    """A rollout phase, in rollout order: each phase's presets delete at least what the one before's do
+    (a sweep of an earlier phase may still delete more: under the global cap, its smaller plan can fit)."""
 
     TELEMETRY = "telemetry"
     TERMINATED_CLEANUP = "terminated-cleanup"
