@@ -449,6 +449,43 @@ def test_a_batch_is_run_only_by_its_own_execution_lease_and_config(tmp_path: Pat
     assert steps.delete(s, batch, LEASE, None).outcomes == {"deleted": 2}
 
 
+def test_a_batch_of_a_phase_other_than_the_active_one_is_sent_only_with_its_confirmation(tmp_path: Path) -> None:
+    """Review of the gate: a plan made before the gate existed (a run in flight across a deploy) carries no
+    gate record, and budget_check alone would send it: the delete step itself refuses such a batch."""
+    s = sweep(tmp_path, stale_fleet(), rollout={"gce": "report-only"})  # the sweep's phase: enforcement
+    (batch,) = plan_through(s, CONFIRMED).batches
+    assert batch.phase_confirmed
+    planned_before = msgspec.to_builtins(batch)
+    del planned_before["phase_confirmed"]
+    for unconfirmed in (
+        msgspec.structs.replace(batch, phase_confirmed=False),
+        msgspec.convert(planned_before, type(batch)),
+    ):
+        assert steps.delete(s, unconfirmed, LEASE, None).outcomes == {STALE_PLAN: 2}
+        assert s.target.guards == []  # type: ignore[attr-defined]
+    assert steps.delete(s, batch, LEASE, None).outcomes == {"deleted": 2}
+    # The active phase's batches need no confirmation.
+    active = sweep(tmp_path / "a", stale_fleet())
+    (plain,) = plan_through(active).batches
+    assert not plain.phase_confirmed and steps.delete(active, plain, LEASE, None).outcomes == {"deleted": 2}
+
+
+def test_a_dry_run_whose_plan_another_execution_made_pushes_no_metrics(tmp_path: Path, monkeypatch) -> None:
+    """Review of the gate: ``record`` drops a foreign plan's summary; whether it pushes is the plan's to say."""
+    s = sweep(tmp_path, stale_fleet(), metrics={"pushgateway_url": "http://127.0.0.1:1"})
+    planned = plan_through(s, {"dry_run": True})
+    pushed: list[object] = []
+    monkeypatch.setattr(steps, "push_metrics", lambda *args: pushed.append(args) or 0)
+    relet = msgspec.structs.replace(LEASE, token="another")
+    with pytest.raises(AirflowFailException, match="no plan of its own"):
+        steps.record(s, planned.summary, steps.budget_check(planned.summary), 0, [], relet)
+    assert pushed == []
+    real = plan_through(sweep(tmp_path / "r", stale_fleet(), metrics={"pushgateway_url": "http://127.0.0.1:1"}))
+    with pytest.raises(AirflowFailException, match="no plan of its own"):
+        steps.record(s, real.summary, steps.budget_check(real.summary), 1, [], relet)
+    assert len(pushed) == 1  # a real sweep's failed attempt still reaches the alerts
+
+
 def test_a_batch_stops_sending_at_the_lease_expiry_or_the_run_timeout_less_the_margin(tmp_path: Path) -> None:
     s = sweep(tmp_path, stale_fleet())
     (batch,) = plan_through(s).batches

@@ -182,10 +182,15 @@ class Summary(msgspec.Struct, frozen=True):
 
 
 class Batch(msgspec.Struct, Generic[R], frozen=True):
-    """Candidates one ``delete`` task deletes, stamped with the plan they belong to."""
+    """Candidates one ``delete`` task deletes, stamped with the plan they belong to.
+
+    ``phase_confirmed``: the plan's phase gate let it be sent (:func:`phase_gate`). ``delete`` refuses a batch of
+    a gated phase without it, also one planned before the field existed (a run in flight across a deploy).
+    """
 
     plan: PlanRef
     resources: list[R]
+    phase_confirmed: bool = False
 
 
 class Deleted(msgspec.Struct, frozen=True):
@@ -527,7 +532,7 @@ def evaluate_policy(
         ledger.write(outcome_records(ids.fields(), target, NOT_ATTEMPTED, ((r, why) for r in left)))
     units = cut_batches(fits, config.airflow.delete_batch_size, target.unit, config.airflow.max_delete_batches)
     return Planned(
-        batches=[Batch(plan_ref, unit) for unit in units],
+        batches=[Batch(plan_ref, unit, gate is not None and bool(gate["confirmed"])) for unit in units],
         summary=msgspec.structs.replace(
             summarize(plan, plan_ref, sweep_input, overrides, len(left), triggered_by, dry_run, foreign),
             phase_gate=gate,
@@ -681,13 +686,16 @@ def budget_check(summary: Summary) -> Branch:
 
 
 def delete(sweep: Sweep, batch: Batch, lease: Lease, started: datetime | None) -> Deleted:
-    """Run one batch of this execution's plan under the fence; another execution's plan is never run.
+    """Run one batch of this execution's plan under the fence; another execution's plan is never run, nor a
+    batch of a phase other than the active one that its trigger did not confirm (:class:`Batch`).
 
     Nothing is sent after :func:`send_deadline`; a batch that begins after it records its whole batch
     as left in one write and ends. The next sweep plans again from what it lists.
     """
     config = sweep.config
     why = stale(batch.plan, PlanRef(sweep.ids.execution, lease.token, config_digest(config)))
+    if not why and gated(sweep.phase, sweep.target.active_phase) and not batch.phase_confirmed:
+        why = f"{sweep.phase.value} is not the active phase and the plan's trigger did not confirm it"
     if why:
         log.warning("not deleting %d planned resources: %s", len(batch.resources), why)
         return Deleted({STALE_PLAN: len(batch.resources)})
@@ -739,6 +747,7 @@ def record(
     # A delete task that refused another execution's plan ran in this one: its refusal counts here.
     stale_plans = sum(r.outcomes.get(STALE_PLAN, 0) for r in results)
     foreign = summary is not None and (summary.plan.execution, summary.plan.token) != (ids.execution, ids.lease)
+    pushes = pushes_metrics(sweep, summary)  # from the plan's own summary: a foreign dry run's is a dry run's too
     if foreign and summary is not None:  # (the second test only narrows the type)
         why = f"no plan of its own: the plan is execution {summary.plan.execution}'s, made under another sweep lease"
         summary, branch, batches, results = None, Branch("", why), 0, []
@@ -760,7 +769,7 @@ def record(
         "stale_plan": stale_plans,
         "state": "success" if completed else "failed",
     }
-    if pushes_metrics(sweep, summary):
+    if pushes:
         doc["metrics_push_failures"] = push_metrics(sweep, facts, dict(outcomes), completed, started)
     ledger.summary(doc)
     if not completed:
