@@ -244,12 +244,12 @@ def confirmations(target: str) -> list[dict[str, object]]:
     manual run of any other phase is a dry run unless its trigger confirms the phase (with a reason)."""
     from reaper.model import Phase
     from reaper.sweep.factory import PHASES
+    from reaper.sweep.steps import gated
 
     reason = "make demo: one sweep of every rollout phase, in order"
+    active = Phase.ENFORCEMENT  # rollout in include/demo/reaper.yaml
     return [
-        {}
-        if phase in (Phase.ENFORCEMENT, Phase.TELEMETRY)
-        else {"confirm_phase": phase.value, "override_reason": reason}
+        {"confirm_phase": phase.value, "override_reason": reason} if gated(phase, active) else {}
         for phase in PHASES[target]
     ]
 

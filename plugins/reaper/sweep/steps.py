@@ -285,11 +285,11 @@ def resolve_scopes(sweep: Sweep, params: dict[str, object]) -> Setup:
             f"params.scopes: {unknown} are not configured; expected a subset of "
             f"{configured} (config key {target.name}.{target.scope_key})"
         )
-    reason = str(params.get("override_reason") or "").strip()
+    reason = param_text(params, "override_reason")
     if params.get("override_budget") and not reason:
         raise AirflowFailException("params.override_reason: expected a non-empty reason with override_budget")
     check_override_scopes(params, wanted, target)
-    confirm = str(params.get("confirm_phase") or "").strip()
+    confirm = param_text(params, "confirm_phase")
     if confirm and confirm != sweep.phase.value:
         raise AirflowFailException(
             f"params.confirm_phase: {confirm!r} is not this DAG's phase; expected {sweep.phase.value!r} "
@@ -489,6 +489,7 @@ def evaluate_policy(
         params, ids, triggered_by, rerun, config.max_deletions_per_sweep, target.name, sweep_input.resolution
     )
     gate = phase_gate(sweep, params, triggered_by, rerun or ids.execution > 0)
+    confirmed = gate is not None and bool(gate["confirmed"])  # None: not gated
     as_of = datetime.fromtimestamp(sweep_input.as_of, UTC)
     plan = evaluate(
         data.resources, data.evidence, config, sweep.phase, as_of, overrides.budget, overrides.max_deletions
@@ -509,14 +510,14 @@ def evaluate_policy(
             "evidence": d.evidence,
             # Every decision made under an override, or in a phase its trigger confirmed, says so.
             **({"override": stamp} if (stamp := overrides.stamp(d.target, d.scope)) else {}),
-            **({"phase_gate": gate} if gate is not None and gate["confirmed"] else {}),
+            **({"phase_gate": gate} if confirmed else {}),
         }
         for d in plan.acted
         if d.action is not Action.KEEP
     )
     foreign = ids.lease == "" or set(sweep_input.tokens) != {ids.lease}
     plan_ref = PlanRef(ids.execution, ids.lease, config_digest(config))
-    dry_run = bool(params.get("dry_run")) or (gate is not None and not gate["confirmed"])
+    dry_run = bool(params.get("dry_run")) or (gate is not None and not confirmed)
     deletes = [] if dry_run or plan.capped or foreign else plan.deletes()
     if deletes:  # one round trip, empty unless this execution planned before: what it recorded stands
         done = ledger.outcomes(ids.fields())
@@ -532,11 +533,8 @@ def evaluate_policy(
         ledger.write(outcome_records(ids.fields(), target, NOT_ATTEMPTED, ((r, why) for r in left)))
     units = cut_batches(fits, config.airflow.delete_batch_size, target.unit, config.airflow.max_delete_batches)
     return Planned(
-        batches=[Batch(plan_ref, unit, gate is not None and bool(gate["confirmed"])) for unit in units],
-        summary=msgspec.structs.replace(
-            summarize(plan, plan_ref, sweep_input, overrides, len(left), triggered_by, dry_run, foreign),
-            phase_gate=gate,
-        ),
+        batches=[Batch(plan_ref, unit, confirmed) for unit in units],
+        summary=summarize(plan, plan_ref, sweep_input, overrides, len(left), triggered_by, dry_run, foreign, gate),
     )
 
 
@@ -549,6 +547,7 @@ def summarize(
     triggered_by: str,
     dry_run: bool,
     stale_inputs: bool,
+    phase_gate: dict[str, object] | None = None,
 ) -> Summary:
     """The plan in numbers: decisions counted by (target, scope, rule, reason, action), keeps by reason."""
     counts = Counter((d.target, d.scope, d.rule or "", d.reason, d.action.value) for d in plan.acted)
@@ -575,6 +574,7 @@ def summarize(
         plan=plan_ref,
         resolution=sweep_input.resolution,
         quota=sweep_input.quota,
+        phase_gate=phase_gate,
     )
 
 
@@ -602,7 +602,7 @@ def run_overrides(
     it by (a GCE project configured by its number is held, and lifted, under its id).
     """
     wanted = params.get("max_deletions")
-    reason = str(params.get("override_reason") or "").strip()
+    reason = param_text(params, "override_reason")
     asked = configured if wanted is None else int(wanted)  # type: ignore[call-overload]
     lower = min(asked, configured)  # what holds in every execution, override or not
     # Raised only with a reason, checked again here: the config may have lowered the cap since resolve_scopes.
@@ -622,6 +622,11 @@ def run_overrides(
         return Overrides(None, lower, {**record, "applied": False, "why": why})
     lifted = Override(reason, triggered_by, frozenset((target, s) for s in scopes)) if budget else None
     return Overrides(lifted, asked, {**record, "applied": True})
+
+
+def param_text(params: dict[str, object], name: str) -> str:
+    """A text Param as the run gave it, trimmed; "" when empty (the form's cleared field sends null)."""
+    return str(params.get(name) or "").strip()
 
 
 def gated(phase: Phase, active: Phase) -> bool:
@@ -646,13 +651,13 @@ def phase_gate(sweep: Sweep, params: dict[str, object], triggered_by: str, rerun
     if not gated(sweep.phase, active):
         return None
     record: dict[str, object] = {"phase": sweep.phase.value, "active": active.value, "user": triggered_by}
-    if str(params.get("confirm_phase") or "").strip() != sweep.phase.value:
+    if param_text(params, "confirm_phase") != sweep.phase.value:
         why = (
             f"{sweep.phase.value} is not the active phase ({active.value}): a dry run, unless the trigger sets "
             f"confirm_phase to {sweep.phase.value} with an override_reason"
         )
         return {**record, "confirmed": False, "why": why}
-    record["reason"] = str(params.get("override_reason") or "").strip()
+    record["reason"] = param_text(params, "override_reason")
     if rerun:
         why = "the run was cleared or re-run: a phase confirmation applies to its first execution only"
         return {**record, "confirmed": False, "why": why}
