@@ -19,7 +19,8 @@ from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, StreamingResponse
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 
 from reaper.config import ConfigError, load_config
 from reaper.report import views
@@ -230,6 +231,16 @@ def api_history(led: LedgerDep, lim: LimitsDep, dags: DagsDep, q: str) -> list[d
 # so without Airflow's login.
 app = FastAPI(title="Reaper audit", docs_url=None, redoc_url=None, openapi_url=None)
 app.include_router(router)
+
+
+@app.exception_handler(HTTPException)
+async def login_first(request: Request, exc: HTTPException) -> Response:
+    """A browser that is not logged in is sent to Airflow's login page, and back here after it; a
+    script (no ``text/html`` in its Accept, or an ``/api/`` route) gets the 401 as it is."""
+    browser = "text/html" in request.headers.get("accept", "") and "/api/" not in request.url.path
+    if exc.status_code == 401 and browser:
+        return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)), status_code=302)
+    return await http_exception_handler(request, exc)
 
 
 @app.exception_handler(ConfigError)

@@ -12,6 +12,7 @@ import pytest
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
+from reaper import audit
 from reaper.audit import READ_RUNS, app, ledger, limits, readable_dags
 from reaper.config import LedgerConfig
 from reaper.ledger import Ledger
@@ -133,6 +134,26 @@ def test_anonymous_requests_are_refused(led, path: str) -> None:
     finally:
         app.dependency_overrides.clear()
     assert response.status_code == 401
+
+
+class _Login:
+    def get_url_login(self, next_url: str) -> str:
+        return f"/auth/login?next={next_url}"
+
+
+@pytest.mark.parametrize("path", ROUTES)
+def test_an_anonymous_browser_is_sent_to_the_login_page(led, monkeypatch, path: str) -> None:
+    monkeypatch.setattr(audit, "get_auth_manager", _Login)
+    app.dependency_overrides[ledger] = lambda: led
+    try:
+        response = TestClient(app).get(path, headers={"Accept": "text/html,*/*"}, follow_redirects=False)
+    finally:
+        app.dependency_overrides.clear()
+    if "/api/" in path:  # a script's route: the 401 as it is
+        assert response.status_code == 401
+    else:
+        assert response.status_code == 302
+        assert response.headers["location"] == f"/auth/login?next=http://testserver{path}"
 
 
 @pytest.mark.parametrize("path", ["/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"])
