@@ -26,9 +26,10 @@ from fastapi.testclient import TestClient  # noqa: E402
 from pymongo import MongoClient, monitoring  # noqa: E402
 
 from include.emulators.http import start_secantusdb  # noqa: E402
-from reaper.audit import READ_RUNS, app, ledger, limits, readable_dags  # noqa: E402
+from reaper.audit import READ_RUNS, app, ledger, limits, readable_dags, settings  # noqa: E402
 from reaper.config import LedgerConfig, Settings  # noqa: E402
 from reaper.ledger import ROW_ORDER, Ledger  # noqa: E402
+from reaper.model import Evidence, GceInstance, Phase, Plan  # noqa: E402
 from reaper.report.reasons import Limits  # noqa: E402
 
 DAG = "reaper_gce_enforcement"
@@ -162,6 +163,7 @@ def main() -> None:
     parser.add_argument("--decisions", type=int, default=100_000)
     parser.add_argument("--days", type=int, default=14)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--scopes", type=int, default=200, help="scopes of the sweeps whose transitions are recorded")
     args = parser.parse_args()
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
 
@@ -185,6 +187,7 @@ def main() -> None:
                 READ_RUNS: lambda: None,
                 readable_dags: lambda: frozenset({DAG}),
                 limits: lambda: Limits.of(Settings()),
+                settings: Settings,
             }
         )
         http = TestClient(app)
@@ -200,12 +203,14 @@ def main() -> None:
             ("sweep detail, the last page", f"{sweep}?page={args.decisions // 50}", args.repeat),
             (f"overview, {args.days} days ({args.days * 144:,} sweeps)", f"/?days={args.days}", args.repeat),
             ("resource history (by name)", "/history?q=runner-050000", args.repeat),
+            ("resource history (by a name prefix: 50 of many)", "/history?q=runner-05", args.repeat),
             (f"CSV export, all {args.decisions:,} rows", f"{sweep}/rows.csv", 1),
         ]
         print(f"{'page':<52} {'median':>9} {'round trips':>12} {'lower bound':>12} {'size':>10}")
         for title, path, repeat in pages:
             seconds, made, size = timed(http, trips, path, repeat)
             print(f"{title:<52} {seconds:>8.3f}s {made:>12} {made * ping:>11.3f}s {size / 1024:>8.0f} KB")
+        transitions(led, trips, ping, args.decisions, args.scopes)
         for title, cursor in (
             ("page query, default order", led.records.find(_page_query()).sort([(f, 1) for f in ROW_ORDER]).limit(50)),
             ("page's intents and outcomes", led.records.find({"uid": {"$in": ["7000000000", "7000000100"]}})),
@@ -216,6 +221,37 @@ def main() -> None:
         app.dependency_overrides.clear()
         client.close()
         daemon.stop()
+
+
+def transitions(led: Ledger, trips: RoundTrips, ping: float, resources: int, scopes: int) -> None:
+    """Recording each resource's transitions at scale: a first sweep (every resource first seen), a sweep that
+    changes nothing (what nearly every sweep is), and one where 1% changed state."""
+    now = time.time()
+    fleet = [
+        GceInstance(f"p-{i % scopes:03d}", "us-east1-b", f"vm-{i:06d}", str(9_000_000_000 + i), "RUNNING", {}, now)
+        for i in range(resources)
+    ]
+    evidence = Evidence(swept=frozenset(("gce", f"p-{i:03d}") for i in range(scopes)))
+
+    def plan(changed: int) -> Plan:
+        return Plan(
+            Phase.ENFORCEMENT, now, [], [("gce", "stale", fleet[:changed]), ("gce", "fresh", fleet[changed:])], [], {}
+        )
+
+    ids = {"dag_id": DAG, "execution": 0, "lease": "t", "target": "gce"}
+    heading = f"transitions, {resources:,} resources in {scopes} scopes"
+    print(f"{heading:<52} {'seconds':>9} {'round trips':>12} {'lower bound':>12} {'written':>10}")
+    for n, (title, changed) in enumerate(
+        (
+            ("first sweep: every resource first seen", 0),
+            ("a sweep that changes nothing", 0),
+            ("a sweep where 1% changed", resources // 100),
+        )
+    ):
+        before, started = trips.count, time.perf_counter()
+        written = led.record_transitions({**ids, "run_id": f"scheduled__t{n}"}, plan(changed), evidence, "run")
+        seconds, made = time.perf_counter() - started, trips.count - before
+        print(f"{title:<52} {seconds:>8.3f}s {made:>12} {made * ping:>11.3f}s {written:>10,}")
 
 
 def _page_query() -> dict[str, object]:

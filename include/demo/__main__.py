@@ -235,7 +235,8 @@ TARGETS = ("gce", "k8s")
 
 def rollout(targets: tuple[str, ...] = TARGETS) -> list[str]:
     """Every sweep DAG of these targets in rollout order: GCE's phases, then Kubernetes'."""
-    from reaper.sweep.factory import PHASES, dag_id_of
+    from reaper.model import dag_id_of
+    from reaper.sweep.factory import PHASES
 
     return [dag_id_of(target, phase) for target in targets for phase in PHASES[target]]
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Annotated
+from urllib.request import urlopen
 
 from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
@@ -22,11 +24,12 @@ from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 
-from reaper.config import ConfigError, load_config
-from reaper.report import views
+from reaper.config import ConfigError, Settings, load_config
+from reaper.model import Phase, dag_id_of
+from reaper.report import oncall, views
 from reaper.report.reasons import Limits
 from reaper.report.rows import COLUMNS, Row, ledger_rows
-from reaper.report.timeline import panels
+from reaper.report.timeline import panels, scopes_of
 
 if TYPE_CHECKING:
     from reaper.ledger import History, Ledger, RowFilter
@@ -92,29 +95,77 @@ def _window(led: Ledger, dags: frozenset[str], days: int) -> list[dict[str, obje
 # --- the overview -------------------------------------------------------------------------------
 
 
+def settings() -> Settings:
+    """The deployment's config, as the DAGs read it (a dependency, so tests can swap it)."""
+    return load_config()
+
+
+SettingsDep = Annotated[object, Depends(settings)]
+
+
+def _expected(config: Settings, dags: frozenset[str]) -> dict[str, timedelta]:
+    """The active phase's DAG of each enabled target the user may read, and its schedule interval."""
+    out = {}
+    for target in ("gce", "k8s"):
+        dag_id = dag_id_of(target, Phase(getattr(config.rollout, target)))
+        if getattr(config, target).enabled and dag_id in dags:
+            out[dag_id] = getattr(config.airflow, f"{target}_schedule")
+    return out
+
+
+def _alerts(config: Settings) -> tuple[list[oncall.Need], str]:
+    """The reaper's firing alerts from ``metrics.prometheus_url`` (none configured: none), or why they are unknown."""
+    url = config.metrics.prometheus_url.rstrip("/")
+    if not url:
+        return [], ""
+    try:
+        with urlopen(f"{url}/api/v1/alerts", timeout=config.metrics.timeout.total_seconds()) as answer:
+            alerts = json.load(answer)["data"]["alerts"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return [], f"Prometheus at {url} did not say which alerts fire ({exc}): look there"
+    return oncall.firing(alerts, config.metrics.runbook_url), ""
+
+
 @router.get("/", response_class=HTMLResponse, response_model=None)
 def overview(
     request: Request,
     led: LedgerDep,
     dags: DagsDep,
+    config: SettingsDep,
     days: int = Query(14, ge=1, le=400),
     dag_id: str | None = None,
     run_id: str | None = None,
+    scope: str = "",
 ) -> str | RedirectResponse:
+    """What needs a human now, then per target its active DAG's fleet over time (another DAG's with ``dag_id``,
+    one scope of it with ``scope``), then the latest sweeps."""
     urls = _urls(request)
     if dag_id and run_id:  # the links of earlier versions
         return RedirectResponse(urls.sweep(dag_id, run_id))
     if dag_id:
         _readable(dag_id, dags)
-    summaries = _window(led, frozenset({dag_id}) if dag_id else dags, days)
+    summaries = _window(led, dags, days)
+    latest: dict[str, dict[str, object]] = {}
+    for s in summaries:  # oldest first: the last one of a DAG stays
+        latest[str(s["dag_id"])] = s
+    expected = _expected(config, dags)  # type: ignore[arg-type]
+    alerts, unknown = _alerts(config)  # type: ignore[arg-type]
+    needs = [*oncall.needs(latest, expected), *alerts]
+    charted = {t: views.charted_dag(t, latest, expected, dag_id) for t in ("gce", "k8s")}
+    shown = [s for s in summaries if s["dag_id"] in charted.values()]
     hrefs = {
         (str(s["dag_id"]), str(s["run_id"]), int(s.get("execution") or 0)): urls.sweep(
             str(s["dag_id"]), str(s["run_id"])
         )
-        for s in summaries
+        for s in shown
     }
-    latest = sorted(summaries, key=lambda s: s["at"], reverse=True)[:50]  # type: ignore[arg-type,return-value]
-    return views.overview_page(panels(summaries, hrefs), latest, urls, days, {str(s["dag_id"]) for s in summaries})
+    newest = sorted(summaries, key=lambda s: s["at"], reverse=True)[:50]  # type: ignore[arg-type,return-value]
+    return views.overview_page(
+        views.Overview(needs, unknown, charted, panels(shown, hrefs, scope), scopes_of(shown), scope, latest, days),
+        newest,
+        urls,
+        config.metrics.runbook_url,  # type: ignore[attr-defined]
+    )
 
 
 @router.get("/api/sweeps")

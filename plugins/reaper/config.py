@@ -435,6 +435,8 @@ class MetricsConfig(_Section):
     pushgateway_url: str = ""
     timeout: Timeout = timedelta(seconds=5)
     runbook_url: str = "docs/runbook.md"
+    # The Prometheus that evaluates the reaper's alert rules: the audit overview lists those firing ("" none).
+    prometheus_url: str = ""
 
 
 class AirflowConfig(_Section):

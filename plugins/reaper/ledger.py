@@ -52,6 +52,7 @@ ORDERS = {
     "rule": "rule",
     "reason": "reason",
     "execution": "execution",
+    "run": "group",  # a Kubernetes object's run: the rows of one run together
 }
 # A run's decision records in the audit view's default order: the ``sweep_rows`` index, whole, so that
 # a page in that order is read off the index (no sort in memory, whatever the sweep's size).

@@ -31,6 +31,11 @@ class Phase(StrEnum):
     ENFORCEMENT = "enforcement"
 
 
+def dag_id_of(target: str, phase: Phase) -> str:
+    """The id of a target's DAG of a phase (``reaper_gce_report_only``): the factory names them so."""
+    return f"reaper_{target}_{phase.value.replace('-', '_')}"
+
+
 class Action(StrEnum):
     KEEP = "keep"
     REPORT = "report"

@@ -153,7 +153,7 @@ def _names(driver) -> list[str]:  # type: ignore[no-untyped-def]
 
 def test_the_audit_view_after_two_sweeps(gce, sweeper, tmp_path, chromium) -> None:
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
+    from selenium.webdriver.support.ui import Select, WebDriverWait
 
     fleet, clients = gce
     for i in range(3):
@@ -197,21 +197,36 @@ def test_the_audit_view_after_two_sweeps(gce, sweeper, tmp_path, chromium) -> No
         driver.get(f"{base}/reaper/")
         _shot(driver, "overview")
         page = driver.page_source
-        assert REPORT_ONLY in page and ENFORCEMENT in page
-        # Per DAG then per scope, in page order: enforcement p1, p2; report-only p1, p2.
-        assert _columns(driver, "census") == [
-            {"RUNNING": 5},
-            {"RUNNING": 4},
-            {"RUNNING": 5, "TERMINATED": 1},
-            {"RUNNING": 4},
-        ]
-        assert _columns(driver, "deletions by outcome") == [{"deleted": 1}, {"deleted": 1}]
-        assert _columns(driver, "findings by rule")[0] == {"heartbeat_stale": 1, "unlabeled_age": 1}
-        assert _columns(driver, "reports by reason")[1] == {"writer_health_unknown": 3}
-        assert "hold budget_exceeded on p2 (blocks deletes), S 3 / L 4" in page
+        # The first screen: what needs a human now, with the runbook's one action, linked to its sweep.
+        needs = driver.find_elements(By.CSS_SELECTOR, "table.needs tbody tr")
+        held = sorted(r.text for r in needs if r.text.startswith("scope held"))
+        assert len(held) == 2, [r.text for r in needs]
+        assert "scope p1" in held[0] and "deletes held: writer_health_unknown" in held[0]
+        assert "writer-health series readable" in held[0] and "#reaperwriterhold" in held[0]
+        # p2's budget hold too, but the first hold's action comes first: the writers' health (an override of the
+        # budget would lift nothing while the writers' health holds the heartbeat deletes).
+        assert "scope p2" in held[1] and "budget_exceeded" in held[1] and "#reaperwriterhold" in held[1]
+        first_screen = driver.find_element(By.CSS_SELECTOR, "table.needs").rect
+        assert first_screen["y"] + first_screen["height"] < 1000, first_screen  # above the fold
+        # The active phase's fleet in a few charts (not one per scope); the report-only DAG one click away.
+        assert _columns(driver, "deleted, by outcome") == [{"deleted": 1}]
+        assert _columns(driver, "orphans found, by rule") == [{"heartbeat_stale": 4, "unlabeled_age": 1}]
+        assert _columns(driver, "scopes held, by hold") == [{"writer_health_unknown": 2}]  # by its first hold
+        assert _columns(driver, "census") == [] and REPORT_ONLY in page
+        # Drill down to one scope.
+        Select(driver.find_element(By.NAME, "scope")).select_by_value("p2")
+        driver.find_element(By.XPATH, "//select[@name='scope']/ancestor::form//button").click()
+        WebDriverWait(driver, 30).until(lambda d: d.find_elements(By.XPATH, "//h3[text()='scope p2']"))
+        assert _columns(driver, "census") == [{"RUNNING": 4}]
+        assert _columns(driver, "reports by reason") == [{"writer_health_unknown": 3}]
+        assert "hold budget_exceeded on p2 (blocks deletes), S 3 / L 4" in driver.page_source
+        _shot(driver, "overview-scope")
 
-        # A chart's column opens its sweep.
-        charts = [f for f in driver.find_elements(By.CSS_SELECTOR, "figure.chart") if "deletions" in f.text]
+        # The report-only DAG's fleet, and a chart's column opens its sweep.
+        driver.find_element(By.LINK_TEXT, REPORT_ONLY).click()
+        WebDriverWait(driver, 30).until(lambda d: d.find_elements(By.XPATH, f"//h2[text()='GCE: {REPORT_ONLY}']"))
+        assert _columns(driver, "deleted, by outcome") == [{"deleted": 1}]
+        charts = [f for f in driver.find_elements(By.CSS_SELECTOR, "figure.chart") if "deleted" in f.text]
         charts[-1].find_element(By.CSS_SELECTOR, "a.col").click()  # report-only's only sweep
         assert unquote(urlparse(driver.current_url).path).endswith(f"/sweeps/{REPORT_ONLY}/{first.run_id}")
         assert "browser-terminated" in driver.page_source and "TERMINATED longer than the grace" in driver.page_source
@@ -227,7 +242,13 @@ def test_the_audit_view_after_two_sweeps(gce, sweeper, tmp_path, chromium) -> No
             and "S 3 / L 4" in page
         )
         assert "no valid heartbeat label and older than the maximum age, of 3 d" in page and "deleted" in page
-        driver.get(f"{sweep}?order=-name&size=2&scope=p2")
+        # Filters offer the values the sweep has: choose scope p2 in its list.
+        driver.get(f"{sweep}?order=-name&size=2")
+        choices = [o.get_attribute("value") for o in Select(driver.find_element(By.NAME, "scope")).options]
+        assert choices == ["", "p1", "p2"]
+        Select(driver.find_element(By.NAME, "scope")).select_by_value("p2")
+        driver.find_element(By.CSS_SELECTOR, "form.filters button").click()
+        WebDriverWait(driver, 30).until(lambda d: "scope=p2" in d.current_url and d.find_elements(By.ID, "total"))
         assert _names(driver) == ["p2-stale-2", "p2-stale-1"] and driver.find_element(By.ID, "total").text == "3"
         driver.find_element(By.CSS_SELECTOR, "a[rel=next]").click()
         assert _names(driver) == ["p2-stale-0"]
@@ -253,17 +274,23 @@ def test_the_audit_view_after_two_sweeps(gce, sweeper, tmp_path, chromium) -> No
         _shot(driver, "airflow-dag-run-decisions")
         # The Browse menu's entry shows the overview inside Airflow too.
         driver.get(f"{base}/plugin/reaper-sweeps")
-        _in_airflow(driver, "/plugin/reaper-sweeps", f"{base}/reaper/", "census")
+        _in_airflow(driver, "/plugin/reaper-sweeps", f"{base}/reaper/", "Needs a human now")
         _shot(driver, "airflow-browse-sweeps")
 
         # A resource deleted two sweeps ago (sweep one of two), and one reported then deleted.
         driver.get(f"{base}/reaper/history?q=browser-terminated")
-        assert "outcome deleted at" in driver.find_element(By.ID, "story").text
-        assert first.run_id in driver.page_source and second.run_id not in driver.page_source
+        assert "outcome deleted at" in driver.find_element(By.CSS_SELECTOR, ".story").text
         driver.get(f"{base}/reaper/history?q=browser-unlabeled")
-        story = driver.find_element(By.ID, "story").text
+        story = driver.find_element(By.CSS_SELECTOR, ".story").text
         assert story.startswith("reported in 1 sweep, delete sent at") and "outcome deleted" in story
         _shot(driver, "history")
+        # A VM never deleted: its story is its transitions, found by the start of its name.
+        driver.get(f"{base}/reaper/history?q=fresh-")
+        resources = driver.find_elements(By.CSS_SELECTOR, "h2.resource")
+        assert sorted(r.text.split()[1] for r in resources) == ["fresh-0", "fresh-1", "fresh-2"]
+        told = driver.find_element(By.CSS_SELECTOR, "table.transitions").text
+        assert "kept (fresh), first seen" in told and ENFORCEMENT in told
+        _shot(driver, "history-kept")
         driver.execute_cdp_cmd(
             "Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]}
         )

@@ -4,8 +4,10 @@ who may read some DAGs. Anonymous requests are refused on every route."""
 from __future__ import annotations
 
 import csv
+import html
 import io
 import json
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -13,7 +15,7 @@ from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
 from reaper import audit
-from reaper.audit import READ_RUNS, app, ledger, limits, readable_dags
+from reaper.audit import READ_RUNS, app, ledger, limits, readable_dags, settings
 from reaper.config import LedgerConfig
 from reaper.ledger import Ledger
 
@@ -230,13 +232,126 @@ def test_sweep_page_shows_the_summary_reasons_in_words_and_links(http) -> None:
     assert ".000" not in page  # no microseconds
 
 
-def test_overview_charts_each_scope_with_holds_and_overrides_marked(http) -> None:
+def _values(page: str) -> list[dict[str, int]]:
+    return [json.loads(html.unescape(v)) for v in re.findall(r'data-values="([^"]*)"', page)]
+
+
+def test_overview_charts_the_fleet_and_drills_down_to_a_scope_with_holds_and_overrides_marked(http) -> None:
     page = http.get("/").text
-    assert 'data-values="{&quot;RUNNING&quot;: 4, &quot;TERMINATED&quot;: 1}"' in page  # p1's census
-    assert 'data-values="{&quot;budget_exceeded&quot;: 1}"' in page  # p2's reports by reason
+    # The fleet: orphans found by rule over both scopes, deletions by outcome, scopes held by hold.
+    assert _values(page) == [{"heartbeat_stale": 2}, {"deleted": 1}, {"budget_exceeded": 1}]
+    assert "<h3>scope" not in page and '<option value="p2">p2</option>' in page  # one chart set, not one per scope
+    drilled = http.get("/", params={"dag_id": GCE_DAG, "scope": "p1"}).text
+    assert {"RUNNING": 4, "TERMINATED": 1} in _values(drilled)  # p1's census
+    assert {"budget_exceeded": 1} not in _values(drilled)[3:]  # p2's reports are p2's
+    assert {"budget_exceeded": 1} in _values(http.get("/", params={"dag_id": GCE_DAG, "scope": "p2"}).text)[3:]
     assert "hold budget_exceeded on p2 (blocks deletes), S 5 / L 6" in page
     assert "override by alice on p1: INC-42 writer fixed" in page  # the scopes whose budget hold it lifted
     assert f"/sweeps/{GCE_DAG}/manual__2026-11-29T12%3A00%3A00%2B00%3A00" in page
+
+
+@pytest.fixture
+def alerting():  # type: ignore[no-untyped-def]
+    """A Prometheus answering ``/api/v1/alerts`` as its HTTP API documents it
+    (https://prometheus.io/docs/prometheus/latest/querying/api/#alerts): one reaper alert firing, one pending,
+    and another team's."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    def alert(name: str, state: str, runbook: str) -> dict[str, object]:
+        return {
+            "labels": {"alertname": name, "severity": "page", "target": "gce", "scope": "p2"},
+            "annotations": {"summary": f"{name} says so", "runbook_url": f"{runbook}#{name.lower()}"},
+            "state": state,
+            "activeAt": "2026-12-01T10:00:00Z",
+            "value": "1e+00",
+        }
+
+    body = {
+        "status": "success",
+        "data": {
+            "alerts": [
+                alert("ReaperBudgetHold", "firing", "https://wiki/reaper"),
+                alert("ReaperCapped", "pending", "https://wiki/reaper"),
+                alert("DiskFull", "firing", "https://wiki/disks"),
+            ]
+        },
+    }
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            data = json.dumps(body).encode() if self.path == "/api/v1/alerts" else b"{}"
+            self.send_response(200 if self.path == "/api/v1/alerts" else 404)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None: ...
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+
+
+def test_the_first_screen_says_what_needs_a_human_with_its_one_action(http, alerting) -> None:
+    from tests.builders import settings as config
+
+    _as_reader_of(GCE_DAG, K8S_DAG)
+    active = {"gce": "enforcement", "k8s": "enforcement"}
+    metrics = {"runbook_url": "https://wiki/reaper", "prometheus_url": alerting}
+    app.dependency_overrides[settings] = lambda: config(rollout=active, metrics=metrics)
+    page = http.get("/").text
+    first = page[: page.index("<h2>GCE")]  # the first screen, above every chart
+    needs = re.findall(r"<tr><td><b>([^<]+)</b></td><td>(.*?)</td><td>(.*?)</td>", first)
+    assert [(what, why) for what, _, why in needs] == [
+        ("scope held", "deletes held: budget_exceeded, writer_health_unknown"),
+        ("alert firing", "page ReaperBudgetHold says so (scope=p2, target=gce)"),  # not the pending one, nor DiskFull
+    ]
+    assert f"/sweeps/{GCE_DAG}/" in needs[0][1] and "scope <b>p2</b>" in needs[0][1]
+    assert "override_scopes naming this scope" in first  # the runbook's one action
+    assert 'href="https://wiki/reaper#reaperbudgethold"' in first
+    # The Kubernetes sweep in the fixture deleted 2 and failed none: nothing of it needs a human.
+    assert K8S_DAG not in first
+    app.dependency_overrides[settings] = lambda: config(rollout=active, metrics={"prometheus_url": alerting + "/x"})
+    assert "did not say which alerts fire" in http.get("/").text  # never silently "no alert"
+
+
+def test_a_sweep_that_is_missing_or_failed_or_failing_needs_a_human(http, led) -> None:
+    from tests.builders import settings as config
+
+    _as_reader_of(GCE_DAG, K8S_DAG)
+    led.sweeps.delete_many({})
+    old = datetime.now(UTC) - timedelta(hours=1)  # the schedule is every 10 minutes
+    failed = {"phase": "enforcement", "state": "failed", "why": "list_inventory failed", "outcomes": {"failed": 3}}
+    led.sweeps.insert_one({**GCE, "run_id": "scheduled__9", "execution": 0, "lease": "z", "at": old, **failed})
+    app.dependency_overrides[settings] = lambda: config(rollout={"gce": "enforcement", "k8s": "enforcement"})
+    page = http.get("/").text
+    first = page[: page.index("<h2>Latest sweeps")]
+    found = re.findall(r"<tr><td><b>([^<]+)</b></td><td>(.*?)</td><td>(.*?)</td>", first)
+    assert {(what, why) for what, _, why in found} >= {
+        ("sweep missing", "the latest sweep is 1 h 0 min old; the schedule is every 10 min"),
+        ("sweep failed", "list_inventory failed"),
+        ("deletions failing", "3 deletes failed"),
+        ("no sweep", "no sweep recorded in the window shown"),  # the Kubernetes DAG, every minute
+    }
+
+
+def test_a_kubernetes_sweep_shows_one_row_per_run_with_its_objects_inside(http, led) -> None:
+    _as_reader_of(K8S_DAG)
+    ids = {**K8S, "run_id": "scheduled__k"}
+    led.write(
+        _decision(ids, f"{run}-{kind}", "delete", resource_kind=kind, group=run, evidence=ORPHAN_FACTS, **SANDBOX)
+        for run in ("run-1", "run-2")
+        for kind in ("Pod", "Secret", "NetworkPolicy")
+    )
+    led.summary({**ids, "phase": "enforcement", "branch": "delete", "why": "6 deletes"})
+    page = http.get(f"/sweeps/{K8S_DAG}/scheduled__k", params={"order": "run"}).text
+    runs = re.findall(r"<tr><td>kube</td><td><b>([^<]+)</b></td><td>([^<]+)</td>.*?<summary>(\d+) objects", page)
+    assert runs == [("run-1", "3 delete", "3"), ("run-2", "3 delete", "3")]
+    assert '<option value="run" selected>one per run</option>' in page
+    flat = http.get(f"/sweeps/{K8S_DAG}/scheduled__k").text
+    assert 'class="runs"' not in flat and flat.count("<code>run-") == 6  # one row per object, by default
 
 
 def test_only_the_dags_the_user_may_read(http) -> None:

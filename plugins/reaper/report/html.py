@@ -26,6 +26,7 @@ table{border-collapse:collapse;width:100%;font-size:13px}th,td{border-bottom:1px
 text-align:left;vertical-align:top}th{background:var(--head);font-weight:600;white-space:nowrap}
 tr:hover td{background:var(--head)}.muted{color:var(--muted)}.num{text-align:right}
 .chip{display:inline-block;background:var(--chip);border-radius:10px;padding:0 8px;font-size:12px}
+table.needs td:first-child{color:var(--delete)}p.ok{color:var(--ok);font-weight:600}
 .a-delete{color:var(--delete);font-weight:600}.a-report{color:var(--report);font-weight:600}.a-keep{color:var(--ok)}
 form.filters{display:flex;flex-wrap:wrap;gap:8px;align-items:end;margin:8px 0}
 form.filters label{display:flex;flex-direction:column;font-size:12px;color:var(--muted)}

@@ -61,6 +61,7 @@ class Row(msgspec.Struct, frozen=True):
     dag_id: str = ""
     run_id: str = ""
     at: str = ""
+    run: str = ""  # the Kubernetes run the object belongs to
 
     def cells(self) -> dict[str, object]:
         return msgspec.structs.asdict(self)
@@ -121,6 +122,7 @@ def ledger_row(decision: dict[str, object], companions: list[dict[str, object]],
         dag_id=str(decision.get("dag_id", "")),
         run_id=str(decision.get("run_id", "")),
         at=when(decision.get("at")),
+        run=str(decision.get("group") or ""),
     )
 
 

@@ -1,4 +1,4 @@
-"""Sweep summaries over time as chart columns: per DAG and scope, what each sweep counted and held.
+"""Sweep summaries over time as chart columns: per DAG its fleet, and one scope on demand.
 
 A summary (the ledger's, one per execution) already holds everything the overview charts: the census
 per scope, the decisions counted by (scope, rule, reason, action), the outcomes, each scope's verdict,
@@ -92,12 +92,14 @@ def _buckets(summaries: list[dict[str, object]]) -> list[list[dict[str, object]]
     return [summaries[i : i + size] for i in range(0, len(summaries), size)]
 
 
-def panels(summaries: list[dict[str, object]], href: dict[tuple[str, str, int], str]) -> list[Panel]:
-    """Every DAG's panels from its summaries (any order): a DAG panel, then one per scope.
+def panels(summaries: list[dict[str, object]], href: dict[tuple[str, str, int], str], scope: str = "") -> list[Panel]:
+    """Every DAG's fleet panel from its summaries (any order), and its panel of ``scope`` when one is asked for.
 
-    A column shared by several sweeps shows the latest one's levels (census, findings, reports),
-    the sum of their deletions, and all their marks; it links to the latest. ``href`` maps
-    (dag_id, run_id, execution) to the sweep's page.
+    The fleet panel is a few charts for the whole target, whatever its number of scopes: orphans found
+    (reports and deletes) by rule, deletions by outcome, and how many scopes a hold blocks deletes in,
+    by hold. A scope's panel drills down: its census, findings by rule and reports by reason. A column
+    shared by several sweeps shows the latest one's levels, the sum of their deletions, and all their
+    marks; it links to the latest. ``href`` maps (dag_id, run_id, execution) to the sweep's page.
     """
     by_dag: dict[str, list[dict[str, object]]] = {}
     for s in sorted(summaries, key=lambda s: (str(s.get("dag_id")), when(s.get("at")))):
@@ -106,33 +108,43 @@ def panels(summaries: list[dict[str, object]], href: dict[tuple[str, str, int], 
     for dag_id, sweeps in by_dag.items():
         groups = _buckets(sweeps)
 
-        def link(group: list[dict[str, object]]) -> str:
+        def column(group: list[dict[str, object]], values: dict[str, int], of: str | None) -> Column:
             last = group[-1]
-            return href.get((dag_id, str(last["run_id"]), int(last.get("execution") or 0)), "")  # noqa: B023
-
-        def label(group: list[dict[str, object]]) -> str:
-            return when(group[-1].get("at"))[5:16] + (f" ({len(group)} sweeps)" if len(group) > 1 else "")
+            at = href.get((dag_id, str(last["run_id"]), int(last.get("execution") or 0)), "")  # noqa: B023
+            label = when(last.get("at"))[5:16] + (f" ({len(group)} sweeps)" if len(group) > 1 else "")
+            return Column(label, values, at, _marks(group, of))
 
         deletions = [
-            Column(
-                label(g), dict(sum((Counter(s.get("outcomes") or {}) for s in g), Counter())), link(g), _marks(g, None)
-            )
-            for g in groups
+            column(g, dict(sum((Counter(s.get("outcomes") or {}) for s in g), Counter())), None) for g in groups
         ]
-        out.append(Panel(dag_id, "", [("deletions by outcome", deletions)]))
-        scopes = sorted({str(v.get("scope")) for s in sweeps for v in s.get("scopes") or []})  # type: ignore[union-attr]
-        for scope in scopes:
+        found = [column(g, fleet_counts(g[-1])["found"], None) for g in groups]
+        held = [column(g, fleet_counts(g[-1])["held"], None) for g in groups]
+        charts = [("orphans found, by rule", found), ("deleted, by outcome", deletions), ("scopes held, by hold", held)]
+        out.append(Panel(dag_id, "", charts))
+        if scope and any(v.get("scope") == scope for s in sweeps for v in s.get("scopes") or []):  # type: ignore[union-attr]
             counts = [(g, scope_counts(g[-1], scope)) for g in groups]
-            charts = [
-                (title, [Column(label(g), c[key], link(g), _marks(g, scope)) for g, c in counts])
-                for title, key in (
-                    ("census by status or kind", "census"),
-                    ("findings by rule", "findings"),
-                    ("reports by reason", "reports"),
-                )
-            ]
-            out.append(Panel(dag_id, scope, charts))
+            titles = (
+                ("census by status or kind", "census"),
+                ("findings by rule", "findings"),
+                ("reports by reason", "reports"),
+            )
+            out.append(Panel(dag_id, scope, [(t, [column(g, c[key], scope) for g, c in counts]) for t, key in titles]))
     return out
+
+
+def fleet_counts(summary: dict[str, object]) -> dict[str, dict[str, int]]:
+    """One sweep's counts for its whole target: orphans found by rule, scopes whose deletes a hold blocks."""
+    found: Counter[str] = Counter()
+    for d in summary.get("decisions") or []:  # type: ignore[union-attr]
+        if d.get("action") in ("report", "delete"):
+            found[str(d.get("rule") or "none")] += int(d.get("count", 0))
+    held = Counter(str(h) for v in summary.get("scopes") or [] for h in (v.get("blocking") or [])[:1])  # type: ignore[union-attr]
+    return {"found": dict(found), "held": dict(held)}
+
+
+def scopes_of(summaries: list[dict[str, object]]) -> list[str]:
+    """Every scope the summaries hold a verdict of: what the overview's drill-down offers."""
+    return sorted({str(v.get("scope")) for s in summaries for v in s.get("scopes") or []})  # type: ignore[union-attr]
 
 
 def _marks(group: list[dict[str, object]], scope: str | None) -> tuple[str, ...]:

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import quote
 
 from reaper.model import Action
 from reaper.report.charts import Column, stacked_bars
 from reaper.report.html import action, document, facts, link, query, table, text
+from reaper.report.oncall import Need
 from reaper.report.reasons import explain
 from reaper.report.rows import Row, plan_row, when
 from reaper.report.timeline import Panel, census_counts, marks
@@ -88,30 +89,141 @@ def rows_table(rows: list[Row], urls: Urls | None, sort_link: Mapping[str, str] 
     return table(headers, (row_cells(r, urls) for r in rows), css="rows")
 
 
+def runs_table(rows: list[Row], urls: Urls | None) -> str:
+    """A Kubernetes sweep's rows one per run (consecutive rows of a run, as ordered by run), its objects inside."""
+    runs: dict[tuple[str, str], list[Row]] = {}
+    for r in rows:
+        runs.setdefault((r.scope, r.run), []).append(r)
+    out = []
+    for (scope, run), objects in runs.items():
+        inner = table(ROW_HEADERS, (row_cells(r, urls) for r in objects), css="rows")
+        summary = ", ".join(f"{n} {a}" for a, n in Counter(r.action for r in objects).items())
+        outcomes = ", ".join(f"{n} {o}" for o, n in Counter(r.outcome for r in objects if r.outcome).items())
+        reasons = ", ".join(dict.fromkeys(r.why for r in objects))
+        details = f"<details><summary>{len(objects)} objects</summary>{inner}</details>"
+        out.append(
+            [
+                text(scope),
+                f"<b>{text(run or '(no run label)')}</b>",
+                text(summary),
+                text(reasons),
+                text(outcomes),
+                details,
+            ]
+        )
+    return table(["scope", "run", "actions", "why", "outcomes", "objects"], out, css="runs")
+
+
 # --- the overview ---------------------------------------------------------------------------------
 
 
-def overview_page(
-    panels: list[Panel], latest: list[dict[str, object]], urls: Urls, days: int, dag_ids: Iterable[str]
-) -> str:
-    """Charts per DAG and scope over ``days``, then the latest sweeps."""
-    dag_links = " ".join(link(urls.overview(days=days, dag_id=d), d) for d in sorted(dag_ids))
+TARGETS = {"gce": "GCE", "k8s": "Kubernetes"}
+
+
+class Overview(NamedTuple):
+    """What the overview shows: the needs (and why alerts are unknown), per target the DAG charted, its
+    panels (fleet, and the scope drilled into), the scopes it has, the latest sweep of each DAG, the window."""
+
+    needs: list[Need]
+    alerts_unknown: str
+    charted: dict[str, str | None]
+    panels: list[Panel]
+    scopes: list[str]
+    scope: str
+    latest: dict[str, dict[str, object]]
+    days: int
+
+
+def charted_dag(
+    target: str, latest: Mapping[str, object], expected: Mapping[str, object], asked: str | None
+) -> str | None:
+    """The DAG whose fleet a target's charts show: the one asked for, else the active phase's, else the one
+    of the target swept most recently; None when the target has no sweep to chart."""
+    prefix = f"reaper_{target}_"
+    if asked and asked.startswith(prefix):
+        return asked
+    active = next((d for d in expected if d.startswith(prefix)), None)
+    if active in latest:
+        return active
+    swept = [d for d in latest if d.startswith(prefix)]
+    return max(swept, key=lambda d: when(latest[d].get("at"))) if swept else None  # type: ignore[union-attr]
+
+
+def runbook_link(base: str, section: str) -> str:
+    """A link to a runbook section where the runbook has an address a browser can open, else its path in words."""
+    if not section:
+        return ""
+    href = f"{base}#{section.lower()}"
+    return (
+        link(href, section, target="_blank")
+        if base.startswith(("http://", "https://"))
+        else f"<code>{text(href)}</code>"
+    )
+
+
+def needs_table(needs: list[Need], urls: Urls, runbook: str) -> str:
+    """The overview's first screen: each thing that needs a human, with its one action and where to act."""
+    if not needs:
+        return (
+            '<p id="needs" class="ok">Nothing needs a human now: every active phase swept on time, no hold blocks '
+            "deletes, no delete failed.</p>"
+        )
+    rows = []
+    for n in needs:
+        where = link(urls.sweep(n.dag_id, n.run_id), f"{n.dag_id} / {n.run_id}") if n.run_id else text(n.dag_id)
+        rows.append(
+            [
+                f"<b>{text(n.what)}</b>",
+                where + (f"<br>scope <b>{text(n.scope)}</b>" if n.scope else ""),
+                text(n.why),
+                text(n.runbook.action),
+                runbook_link(runbook, n.runbook.section),
+                text(when(n.at)),
+            ]
+        )
+    return table(["needs", "where", "why", "what to do", "runbook", "since"], rows, css="needs")
+
+
+def overview_page(view: Overview, newest: list[dict[str, object]], urls: Urls, runbook: str) -> str:
+    """What needs a human now; then per target a few fleet charts over time, with a drill-down to one scope;
+    then the latest sweeps. Every time is UTC."""
+    days = view.days
     parts = [
-        f"<h1>Reaper sweeps, last {days} days</h1>",
-        f'<p class="muted">DAGs: {dag_links or "none you may read"} · {link(urls.overview(days=days), "all")} · '
-        f"days: {' '.join(link(urls.overview(days=n), n) for n in (1, 7, 14, 30))}. Hover a bar for its counts, "
-        "click it for its sweep; ▼ marks a hold, an override or the cap.</p>",
+        f"<h1>Reaper, last {days} days</h1>",
+        f'<p class="muted">Times are UTC. Days: {" ".join(link(urls.overview(days=n), n) for n in (1, 7, 14, 30))} · '
+        f"{link(urls.history(), 'find a resource')} by name, uid or run id.</p>",
+        f"<h2>Needs a human now ({len(view.needs)})</h2>",
+        needs_table(view.needs, urls, runbook),
     ]
-    for dag_id in dict.fromkeys(p.dag_id for p in panels):
-        parts.append(f"<h2>{text(dag_id)}</h2>")
-        for panel in (p for p in panels if p.dag_id == dag_id):
+    if view.alerts_unknown:
+        parts.append(f'<p class="muted">{text(view.alerts_unknown)}</p>')
+    for target, title in TARGETS.items():
+        dag_id = view.charted.get(target)
+        if dag_id is None:
+            continue
+        others = sorted(d for d in view.latest if d.startswith(f"reaper_{target}_") and d != dag_id)
+        switch = " · ".join(link(urls.overview(days=days, dag_id=d), d) for d in others)
+        parts.append(f"<h2>{title}: {text(dag_id)}</h2>")
+        if switch:
+            parts.append(f'<p class="muted">other DAGs of {title}: {switch}</p>')
+        for panel in (p for p in view.panels if p.dag_id == dag_id):
             if panel.scope:
                 parts.append(f"<h3>scope {text(panel.scope)}</h3>")
             parts.append('<div class="charts">' + "".join(stacked_bars(t, c) for t, c in panel.charts) + "</div>")
-    if not panels:
+        scopes = [s for s in view.scopes if any(p.dag_id == dag_id for p in view.panels)]
+        options = "".join(
+            f'<option value="{text(s)}"{" selected" if s == view.scope else ""}>{text(s)}</option>' for s in scopes
+        )
+        parts.append(
+            f'<form class="filters" method="get"><input type="hidden" name="days" value="{days}">'
+            f'<input type="hidden" name="dag_id" value="{text(dag_id)}"><label>drill down to a scope'
+            f'<select name="scope"><option value="">the whole fleet</option>{options}</select></label>'
+            "<button>Show</button></form>"
+        )
+    if not view.latest:
         parts.append('<p class="muted">No sweep recorded in this window.</p>')
     parts.append("<h2>Latest sweeps</h2>")
-    parts.append(sweeps_table(latest, urls))
+    parts.append(sweeps_table(newest, urls))
     return document("Reaper sweeps", "".join(parts), urls.nav())
 
 
@@ -240,13 +352,24 @@ def scopes_table(verdicts: list[dict[str, object]]) -> str:
     return table([*headers, "unknown evidence"], rows)
 
 
-def _datalist(id_: str, values: list[str]) -> str:
-    options = "".join(f'<option value="{text(v)}">' for v in values)
-    return f'<datalist id="{id_}">{options}</datalist>'
+def _select(name: str, label: str, chosen: str, options: list[tuple[str, str]]) -> str:
+    shown = "".join(
+        f'<option value="{text(v)}"{" selected" if v == chosen else ""}>{text(words)}</option>' for v, words in options
+    )
+    return f'<label>{text(label)}<select name="{name}">{shown}</select></label>'
+
+
+def _filter(name: str, chosen: str, values: list[str]) -> str:
+    """A filter of the rows: a choice of the values this sweep has (any other one asked for shown too), or, for
+    the name, text that a name holds or a uid."""
+    if name == "name":
+        return f'<label>name holds, or uid<input name="name" value="{text(chosen)}"></label>'
+    values = values if not chosen or chosen in values else [*values, chosen]
+    return _select(name, name, chosen, [("", "any"), *((v, v) for v in values)])
 
 
 def choices(executions: list[dict[str, object]]) -> dict[str, list[str]]:
-    """The values each filter can take in this sweep, from its summaries (suggestions: any value may be typed)."""
+    """The values each filter can take in this sweep, from its summaries: what its choices offer."""
     found: dict[str, set[str]] = {f: set() for f in FILTERS}
     for s in executions:
         for d in s.get("decisions") or []:  # type: ignore[union-attr]
@@ -292,14 +415,13 @@ def sweep_page(
         parts.append('<p class="muted">No summary recorded (the run failed before its record task).</p>')
         parts.append(link(urls.dag_run(dag_id, run_id), "DAG run in Airflow", target="_top"))
     lists = choices(executions)
-    inputs = "".join(
-        f'<label>{f}<input name="{f}" value="{text(params.get(f, ""))}" list="{f}-values"></label>'
-        + _datalist(f"{f}-values", lists.get(f, []))
-        for f in FILTERS
-    )
-    hidden = "".join(
-        f'<input type="hidden" name="{k}" value="{text(params[k])}">' for k in ("order", "size") if params.get(k)
-    )
+    inputs = "".join(_filter(f, params.get(f, ""), lists.get(f, [])) for f in FILTERS)
+    kept = ["size"]
+    if any(s.get("target") == "k8s" for s in executions):  # a run's objects together, one row per run
+        inputs += _select("order", "rows", params.get("order", ""), [("", "one per object"), ("run", "one per run")])
+    else:
+        kept.append("order")
+    hidden = "".join(f'<input type="hidden" name="{k}" value="{text(params[k])}">' for k in kept if params.get(k))
     parts.append(
         f'<h2>Resources</h2><form class="filters" method="get">{inputs}{hidden}'
         f"<button>Filter</button>{link(urls.sweep(dag_id, run_id), 'clear')}</form>"
@@ -325,7 +447,8 @@ def sweep_page(
         + link(urls.export(dag_id, run_id, "json", filtered), "export JSON")
         + "</nav>"
     )
-    parts += [pager, rows_table(rows, urls, sort_link), pager]
+    grouped = order == "run" and any(r.run for r in rows)
+    parts += [pager, runs_table(rows, urls) if grouped else rows_table(rows, urls, sort_link), pager]
     return document(f"Reaper: {dag_id} {run_id}", "".join(parts), urls.nav())
 
 

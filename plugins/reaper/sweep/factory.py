@@ -26,7 +26,7 @@ import msgspec
 from airflow.sdk import DAG, Context, Param, dag, get_current_context, task
 
 from reaper.config import ConfigError, Settings, config_path
-from reaper.model import Phase, QuotaUse, Resolved
+from reaper.model import Phase, QuotaUse, Resolved, dag_id_of
 from reaper.sweep import steps
 from reaper.sweep.alerts import notifiers
 from reaper.sweep.targets import TARGETS, Target
@@ -38,10 +38,6 @@ PHASES = {
     "gce": [Phase.TELEMETRY, Phase.TERMINATED_CLEANUP, Phase.REPORT_ONLY, Phase.ENFORCEMENT],
     "k8s": [Phase.TELEMETRY, Phase.REPORT_ONLY, Phase.ENFORCEMENT],
 }
-
-
-def dag_id_of(target: str, phase: Phase) -> str:
-    return f"reaper_{target}_{phase.value.replace('-', '_')}"
 
 
 def build_dags(config: Settings, target: str) -> dict[str, DAG]:

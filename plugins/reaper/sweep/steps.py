@@ -37,6 +37,7 @@ from reaper.sweep.deletes import (
     stale,
 )
 from reaper.sweep.targets import Target
+from reaper.transitions import group_of
 
 if TYPE_CHECKING:
     from reaper.ledger import Ledger
@@ -507,6 +508,7 @@ def evaluate_policy(
             "name": d.resource.name,
             "location": d.resource.location,
             "resource_kind": d.resource.kind,  # the audit view's kind column and filter
+            **({"group": run} if (run := group_of(d.resource, config.k8s.run_label)) else {}),  # a Kubernetes run
             "evidence": d.evidence,
             # Every decision made under an override, or in a phase its trigger confirmed, says so.
             **({"override": stamp} if (stamp := overrides.stamp(d.target, d.scope)) else {}),

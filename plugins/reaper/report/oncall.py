@@ -1,0 +1,130 @@
+"""What needs a human now: the overview's first screen, from the latest sweep of each DAG that deletes.
+
+Only the active phase's DAG of each target deletes on its schedule (DESIGN.md section 8), so only its
+latest sweep can say that deletes are held, failing or capped, and only its absence is a missing
+sweep; another phase's holds are information, charted below. Each item carries the one action
+docs/runbook.md gives for it, under the section (an alert's name) it links to. Pure: the routes in
+:mod:`reaper.audit` read the ledger, the config and Prometheus.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
+
+
+class Runbook(NamedTuple):
+    """Where docs/runbook.md says what to do (an alert's section), and that one action in a sentence."""
+
+    section: str
+    action: str
+
+
+# A hold that blocks deletes -> its runbook entry.
+HOLD_ACTIONS = {
+    "budget_exceeded": Runbook(
+        "ReaperBudgetHold",
+        "Check that the stale ones are really dead, then trigger the DAG by hand with override_budget, "
+        "override_scopes naming this scope and an override_reason.",
+    ),
+    "writer_unhealthy": Runbook(
+        "ReaperWriterHold", "Fix the runner managers the scope's verdict lists as unhealthy writers."
+    ),
+    "writer_health_unknown": Runbook(
+        "ReaperWriterHold",
+        "Make the managers' writer-health series readable; the scope's verdict says what is unknown.",
+    ),
+    "inventory_incomplete": Runbook(
+        "ReaperInventoryIncomplete",
+        "Fix what made the listing partial (the sweep's incomplete problems): usually a permission or the quota.",
+    ),
+}
+OTHER_HOLD = Runbook("", "Open the sweep: the scope's verdict says what holds it.")
+FAILED = Runbook("ReaperDeletionsFailing", "Read the failed outcomes' detail on the sweep page and fix that cause.")
+CAPPED = Runbook(
+    "ReaperCapped",
+    "Check the planned deletes against reality; if they are orphans, trigger the DAG by hand with max_deletions "
+    "above the planned count and an override_reason.",
+)
+FAILED_RUN = Runbook("ReaperNotSweeping", "Read the failed task's log in Airflow, fix the cause, then clear the run.")
+MISSING = Runbook("ReaperNotSweeping", "Check that the DAG is unpaused, the scheduler runs, and its runs succeed.")
+LATE = 2  # a sweep is missing when none ended within this many schedule intervals
+
+
+class Need(NamedTuple):
+    """One thing for a human: what, where, why, what to do (``runbook``), and since when."""
+
+    what: str
+    dag_id: str
+    run_id: str
+    scope: str
+    why: str
+    runbook: Runbook
+    at: object = None
+
+
+def needs(
+    latest: Mapping[str, dict[str, object]], expected: Mapping[str, timedelta], now: datetime | None = None
+) -> list[Need]:
+    """Everything that needs a human in the latest sweep of each DAG of ``expected`` (the active phases' DAG ids
+    and their schedule intervals; ``0``: triggered by hand only, never missing)."""
+    now = now or datetime.now(UTC)
+    found: list[Need] = []
+    for dag_id, every in expected.items():
+        s = latest.get(dag_id)
+        if s is None:
+            if every:
+                found.append(Need("no sweep", dag_id, "", "", "no sweep recorded in the window shown", MISSING))
+            continue
+        run, at = str(s.get("run_id")), s.get("at")
+        ended = at if isinstance(at, datetime) else None
+        if ended is not None and ended.tzinfo is None:
+            ended = ended.replace(tzinfo=UTC)
+        if every and ended is not None and now - ended > LATE * every:
+            why = f"the latest sweep is {_ago(now - ended)} old; the schedule is every {_ago(every)}"
+            found.append(Need("sweep missing", dag_id, run, "", why, MISSING, at))
+        if s.get("state") == "failed":
+            found.append(Need("sweep failed", dag_id, run, "", str(s.get("why") or "a task failed"), FAILED_RUN, at))
+        for v in s.get("scopes") or []:  # type: ignore[union-attr]
+            blocking = [str(h) for h in v.get("blocking") or []]
+            if blocking:
+                why = "deletes held: " + ", ".join(blocking)
+                found.append(
+                    Need(
+                        "scope held",
+                        dag_id,
+                        run,
+                        str(v.get("scope")),
+                        why,
+                        HOLD_ACTIONS.get(blocking[0], OTHER_HOLD),
+                        at,
+                    )
+                )
+        failed = int((s.get("outcomes") or {}).get("failed", 0))  # type: ignore[union-attr]
+        if failed:
+            found.append(Need("deletions failing", dag_id, run, "", f"{failed} deletes failed", FAILED, at))
+        for target, planned in (s.get("capped") or {}).items():  # type: ignore[union-attr]
+            why = f"{target}: {planned} deletes planned, over max_deletions_per_sweep: nothing deleted"
+            found.append(Need("cap reached", dag_id, run, "", why, CAPPED, at))
+    return found
+
+
+def firing(alerts: Iterable[dict[str, object]], runbook_url: str) -> list[Need]:
+    """The reaper's alerts Prometheus says are firing (those whose runbook_url is the reaper's runbook)."""
+    found = []
+    for a in alerts:
+        labels, notes = dict(a.get("labels") or {}), dict(a.get("annotations") or {})  # type: ignore[call-overload]
+        if a.get("state") != "firing" or not str(notes.get("runbook_url", "")).startswith(runbook_url):
+            continue
+        name = str(labels.get("alertname", ""))
+        where = ", ".join(f"{k}={v}" for k, v in sorted(labels.items()) if k not in ("alertname", "severity"))
+        why = f"{labels.get('severity', '')} {notes.get('summary', '')}".strip() + (f" ({where})" if where else "")
+        see = Runbook(name, f"Follow the runbook's {name} entry.")
+        found.append(Need("alert firing", "", "", str(labels.get("scope", "")), why, see, a.get("activeAt")))
+    return found
+
+
+def _ago(d: timedelta) -> str:
+    minutes = int(d.total_seconds() // 60)
+    return f"{minutes // 60} h {minutes % 60} min" if minutes >= 60 else f"{max(minutes, 1)} min"
