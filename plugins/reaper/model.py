@@ -324,6 +324,24 @@ def step_key(run: str, step: str, attempt: str) -> str:
     return f"{run}/{step}/{attempt}"
 
 
+class Liveness(StrEnum):
+    """What a resource's liveness evidence says of its owner, from the most alive to the least
+    (``reaper diff``, docs/config-review.md): of two readings of one resource, the more alive counts."""
+
+    FRESH = "fresh"  # the owner may be alive: a fresh heartbeat, a held lease, an active run, a running sidecar
+    UNKNOWN = "unknown"  # missing or surprising evidence: no proof either way
+    STALE = "stale"  # proof the owner is gone: a stale heartbeat, TERMINATED, no lease and the run over
+
+
+class Reading(msgspec.Struct, frozen=True):
+    """One resource's liveness evidence as the rules read it under one config: the state, a reason code that
+    says why (one of :mod:`reaper.report.reasons`, so it reads as a sentence) and the facts it was read from."""
+
+    state: Liveness
+    reason: str
+    evidence: dict[str, object] = {}
+
+
 # --- plan ------------------------------------------------------------------------------------
 
 
