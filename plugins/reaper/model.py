@@ -324,6 +324,16 @@ def step_key(run: str, step: str, attempt: str) -> str:
     return f"{run}/{step}/{attempt}"
 
 
+class SweepData(msgspec.Struct, Generic[T], frozen=True):
+    """The file a sweep's ``gather_evidence`` writes to the sweep store: everything the policy reads besides the
+    config and the clock. ``as_of``: the policy's ``now``, when the first shard began listing (``None`` in files
+    written before it was recorded), so a recorded input can be evaluated again as its sweep saw it."""
+
+    resources: list[T]
+    evidence: Evidence
+    as_of: float | None = None
+
+
 class Liveness(StrEnum):
     """What a resource's liveness evidence says of its owner, from the most alive to the least
     (``reaper diff``, docs/config-review.md): of two readings of one resource, the more alive counts."""
