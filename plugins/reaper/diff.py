@@ -14,9 +14,22 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from reaper.config import Settings
-from reaper.model import Action, Decision, Evidence, Liveness, Phase, Reading, Resource
+from reaper.model import (
+    Action,
+    Decision,
+    Evidence,
+    GceGroup,
+    GceInstance,
+    K8sObject,
+    Liveness,
+    Phase,
+    Reading,
+    Resource,
+    ScopeVerdict,
+)
 from reaper.policy import CAPPED, evaluate, liveness
 
+TARGET_OF: dict[type, str] = {GceInstance: "gce", GceGroup: "gce", K8sObject: "k8s"}
 TARGETS = ("gce", "k8s")
 Key = tuple[str, str, str]  # (target, scope, uid): one resource, whichever config decides it
 _ALIVE = list(Liveness)  # most alive first
@@ -33,25 +46,24 @@ def phases(config: Settings, phase: Phase | None) -> dict[str, Phase]:
 
 @dataclass
 class Side:
-    """One config's answer on the input: each target's phase, every decision and every liveness reading."""
+    """One config's answer on the input: each target's phase, every decision, the scope verdicts, the cap."""
 
+    config: Settings
     phases: dict[str, Phase]
     decisions: dict[Key, Decision] = field(default_factory=dict)
-    readings: dict[Key, Reading] = field(default_factory=dict)
+    verdicts: list[ScopeVerdict] = field(default_factory=list)
     capped: dict[str, int] = field(default_factory=dict)
 
 
 def judge(resources: list[Resource], evidence: Evidence, config: Settings, phase: Phase | None, now: datetime) -> Side:
-    """Evaluate ``config`` on the input, each target in its phase (:func:`phases`)."""
-    side = Side(phases(config, phase))
-    verdicts = []
-    for each in sorted(set(side.phases.values())):
-        plan = evaluate(resources, evidence, config, each, now)
-        targets = {t for t, p in side.phases.items() if p is each}
-        side.decisions.update((key(d.target, d.resource), d) for d in plan.decisions if d.target in targets)
-        side.capped.update((t, n) for t, n in plan.capped.items() if t in targets)
-        verdicts = plan.scopes  # the holds do not depend on the phase: any plan's will do
-    side.readings = {key(t, r): reading for t, r, reading in liveness(resources, evidence, config, now, verdicts)}
+    """Evaluate ``config`` on the input, each target on its own resources in its phase (:func:`phases`)."""
+    side = Side(config, phases(config, phase))
+    for target in TARGETS:
+        items = [r for r in resources if TARGET_OF[type(r)] == target]
+        plan = evaluate(items, evidence, config, side.phases[target], now)
+        side.decisions.update((key(d.target, d.resource), d) for d in plan.decisions if d.target == target)
+        side.verdicts += [v for v in plan.scopes if v.target == target]
+        side.capped.update((t, n) for t, n in plan.capped.items() if t == target)
     return side
 
 
@@ -96,17 +108,25 @@ def _more_alive(old: Reading | None, new: Reading | None) -> tuple[Reading | Non
     return old, "old"
 
 
-def compare(old: Side, new: Side) -> list[Change]:
-    """Every resource whose action, rule or reason differs; the dangerous ones first, then by place and name."""
+def compare(old: Side, new: Side, changed: Iterable[Key], readings: dict[str, dict[Key, Reading]]) -> list[Change]:
+    """The ``changed`` resources (:func:`changed`) with their decisions and readings (``readings``: per side, by
+    key); the dangerous ones first, then by place and name."""
     changes = []
-    for k in old.decisions.keys() | new.decisions.keys():
+    for k in changed:
         before, after = old.decisions.get(k), new.decisions.get(k)
-        if _verdict(before) == _verdict(after):
-            continue
         decided = after if after is not None else old.decisions[k]
-        reading, read_by = _more_alive(old.readings.get(k), new.readings.get(k))
+        reading, read_by = _more_alive(readings["old"].get(k), readings["new"].get(k))
         changes.append(Change(decided.target, decided.resource, before, after, reading, read_by))
     return sorted(changes, key=_order)
+
+
+def changed(old: Side, new: Side) -> set[Key]:
+    """The resources whose action, rule or reason differs between the two sides."""
+    return {
+        k
+        for k in old.decisions.keys() | new.decisions.keys()
+        if _verdict(old.decisions.get(k)) != _verdict(new.decisions.get(k))
+    }
 
 
 def _order(c: Change) -> tuple[bool, str, str, str, str, str]:
@@ -136,7 +156,17 @@ def diff(
     phase: Phase | None,
     now: datetime,
 ) -> ConfigDiff:
-    """Evaluate both configs on the same input (each target in ``phase``, or in each config's active phase)."""
+    """Evaluate both configs on the same input (each target in ``phase``, or in each config's active phase).
+
+    Liveness is read for what changed only: a changed instance on its own, every Kubernetes object (a run is
+    read from all its objects, and a Pod outside it may use it).
+    """
     items = list(resources)
     before, after = judge(items, evidence, old, phase, now), judge(items, evidence, new, phase, now)
-    return ConfigDiff(before, after, now, compare(before, after))
+    keys = changed(before, after)
+    read = [r for r in items if (type(r) is GceInstance and key("gce", r) in keys) or type(r) is K8sObject]
+    readings = {
+        name: {key(t, r): x for t, r, x in liveness(read, evidence, side.config, now, side.verdicts)}
+        for name, side in (("old", before), ("new", after))
+    }
+    return ConfigDiff(before, after, now, compare(before, after, keys, readings))

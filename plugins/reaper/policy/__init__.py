@@ -105,6 +105,8 @@ def liveness(
 ) -> Iterator[tuple[str, Resource, Reading]]:
     """(target, resource, reading) for every instance and object: what its liveness evidence says of its
     owner under ``config``, read by the same code as the rules, whether or not ``config`` selects it.
+    Instances are read one by one (any subset will do); Kubernetes objects by run, so give every object of
+    the input (a run is read from all its objects, and a Pod outside it may use it).
 
     ``verdicts``: the scope verdicts of a plan of this config on this input (their holds do not depend on
     the phase); a hold that says the evidence may mislead (writer health, the budget) makes proof unknown.
