@@ -1,10 +1,12 @@
-"""The reaper's command line: what-if runs of the policy, the preflight, the alert rules, metric clean-up.
+"""The reaper's command line: what-if runs of the policy, config review, the preflight, alert rules, metric clean-up.
 
 ``reaper evaluate`` calls the same :func:`reaper.policy.evaluate` as the DAGs, so what it prints
 is exactly what that phase would report and delete given the same evidence; it never deletes
-anything. Exit 0 on success, 2 on invalid config or input (one message on stderr, nothing on
-stdout); ``reaper check`` exits 1 when a check fails. Output cut short by its reader (``| head``)
-ends quietly.
+anything. ``reaper diff`` evaluates two configs on one input and prints every resource whose
+decision changes (docs/config-review.md). Exit 0 on success, 2 on invalid config or input (one
+message on stderr, nothing on stdout); ``reaper check`` exits 1 when a check fails; ``reaper diff``
+exits 3 when the new config would delete a resource the old one kept while its liveness evidence
+is fresh or unknown. Output cut short by its reader (``| head``) ends quietly.
 """
 
 from __future__ import annotations
@@ -17,13 +19,19 @@ from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import NoReturn, TextIO
+from typing import TYPE_CHECKING, NamedTuple, NoReturn, TextIO
+
+import msgspec
 
 from reaper import __version__, exports
 from reaper.config import ConfigError, Settings, config_path, load_config
 from reaper.model import Action, Decision, Evidence, K8sObject, Phase, Plan, Resource
 from reaper.policy import evaluate
 from reaper.report.reasons import Limits
+
+if TYPE_CHECKING:
+    from reaper.diff import Change, ConfigDiff
+    from reaper.report.reasons import Limits
 
 
 def _timestamp(text: str) -> datetime:
@@ -55,22 +63,32 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="reaper", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"reaper {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    ev = commands.add_parser("evaluate", help="what-if: evaluate a phase's policy on fleet exports")
-    ev.add_argument("--config", help="config file (default: $REAPER_CONFIG, else include/reaper.yaml)")
-    ev.add_argument("--now", type=_timestamp, help="evaluation time, RFC 3339 (default: the current time)")
-    ev.add_argument("--phase", choices=[p.value for p in Phase], default=Phase.REPORT_ONLY.value, help="rollout phase")
-    ev.add_argument("--gce", action="append", default=[], metavar="FILE", help="gcloud instances JSON export")
-    ev.add_argument("--k8s", action="append", default=[], metavar="FILE", help="kubectl List JSON export")
-    ev.add_argument("--cluster", default="default", help="scope name of the --k8s objects (default: default)")
-    ev.add_argument("--runs", metavar="FILE", help="run-store documents; omitted: the store is unknown")
-    ev.add_argument("--leases", metavar="FILE", help="run keys whose lease is held; omitted: leases unknown")
-    ev.add_argument("--writer-health", metavar="FILE", help="heartbeat-writer reports; omitted: unknown")
-    ev.add_argument(
-        "--format",
-        choices=["json", "table", "html"],
-        default="table",
-        help="html: one self-contained page (charts, every finding with its reason in words) to share for review",
+    ev = commands.add_parser(
+        "evaluate", help="what-if: evaluate a phase's policy on fleet exports or a recorded sweep input"
     )
+    ev.add_argument("--config", help="config file (default: $REAPER_CONFIG, else include/reaper.yaml)")
+    ev.add_argument("--phase", choices=[p.value for p in Phase], default=Phase.REPORT_ONLY.value, help="rollout phase")
+    _input_options(ev, "html: one self-contained page (charts, every finding with its reason in words) to share")
+    df = commands.add_parser(
+        "diff",
+        help="config review: every resource whose decision changes from one config to another on the same input; "
+        "exit 3 if the new one would delete what the old kept while its liveness evidence is fresh or unknown",
+        description="Evaluate two configs on the same input and print every resource whose decision changes. "
+        "Exit 0: no dangerous change; 2: invalid config or input; 3: the new config deletes a resource the old "
+        "one kept (or did not select) while its liveness evidence (heartbeat, lease, run store, writer health) "
+        "is fresh or unknown. See docs/config-review.md.",
+    )
+    df.add_argument("old", metavar="OLD", help="the config in force (e.g. the pull request's base)")
+    df.add_argument("new", metavar="NEW", help="the config proposed")
+    df.add_argument(
+        "--phase",
+        choices=["active", *(p.value for p in Phase)],
+        default="active",
+        help="active (default): each config evaluated in its own rollout.gce and rollout.k8s phases, what its "
+        "scheduled sweeps would do, so a rollout step is a change too; a phase: both configs in that phase "
+        "(a manual run of that phase's DAG)",
+    )
+    _input_options(df, "html: one self-contained page of the changes, reasons in words, to share")
     check = commands.add_parser(
         "check",
         help="preflight: the live systems the config points at (connections, stores, metrics, projects); "
@@ -86,6 +104,28 @@ def build_parser() -> argparse.ArgumentParser:
     retire.add_argument("--target", choices=["gce", "k8s"], required=True)
     retire.add_argument("--scope", action="append", metavar="SCOPE", help="only these scopes (default: all)")
     return parser
+
+
+def _input_options(parser: argparse.ArgumentParser, html: str) -> None:
+    """The input both ``evaluate`` and ``diff`` read: fleet exports and evidence files, or a recorded sweep input."""
+    parser.add_argument(
+        "--now",
+        type=_timestamp,
+        help="evaluation time, RFC 3339 (default: the current time; with --recorded, when the sweep began listing)",
+    )
+    parser.add_argument("--gce", action="append", default=[], metavar="FILE", help="gcloud instances JSON export")
+    parser.add_argument("--k8s", action="append", default=[], metavar="FILE", help="kubectl List JSON export")
+    parser.add_argument("--cluster", default="default", help="scope name of the --k8s objects (default: default)")
+    parser.add_argument("--runs", metavar="FILE", help="run-store documents; omitted: the store is unknown")
+    parser.add_argument("--leases", metavar="FILE", help="run keys whose lease is held; omitted: leases unknown")
+    parser.add_argument("--writer-health", metavar="FILE", help="heartbeat-writer reports; omitted: unknown")
+    parser.add_argument(
+        "--recorded",
+        metavar="FILE",
+        help="a sweep's recorded input instead of exports: sweep-input.msgpack, copied from its folder "
+        "<airflow.sweep_store>/<dag_id>/<run_id>/<execution>/ (one target's resources and evidence)",
+    )
+    parser.add_argument("--format", choices=["json", "table", "html"], default="table", help=html)
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
@@ -108,8 +148,11 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
             return _metrics_retire(args, out)
         if args.command == "check":
             return _check(args, out)
+        if args.command == "diff":
+            return _diff(args, out)
         config = load_config(config_path(args.config))
-        plan = _evaluate(args, config)
+        data = _inputs(args, [config])
+        plan = evaluate(data.resources, data.evidence, config, Phase(args.phase), data.now)
     except ConfigError as exc:
         print(f"reaper: {exc}", file=sys.stderr)
         return 2
@@ -166,7 +209,30 @@ def _metrics_retire(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def _evaluate(args: argparse.Namespace, config: Settings) -> Plan:
+class Inputs(NamedTuple):
+    """What the policy is evaluated on: resources, evidence and the time."""
+
+    resources: list[Resource]
+    evidence: Evidence
+    now: datetime
+
+
+_EXPORTS = ("gce", "k8s", "runs", "leases", "writer_health")
+
+
+def _inputs(args: argparse.Namespace, configs: Sequence[Settings]) -> Inputs:
+    """The exports and evidence files, or the recorded sweep input; ``configs``: those the input is read for."""
+    if args.recorded:
+        given = [f"--{name.replace('_', '-')}" for name in _EXPORTS if getattr(args, name)]
+        if given:
+            raise exports.InputError(
+                f"invalid input {args.recorded} (--recorded): a recorded sweep input is the whole input "
+                f"(resources and evidence), not to be combined with {', '.join(given)}"
+            )
+        data = exports.load_recorded(args.recorded)
+        as_of = data.as_of or data.evidence.observed_until  # a file recorded before as_of: when it was read
+        now = args.now or (datetime.fromtimestamp(as_of, UTC) if as_of is not None else datetime.now(UTC))
+        return Inputs(data.resources, data.evidence, now)
     resources: list[Resource] = []
     for path in args.gce:
         resources.extend(exports.load_gce(path))
@@ -175,36 +241,31 @@ def _evaluate(args: argparse.Namespace, config: Settings) -> Plan:
     evidence = Evidence(
         writer_health=exports.load_writer_health(args.writer_health) if args.writer_health else None,
         leases=exports.load_leases(args.leases) if args.leases else None,
-        runs=exports.load_runs(args.runs, _run_keys(resources, config)) if args.runs else None,
+        runs=exports.load_runs(args.runs, _run_keys(resources, configs)) if args.runs else None,
     )
-    now = args.now or datetime.now(UTC)
-    return evaluate(resources, evidence, config, Phase(args.phase), now)
+    return Inputs(resources, evidence, args.now or datetime.now(UTC))
 
 
-def _run_keys(resources: list[Resource], config: Settings) -> set[str]:
-    """The run keys the --k8s objects carry: what the run store is asked about."""
-    label = config.k8s.run_label
-    return {key for r in resources if isinstance(r, K8sObject) and (key := r.labels.get(label))}
+def _run_keys(resources: list[Resource], configs: Sequence[Settings]) -> set[str]:
+    """The run keys the --k8s objects carry under each config's run label: what the run store is asked about."""
+    labels = {config.k8s.run_label for config in configs}
+    return {key for r in resources if isinstance(r, K8sObject) for label in labels if (key := r.labels.get(label))}
 
 
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
 
 
+def resource_json(target: str, r: Resource) -> dict[str, object]:
+    return {"target": target, "scope": r.scope, "kind": r.kind, "location": r.location, "name": r.name, "uid": r.uid}
+
+
+def _verdict_json(d: Decision) -> dict[str, object]:
+    return {"action": d.action.value, "rule": d.rule, "reason": d.reason, "evidence": d.evidence}
+
+
 def decision_json(d: Decision) -> dict[str, object]:
-    r = d.resource
-    return {
-        "target": d.target,
-        "scope": r.scope,
-        "kind": r.kind,
-        "location": r.location,
-        "name": r.name,
-        "uid": r.uid,
-        "action": d.action.value,
-        "rule": d.rule,
-        "reason": d.reason,
-        "evidence": d.evidence,
-    }
+    return {**resource_json(d.target, d.resource), **_verdict_json(d)}
 
 
 def _order(d: Decision) -> tuple[str, str, str, str, str]:
@@ -249,6 +310,110 @@ def write_table(plan: Plan, out: TextIO, limits: Limits | None = None) -> None:
             why = explain(d.reason, d.evidence, limits)
             rows.append((d.action.value, d.target, r.scope, r.kind, r.location, r.name, d.rule or "", d.reason, why))
         _columns(rows, out)
+
+
+# --- reaper diff ------------------------------------------------------------------------------
+
+DANGEROUS = 3  # the exit status of a diff whose new config deletes what may be alive
+ALIVE = "liveness evidence is fresh or unknown"
+
+
+def _diff(args: argparse.Namespace, out: TextIO) -> int:
+    """Both configs on one input; the changes as a table, JSON or a page; 3 if any is dangerous."""
+    from reaper.diff import diff
+    from reaper.report.reasons import Limits
+
+    old, new = load_config(args.old), load_config(args.new)
+    data = _inputs(args, [old, new])
+    phase = None if args.phase == "active" else Phase(args.phase)
+    result = diff(data.resources, data.evidence, old, new, phase, data.now)
+    paths = (args.old, args.new)
+    limits = {"old": Limits.of(old), "new": Limits.of(new)}
+    if args.format == "json":
+        json.dump(diff_json(result, paths), out, indent=2)
+        out.write("\n")
+    elif args.format == "html":
+        from reaper.report.diff import diff_page
+
+        out.write(diff_page(result, paths, limits))
+    else:
+        write_diff(result, paths, limits, out)
+    return DANGEROUS if result.dangerous else 0
+
+
+def diff_json(result: ConfigDiff, paths: tuple[str, str]) -> dict[str, object]:
+    sides = {"old": result.old, "new": result.new}
+    return {
+        "now": _iso(result.now.timestamp()),
+        **{
+            name: {"config": path, "phases": {t: p.value for t, p in side.phases.items()}, "capped": side.capped}
+            for (name, side), path in zip(sides.items(), paths, strict=True)
+        },
+        "changes": [change_json(c) for c in result.changes],
+        "dangerous": len(result.dangerous),
+    }
+
+
+def change_json(c: Change) -> dict[str, object]:
+    reading = c.liveness
+    return {
+        **resource_json(c.target, c.resource),
+        "old": _verdict_json(c.old) if c.old else None,
+        "new": _verdict_json(c.new) if c.new else None,
+        "liveness": None if reading is None else {**msgspec.structs.asdict(reading), "read_by": c.read_by},
+        "widens": c.widens,
+        "dangerous": c.dangerous,
+    }
+
+
+def write_diff(result: ConfigDiff, paths: tuple[str, str], limits: dict[str, Limits], out: TextIO) -> None:
+    """For people and CI logs: the phases, one line per change (``!``: dangerous), then the verdict."""
+    old, new = result.old, result.new
+    out.write(f"reaper diff {paths[0]} -> {paths[1]} at {_iso(result.now.timestamp())}\n")
+    moves = ", ".join(f"{t} {old.phases[t].value} -> {new.phases[t].value}" for t in old.phases)
+    out.write(f"phases: {moves}\n")
+    for name, side in (("old", old), ("new", new)):
+        for target, would_delete in side.capped.items():
+            out.write(f"{name}: {target}: {would_delete} deletions exceed max_deletions_per_sweep; all reported\n")
+    if not result.changes:
+        out.write("\nno decision changes\n")
+        return
+    out.write("\n")
+    rows = [("!", "TARGET", "SCOPE", "KIND", "LOCATION", "NAME", "OLD", "NEW", "LIVENESS", "WHY")]
+    for c in result.changes:
+        r = c.resource
+        flag = "!" if c.dangerous else ""
+        state, why = _liveness(c, limits)
+        rows.append((flag, c.target, r.scope, r.kind, r.location, r.name, _side(c.old), _side(c.new), state, why))
+    _columns(rows, out)
+    dangerous = result.dangerous
+    count = f"{len(result.changes)} decision change{'s' if len(result.changes) != 1 else ''}"
+    if not dangerous:
+        out.write(f"\n{count}; none deletes a resource the old config kept while its {ALIVE}\n")
+        return
+    out.write(
+        f"\n{count}; {len(dangerous)} would delete a resource the old config kept while its {ALIVE} "
+        f"(exit {DANGEROUS}):\n"
+    )
+    for c in dangerous:
+        r = c.resource
+        state, why = _liveness(c, limits)
+        out.write(f"  {c.target} {r.scope} {r.kind} {r.location}/{r.name}: {state}, {why}\n")
+
+
+def _side(d: Decision | None) -> str:
+    """``delete heartbeat_stale``; ``-`` when that config does not decide the resource (not selected, disabled)."""
+    return "-" if d is None else f"{d.action.value} {d.reason}"
+
+
+def _liveness(c: Change, limits: dict[str, Limits]) -> tuple[str, str]:
+    """The reading's state, and why in words, with the thresholds of the config that read it (``old:``)."""
+    from reaper.report.reasons import explain
+
+    reading = c.liveness
+    if reading is None:
+        return "unknown", "no rule reads a liveness for this kind"
+    return reading.state.value, f"{c.read_by}: {explain(reading.reason, reading.evidence, limits[c.read_by])}"
 
 
 def _columns(rows: list[tuple[str, ...]], out: TextIO) -> None:

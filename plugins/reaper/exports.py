@@ -3,6 +3,7 @@
 - ``gcloud compute instances list --format=json``: a list of GCE instance resources.
 - ``kubectl get pods,secrets,networkpolicies -A -o json``: a ``List`` of objects.
 - Evidence files: run-store documents, held lease keys, writer-health reports.
+- A recorded sweep input: the ``sweep-input.msgpack`` a sweep keeps in ``airflow.sweep_store``.
 
 Decoding is typed and streaming-friendly (``msgspec``): fields the rules do not
 read are skipped by the parser and never become Python objects. That is what
@@ -26,7 +27,7 @@ from pathlib import Path
 import msgspec
 
 from reaper.config import ConfigError
-from reaper.model import GceInstance, K8sObject, Keyed, WriterRecord
+from reaper.model import GceGroup, GceInstance, K8sObject, Keyed, SweepData, WriterRecord
 
 K8S_KINDS = ("Pod", "Secret", "NetworkPolicy")
 
@@ -473,6 +474,41 @@ def load_writer_health(path: str | Path) -> list[WriterRecord]:
     return _decode(path, "--writer-health", _WRITERS)
 
 
+_RECORDED = {
+    "gce": msgspec.msgpack.Decoder(SweepData[GceInstance | GceGroup]),
+    "k8s": msgspec.msgpack.Decoder(SweepData[K8sObject]),
+}
+
+
+def load_recorded(path: str | Path) -> SweepData[GceInstance | GceGroup | K8sObject]:
+    """A sweep's whole input as its ``gather_evidence`` recorded it: one target's resources and evidence.
+
+    ``path``: a local file, or a ``file://`` URL as the sweep names it; a file of a shared store (``gs://``,
+    ``s3://``) is copied here first (``gcloud storage cp``), so that reading it needs no connection. GCE
+    resources are tagged (``"type": "instance"`` or ``"group"``) and Kubernetes objects are not, so the first
+    resource says which target's file it is; an empty one reads as either.
+    """
+    scheme, _, rest = str(path).partition("://")
+    if rest and scheme != "file":
+        raise InputError(
+            f"invalid input {path} (--recorded): expected a local file; copy it from the sweep store first "
+            f"(gcloud storage cp, aws s3 cp)"
+        )
+    try:
+        data = Path(rest if rest else path).read_bytes()
+    except OSError as exc:
+        raise InputError(f"invalid input {path} (--recorded): cannot read the file ({exc.strerror})") from None
+    try:
+        peek = msgspec.msgpack.decode(data)
+        first = next(iter(peek.get("resources") or ()), {}) if isinstance(peek, dict) else {}
+        target = "gce" if isinstance(first, dict) and "type" in first else "k8s"
+        return _RECORDED[target].decode(data)
+    except msgspec.ValidationError as exc:
+        raise InputError(f"invalid input {path} (--recorded): expected {EXPECTED['--recorded']}; {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise InputError(f"invalid input {path} (--recorded): not valid MessagePack ({exc})") from None
+
+
 # What each option takes, for a file that is something else (a kubectl List given to --gce): the decoder's
 # own words ("Expected `array`, got `object`") then say where, this says what.
 EXPECTED = {
@@ -480,6 +516,7 @@ EXPECTED = {
     "--k8s": "a kubectl export (kubectl get pods,secrets,networkpolicies -o json: a JSON List object)",
     "--leases": "a JSON array of the run keys whose lease is held",
     "--writer-health": "a JSON array of heartbeat-writer reports",
+    "--recorded": "a sweep input (sweep-input.msgpack, from a sweep's folder in airflow.sweep_store)",
 }
 
 

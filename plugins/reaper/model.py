@@ -329,6 +329,34 @@ def step_key(run: str, step: str, attempt: str) -> str:
     return f"{run}/{step}/{attempt}"
 
 
+class SweepData(msgspec.Struct, Generic[T], frozen=True):
+    """The file a sweep's ``gather_evidence`` writes to the sweep store: everything the policy reads besides the
+    config and the clock. ``as_of``: the policy's ``now``, when the first shard began listing (``None`` in files
+    written before it was recorded), so a recorded input can be evaluated again as its sweep saw it."""
+
+    resources: list[T]
+    evidence: Evidence
+    as_of: float | None = None
+
+
+class Liveness(StrEnum):
+    """What a resource's liveness evidence says of its owner, from the most alive to the least
+    (``reaper diff``, docs/config-review.md): of two readings of one resource, the more alive counts."""
+
+    FRESH = "fresh"  # the owner may be alive: a fresh heartbeat, a held lease, an active run, a running sidecar
+    UNKNOWN = "unknown"  # missing or surprising evidence: no proof either way
+    STALE = "stale"  # proof the owner is gone: a stale heartbeat, TERMINATED, no lease and the run over
+
+
+class Reading(msgspec.Struct, frozen=True):
+    """One resource's liveness evidence as the rules read it under one config: the state, a reason code that
+    says why (one of :mod:`reaper.report.reasons`, so it reads as a sentence) and the facts it was read from."""
+
+    state: Liveness
+    reason: str
+    evidence: dict[str, object] = {}
+
+
 # --- plan ------------------------------------------------------------------------------------
 
 

@@ -421,7 +421,7 @@ def test_help_names_every_command_and_version_matches_the_project(capsys: pytest
         main(["--help"])
     assert helped.value.code == 0
     text = capsys.readouterr().out
-    assert all(command in text for command in ("evaluate", "check", "alert-rules", "metrics-retire"))
+    assert all(command in text for command in ("evaluate", "diff", "check", "alert-rules", "metrics-retire"))
     with pytest.raises(SystemExit):
         main(["--version"])
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]

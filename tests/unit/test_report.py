@@ -31,6 +31,7 @@ NOT_REASONS = {
     "orphaned_runs", "problem", "quarantine_s", "rare", "residual", "residual_instances", "run_label", "runs",
     "selects", "stale", "stale_fraction", "status", "steps", "store", "unhealthy_writers", "unreadable",
     "used_by", "young", "youngest_age_s", "attempt_label_malformed", "step_labels_incomplete", "none", "evaluate",
+    "liveness",
     "override", "groups", "protected_by", "unknown_evidence",
 }  # fmt: skip
 

@@ -288,6 +288,20 @@ def test_the_sweep_input_carries_every_listing_fact_and_decisions_go_to_the_ledg
     assert decisions == {fleet[0].name: ("delete", "tok"), fleet[2].name: ("report", "tok")}
 
 
+def test_the_recorded_sweep_input_is_what_reaper_diff_reads_with_the_sweeps_clock(tmp_path: Path) -> None:
+    # reaper diff --recorded evaluates it again as the sweep saw it: its resources, evidence and as_of.
+    from reaper.exports import load_recorded
+
+    fleet = stale_fleet()
+    s = sweep(tmp_path, fleet)
+    setup = steps.resolve_scopes(s, {})
+    shards = [steps.list_inventory(s, shard, i, setup.lease) for i, shard in enumerate(setup.shards)]
+    sweep_input = steps.gather_evidence(s, shards, setup.lease)
+    recorded = load_recorded(sweep_input.path)
+    assert recorded.resources == fleet and recorded.as_of == sweep_input.as_of
+    assert recorded.evidence.swept == {("gce", "p1"), ("gce", "p2")}
+
+
 def test_inputs_read_under_another_lease_or_a_dry_run_give_no_batch(tmp_path: Path) -> None:
     s = sweep(tmp_path, stale_fleet())
     setup = steps.resolve_scopes(s, {})

@@ -6,7 +6,7 @@ function, so report-only and enforcement pick exactly the same set.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from functools import partial
 
@@ -23,13 +23,18 @@ from reaper.model import (
     Override,
     Phase,
     Plan,
+    Reading,
     Resource,
+    ScopeVerdict,
 )
+from reaper.policy import gce, k8s
 from reaper.policy.gce import evaluate_gce
 from reaper.policy.k8s import evaluate_k8s
 from reaper.policy.modes import blocking, effective_modes
 
-__all__ = ["evaluate"]
+__all__ = ["CAPPED", "evaluate", "liveness"]
+# The reason of a delete the global cap turned into a report.
+CAPPED = "max_deletions_exceeded"
 
 
 def evaluate(
@@ -92,6 +97,29 @@ def _capped(decision: Decision, limit: int) -> Decision:
     if decision.action is not Action.DELETE:
         return decision
     evidence = {**(decision.evidence or {}), "finding": decision.reason, "max_deletions_per_sweep": limit}
-    return Decision(
-        decision.target, decision.resource, Action.REPORT, decision.rule, "max_deletions_exceeded", evidence
-    )
+    return Decision(decision.target, decision.resource, Action.REPORT, decision.rule, CAPPED, evidence)
+
+
+def liveness(
+    resources: Iterable[Resource], evidence: Evidence, config: Settings, now: datetime, verdicts: Iterable[ScopeVerdict]
+) -> Iterator[tuple[str, Resource, Reading]]:
+    """(target, resource, reading) for every instance and object: what its liveness evidence says of its
+    owner under ``config``, read by the same code as the rules, whether or not ``config`` selects it.
+    Instances are read one by one (any subset will do); Kubernetes objects by run, so give every object of
+    the input (a run is read from all its objects, and a Pod outside it may use it).
+
+    ``verdicts``: the scope verdicts of a plan of this config on this input (their holds do not depend on
+    the phase); a hold that says the evidence may mislead (writer health, the budget) makes proof unknown.
+    Fleeting groups get no reading: no rule deletes them.
+    """
+    holds: dict[str, dict[str, tuple[str, ...]]] = {"gce": {}, "k8s": {}}
+    for v in verdicts:
+        holds[v.target][v.scope] = v.holds
+    items = resources if isinstance(resources, list) else list(resources)
+    at = now.timestamp()
+    instances = [r for r in items if type(r) is GceInstance]
+    objects = [r for r in items if type(r) is K8sObject]
+    for inst, reading in gce.liveness(instances, evidence, config, at, holds["gce"]):
+        yield "gce", inst, reading
+    for obj, reading in k8s.liveness(objects, evidence, config, at, holds["k8s"]):
+        yield "k8s", obj, reading

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import chain
 from operator import attrgetter
@@ -25,7 +25,9 @@ from reaper.model import (
     Evidence,
     GceGroup,
     GceInstance,
+    Liveness,
     Override,
+    Reading,
     ScopeVerdict,
     TargetResult,
     WriterRecord,
@@ -377,6 +379,41 @@ def _classify(
     if t.opt_key in inst.labels:  # the opt-out key with another value: surprising, so never deleted
         facts["opt_out_label"] = inst.labels[t.opt_key]
     return candidates, facts, beat
+
+
+def liveness(
+    instances: Iterable[GceInstance],
+    evidence: Evidence,
+    config: Settings,
+    now: float,
+    holds: Mapping[str, tuple[str, ...]],
+) -> Iterator[tuple[GceInstance, Reading]]:
+    """What each instance's liveness evidence says of its owner, read by :func:`_classify` as the rules read it.
+
+    TERMINATED past the grace, a stale heartbeat, or no valid heartbeat on a VM older than
+    ``gce.unlabeled_max_age`` is proof; a fresh heartbeat says the owner may be alive; a heartbeat or
+    creation in the future, a label that cannot be trusted on a younger VM, or no label on one is unknown.
+    A stale heartbeat in a project under a heartbeat hold (``holds``: project -> its verdict's holds) is
+    unknown too: the hold says the writers' silence may be no proof (docs/design.md §4).
+    """
+    t = _Thresholds(config, now, evidence.observed_until)
+    for inst in instances:
+        candidates, facts, beat = _classify(inst, t, defaultdict(int))
+        reasons = [c.reason for c in candidates]
+        if "terminated" in reasons:
+            state, reason = Liveness.STALE, "terminated"
+        elif surprising := [r for r in reasons if r in ("created_in_future", "heartbeat_in_future")]:
+            state, reason = Liveness.UNKNOWN, surprising[0]
+        elif "heartbeat_stale" in reasons:
+            held = next((h for h in holds.get(inst.project, ()) if h in HEARTBEAT_HOLDS), None)
+            state, reason = (Liveness.UNKNOWN, held) if held else (Liveness.STALE, "heartbeat_stale")
+        elif "unlabeled_age" in reasons:
+            state, reason = Liveness.STALE, "unlabeled_age"
+        elif reasons:  # a malformed or copied label on a VM younger than the maximum age
+            state, reason = Liveness.UNKNOWN, reasons[0]
+        else:
+            state, reason = (Liveness.FRESH, "fresh") if beat is not None else (Liveness.UNKNOWN, "no_finding")
+        yield inst, Reading(state, reason, facts)
 
 
 def _age_histogram(beats: list[int], now: float) -> dict[str, object]:

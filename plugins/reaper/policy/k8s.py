@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -27,13 +27,15 @@ from reaper.model import (
     K8sObject,
     Keyed,
     LeaseState,
+    Liveness,
     Override,
+    Reading,
     ScopeVerdict,
     StoreState,
     TargetResult,
     step_key,
 )
-from reaper.policy.budget import budget_hold
+from reaper.policy.budget import BUDGET_EXCEEDED, budget_hold
 
 TARGET = "k8s"
 # The target's one rule, and its one finding (row 8: the run is an orphan, reapable): one name for both.
@@ -374,8 +376,6 @@ def _run_row(key: str, members: list[K8sObject], sweep: _Sweep) -> tuple[str, di
     opted out, in a protected namespace or with an odd opt-out label, and a Pod already terminating
     (its containers may still run; its Secrets and NetworkPolicy wait for a sweep that finds it gone).
     """
-    evidence, config, now = sweep.evidence, sweep.config, sweep.now
-    k8s = config.k8s
     facts: dict[str, object] = {"run": key}
     if key in sweep.guards:
         guard, facts["kept_by"] = sweep.guards[key]
@@ -384,6 +384,17 @@ def _run_row(key: str, members: list[K8sObject], sweep: _Sweep) -> tuple[str, di
     if any(pod.deleting for pod in pods):
         facts["terminating"] = [pod.name for pod in pods if pod.deleting]
         return "pod_terminating", facts
+    return evidence_row(key, members, sweep.evidence, sweep.config, sweep.now)
+
+
+def evidence_row(
+    key: str, members: list[K8sObject], evidence: Evidence, config: Settings, now: float
+) -> tuple[str, dict[str, object]]:
+    """Rows 1 to 8 of DESIGN.md section 5 for one run (``evidence`` cross-checked), and the evidence they used:
+    what the run's age, lease, run store, sidecar and step results say, whatever guards its objects carry."""
+    k8s = config.k8s
+    facts: dict[str, object] = {"run": key}
+    pods = [obj for obj in members if obj.kind == "Pod"]
     youngest = max(obj.created for obj in members)
     facts["youngest_age_s"] = now - youngest
     if now - youngest < k8s.min_age.total_seconds():
@@ -409,6 +420,51 @@ def _run_row(key: str, members: list[K8sObject], sweep: _Sweep) -> tuple[str, di
             facts["steps"] = pending
             return "results_not_durable", facts  # row 7
     return ORPHAN, facts  # row 8
+
+
+# What each row says of the run's owner (``reaper diff``): only row 8 is proof it is gone. A run too young for
+# its lease to count, or whose results are not proven durable, is unknown; a held lease, an active run or a
+# running results sidecar says it may be alive.
+ROW_LIVENESS = {
+    "min_age": Liveness.UNKNOWN,
+    "lease_held": Liveness.FRESH,
+    "lease_unknown": Liveness.UNKNOWN,
+    "lease_absent_run_active": Liveness.FRESH,
+    "store_unknown": Liveness.UNKNOWN,
+    "results_egress_in_progress": Liveness.FRESH,
+    "results_not_durable": Liveness.UNKNOWN,
+    ORPHAN: Liveness.STALE,
+}
+
+
+def liveness(
+    objects: Iterable[K8sObject], evidence: Evidence, config: Settings, now: float, holds: Mapping[str, tuple[str, ...]]
+) -> Iterator[tuple[K8sObject, Reading]]:
+    """What each object's liveness evidence says of its run's owner: its run's row (:func:`evidence_row`), as the
+    rules read it, whatever the selector, guards or modes. A Pod outside the run that uses it makes it fresh; a
+    run reaching row 8 in a cluster held by its budget (``holds``: cluster -> its verdict's holds) is unknown,
+    since a mass of absent leases is more likely a broken source than a broken fleet; no run label is unknown."""
+    label = config.k8s.run_label
+    runs: dict[tuple[str, str], list[K8sObject]] = defaultdict(list)
+    clusters: dict[str, list[K8sObject]] = defaultdict(list)
+    for obj in objects:
+        clusters[obj.cluster].append(obj)
+        if key := obj.labels.get(label):
+            runs[(obj.cluster, key)].append(obj)
+        else:
+            yield obj, Reading(Liveness.UNKNOWN, "run_label_missing", {"run_label": label})
+    evidence = msgspec.structs.replace(evidence, runs=cross_checked({k for _, k in runs}, evidence, config, now))
+    pods = {c: _PodIndex(o for o in members if o.kind == "Pod") for c, members in clusters.items()}
+    for (cluster, key), members in runs.items():
+        reason, facts = evidence_row(key, members, evidence, config, now)
+        state = ROW_LIVENESS[reason]
+        if reason == ORPHAN:
+            if user := _used_outside_run(key, members, pods[cluster], label):
+                state, reason, facts = Liveness.FRESH, "in_use_outside_run", {**facts, "used_by": user}
+            elif BUDGET_EXCEEDED in holds.get(cluster, ()):
+                state, reason = Liveness.UNKNOWN, BUDGET_EXCEEDED
+        for obj in members:
+            yield obj, Reading(state, reason, facts)
 
 
 def valid_attempt(label: str | None) -> bool:

@@ -128,7 +128,9 @@ SENTENCES: dict[str, Sentence] = {
     "opt_out": lambda ev, lim: f"opted out by its label{_kept_by(ev)}",
     "opt_out_malformed": lambda ev, lim: f"the opt-out label has an unexpected value, so it is kept{_kept_by(ev)}",
     "protected_scope": lambda ev, lim: "in a protected project or namespace",
-    "fresh": lambda ev, lim: "heartbeat is fresh",
+    "fresh": lambda ev, lim: (
+        f"{_heartbeat(ev)}{_limit(lim, 'quarantine', 'quarantine')}: fresh" if ev else "heartbeat is fresh"
+    ),
     "no_finding": lambda ev, lim: "no heartbeat label, younger than the maximum age",
     # Kubernetes rows (DESIGN.md section 5), decided per run
     "min_age": lambda ev, lim: (

@@ -24,7 +24,17 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from reaper.config import Mode, Settings, config_path
 from reaper.fence import NOT_ATTEMPTED, SendGuard
-from reaper.model import Action, Evidence, Override, Phase, Plan, QuotaUse, Resolved, ScopeListing, merge_use
+from reaper.model import (
+    Action,
+    Override,
+    Phase,
+    Plan,
+    QuotaUse,
+    Resolved,
+    ScopeListing,
+    SweepData,
+    merge_use,
+)
 from reaper.sweep.deletes import (
     STALE_PLAN,
     Fence,
@@ -107,13 +117,6 @@ class Shard(msgspec.Struct, frozen=True):
     token: str
     resolved: list[Resolved] = []
     quota: dict[str, QuotaUse] = {}
-
-
-class SweepData(msgspec.Struct, Generic[R], frozen=True):
-    """The file ``gather_evidence`` writes: everything the policy reads besides the config."""
-
-    resources: list[R]
-    evidence: Evidence
 
 
 class SweepInput(msgspec.Struct, frozen=True):
@@ -448,12 +451,13 @@ def gather_evidence(
     # MessagePack, not JSON: JSON has no NaN, and a non-finite value in the evidence means "unknown"
     # (an ambiguous writer, an odd lease expiry). Written as JSON null, it would not decode, or would
     # read as "no expiry": a lease held.
+    as_of = min(s.listed_at for s in shards)
     path = sweep.path("sweep-input.msgpack")
     path.parent.mkdir(parents=True, exist_ok=True)  # a cleared gather_evidence runs in a new execution's folder
-    path.write_bytes(msgspec.msgpack.encode(SweepData(resources, evidence)))
+    path.write_bytes(msgspec.msgpack.encode(SweepData(resources, evidence, as_of)))
     return SweepInput(
         path=str(path),
-        as_of=min(s.listed_at for s in shards),
+        as_of=as_of,
         tokens=sorted({s.token for s in shards} | {lease.token}),
         incomplete=incomplete,
         hygiene=dict(sum((Counter(s.hygiene) for s in shards), Counter())),

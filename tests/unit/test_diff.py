@@ -1,0 +1,134 @@
+"""The comparison behind ``reaper diff`` (``reaper.diff``): which decisions change, and which changes are dangerous."""
+
+from __future__ import annotations
+
+from reaper.config import Settings
+from reaper.diff import ConfigDiff, diff
+from reaper.model import Evidence, Liveness, Phase, Resource
+from tests.builders import NOW_DT, D, H, M, healthy, inst, leases, runs, sandbox, settings
+
+ENFORCE = {"rollout": {"gce": "enforcement", "k8s": "enforcement"}}
+
+
+def cfg(**overrides: object) -> Settings:
+    """A config in enforcement for both targets, with ``overrides`` merged into its sections."""
+    return settings(**{**ENFORCE, **overrides})
+
+
+def run_diff(
+    resources: list[Resource],
+    old: Settings,
+    new: Settings,
+    evidence: Evidence | None = None,
+    phase: Phase | None = None,
+) -> ConfigDiff:
+    evidence = evidence or Evidence(writer_health=healthy("p1"), leases=leases(), runs=runs())
+    return diff(resources, evidence, old, new, phase, NOW_DT)
+
+
+def changed(result: ConfigDiff) -> dict[str, tuple[str | None, str | None, bool]]:
+    """name -> (old action, new action, dangerous)."""
+    return {
+        c.resource.name: (c.old.action.value if c.old else None, c.new.action.value if c.new else None, c.dangerous)
+        for c in result.changes
+    }
+
+
+def test_identical_configs_change_nothing() -> None:
+    fleet = [inst("fresh", hb_age=5 * M), inst("stale", hb_age=5 * H), *sandbox("r1")]
+    assert run_diff(fleet, cfg(), cfg()).changes == []
+
+
+def test_a_shorter_quarantine_that_deletes_a_fresh_vm_is_dangerous() -> None:
+    fleet = [inst("fresh", hb_age=2 * H), inst("young", hb_age=5 * M), inst("stale", hb_age=5 * H)]
+    result = run_diff(fleet, cfg(), cfg(gce={"max_job_timeout": "30m", "slack": "30m"}))
+    assert changed(result) == {"fresh": ("keep", "delete", True)}
+    [change] = result.dangerous
+    # The old config read its heartbeat as fresh: that reading counts, though the new one calls it stale.
+    assert (change.liveness.state, change.liveness.reason, change.read_by) == (Liveness.FRESH, "fresh", "old")
+    assert change.new.reason == "heartbeat_stale"
+
+
+def test_enabling_a_rule_on_stale_vms_is_listed_but_not_dangerous() -> None:
+    fleet = [inst("fresh", hb_age=5 * M), inst("stale", hb_age=5 * H)]
+    result = run_diff(fleet, cfg(rules={"heartbeat_stale": "report"}), cfg())
+    assert changed(result) == {"stale": ("report", "delete", False)}
+    assert result.changes[0].widens and result.dangerous == []
+
+
+def test_deleting_an_unlabeled_vm_before_the_old_maximum_age_is_dangerous() -> None:
+    # No heartbeat and younger than the old unlabeled_max_age: no evidence either way, so it gates.
+    fleet = [inst("unlabeled", created_age=1 * D), inst("old-unlabeled", created_age=4 * D)]
+    result = run_diff(fleet, cfg(rules={"unlabeled_age": "report"}), cfg(gce={"unlabeled_max_age": "5h"}))
+    assert changed(result) == {"unlabeled": ("keep", "delete", True), "old-unlabeled": ("report", "delete", False)}
+    assert result.dangerous[0].liveness.reason == "no_finding"
+
+
+def test_keeping_more_is_listed_and_never_dangerous() -> None:
+    fleet = [inst("stale", hb_age=5 * H)]
+    result = run_diff(fleet, cfg(), cfg(gce={"protected_projects": ["p1"]}))
+    assert changed(result) == {"stale": ("delete", "keep", False)}
+    assert not result.changes[0].widens
+
+
+def test_a_resource_the_old_config_did_not_select_counts_as_kept() -> None:
+    fleet = [inst("other", hb_age=5 * M, selector=False, labels={"pool": "ci"})]
+    result = run_diff(
+        fleet, cfg(), cfg(gce={"selector": {"pool": "ci"}, "max_job_timeout": "1m", "slack": "1m"}), phase=None
+    )
+    assert changed(result) == {"other": (None, "delete", True)}
+
+
+def test_a_delete_the_cap_reports_still_counts_as_a_delete() -> None:
+    # The cap is a circuit breaker a manual max_deletions lifts: hiding a dangerous change behind it would not do.
+    fleet = [inst("fresh", hb_age=2 * H)]
+    new = cfg(gce={"max_job_timeout": "30m", "slack": "30m"}, max_deletions_per_sweep=0)
+    result = run_diff(fleet, cfg(), new)
+    assert changed(result) == {"fresh": ("keep", "report", True)}
+    assert result.new.capped == {"gce": 1} and result.changes[0].new.reason == "max_deletions_exceeded"
+
+
+def test_a_rollout_step_is_a_change_in_the_active_phase() -> None:
+    fleet = [inst("fresh", hb_age=5 * M), inst("stale", hb_age=5 * H)]
+    old = settings(rollout={"gce": "report-only"})
+    result = run_diff(fleet, old, cfg())
+    assert (result.old.phases["gce"], result.new.phases["gce"]) == (Phase.REPORT_ONLY, Phase.ENFORCEMENT)
+    assert changed(result) == {"stale": ("report", "delete", False)}
+    # Pinned to one phase, the same two configs decide alike.
+    assert run_diff(fleet, old, cfg(), phase=Phase.ENFORCEMENT).changes == []
+
+
+def test_each_target_is_evaluated_in_its_own_phase() -> None:
+    fleet = [inst("stale", hb_age=5 * H), *sandbox("r1")]
+    old = settings(rollout={"gce": "enforcement", "k8s": "report-only"})
+    new = settings(rollout={"gce": "report-only", "k8s": "enforcement"})
+    result = run_diff(fleet, old, new)
+    assert {c.target: (c.old.action.value, c.new.action.value) for c in result.changes} == {
+        "gce": ("delete", "report"),
+        "k8s": ("report", "delete"),
+    }
+    assert len(result.changes) == 5 and result.dangerous == []  # one VM, four objects of an orphaned run
+
+
+def test_a_shorter_min_age_that_deletes_a_young_run_is_dangerous() -> None:
+    # Too young for its lease to count under the old config: unknown, though the new one calls it an orphan.
+    objects = sandbox("r1", age=3 * M)
+    result = run_diff(objects, cfg(), cfg(k8s={"min_age": "1m"}), Evidence(leases=leases(), runs=runs()))
+    assert {c.dangerous for c in result.changes} == {True} and len(result.changes) == 4
+    assert {(c.liveness.state, c.liveness.reason, c.read_by) for c in result.changes} == {
+        (Liveness.UNKNOWN, "min_age", "old")
+    }
+
+
+def test_a_run_holding_its_lease_is_never_deleted_by_either_config() -> None:
+    # The lease is read first whatever the config: no config change deletes it, so nothing changes.
+    objects = sandbox("r1")
+    evidence = Evidence(leases=leases(["r1"]), runs=runs({"r1": "failed"}))
+    assert run_diff(objects, cfg(), cfg(k8s={"min_age": "1m"}), evidence).changes == []
+
+
+def test_dangerous_changes_come_first() -> None:
+    fleet = [inst("a-stale", hb_age=5 * H), inst("z-fresh", hb_age=2 * H)]
+    old = cfg(rules={"heartbeat_stale": "report"})
+    result = run_diff(fleet, old, cfg(gce={"max_job_timeout": "30m", "slack": "30m"}, budget={"min_stale": 3}))
+    assert [(c.resource.name, c.dangerous) for c in result.changes] == [("z-fresh", True), ("a-stale", False)]
