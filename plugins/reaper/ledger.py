@@ -188,6 +188,7 @@ class Ledger:
         self.records = db.get_collection(config.collection)
         self.sweeps = db.get_collection(config.sweeps_collection)
         self.locks = db.get_collection(config.locks_collection)
+        self.notices = db.get_collection(config.notices_collection)
         self.retention = int(config.retention.total_seconds())
 
     def ensure_indexes(self) -> None:
@@ -241,6 +242,41 @@ class Ledger:
         """One summary per execution: a cleared run adds its own, the first one stays."""
         key = {f: doc[f] for f in EXECUTION}
         self.sweeps.update_one(key, {"$set": {**doc, "at": datetime.now(UTC)}}, upsert=True)
+
+    # --- notifications (reaper.sweep.notify) ---------------------------------------------------
+
+    def deleted_between(self, target: str, since: float, until: float) -> list[dict[str, object]]:
+        """The ``deleted`` outcomes of ``target``'s sweeps written in [since, until) (unix seconds), oldest first.
+
+        Read once per digest window (docs/notifications.md), on the ``retention`` index.
+        """
+        query = {
+            "at": {"$gte": datetime.fromtimestamp(since, UTC), "$lt": datetime.fromtimestamp(until, UTC)},
+            "kind": "outcome",
+            "target": target,
+            "result": "deleted",
+        }
+        return list(self.records.find(query, {"_id": 0}, batch_size=ONE_BATCH).sort("at", 1))
+
+    def deciding(self, outcomes: Iterable[dict[str, object]]) -> dict[tuple[object, ...], dict[str, object]]:
+        """The delete decisions of these outcomes' resources, by the outcome's execution and uid.
+
+        One round trip by uid (``by_uid`` answers it whole), narrowed here to the outcomes' own executions.
+        """
+        wanted = {(*(o.get(f) for f in EXECUTION), o["uid"]) for o in outcomes}
+        if not wanted:
+            return {}
+        query = {"uid": {"$in": sorted({str(key[-1]) for key in wanted})}, "kind": "decision", "action": "delete"}
+        found = self.records.find(query, {"_id": 0}, batch_size=ONE_BATCH)
+        by_key = {(*(r.get(f) for f in EXECUTION), r["uid"]): r for r in found}
+        return {key: by_key[key] for key in wanted if key in by_key}
+
+    def notice_state(self, key: str) -> dict[str, object] | None:
+        """What the notification channel ``key`` was last told (None: never)."""
+        return self.notices.find_one({"_id": key}, {"_id": 0})
+
+    def save_notice_state(self, key: str, state: dict[str, object]) -> None:
+        self.notices.replace_one({"_id": key}, {**state, "at": datetime.now(UTC)}, upsert=True)
 
     # --- reads: the audit view and the demo ---------------------------------------------------
 
