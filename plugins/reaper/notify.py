@@ -61,11 +61,12 @@ class Row(msgspec.Struct, frozen=True):
 
 
 class Facts(msgspec.Struct, frozen=True):
-    """What one sweep gives its notices: which run it was, the scopes it swept, what it held, failed and deleted
-    (its own deletes: the digest of ``digest_every`` 0)."""
+    """What one sweep gives its notices: which run it was (``run`` for people, ``key``: its execution and lease),
+    the scopes it swept, what it held, failed and deleted (its own deletes: the digest of ``digest_every`` 0)."""
 
     target: str
     run: str
+    key: str
     swept: frozenset[str]
     held: tuple[Held, ...] = ()
     failed: tuple[Row, ...] = ()
@@ -94,13 +95,15 @@ class Told(msgspec.Struct, frozen=True):
 
 
 class ChannelState(msgspec.Struct, frozen=True):
-    """What one channel was told of one target: scopes told held and failing, and where its last digest ended
-    (None: it had none yet). Kept in the ledger (``ledger.notices_collection``), one document per channel and
-    target, so a retried ``record`` task does not tell again what its first try told."""
+    """What one channel was told of one target: scopes told held and failing, where its last digest window ended
+    (None: it had none yet), and the last sweep whose own deletes it was told (``Facts.key``). Kept in the ledger
+    (``ledger.notices_collection``), one document per channel and target, so a retried ``record`` task does not
+    tell again what its first try told."""
 
     held: tuple[Told, ...] = ()
     failing: tuple[Told, ...] = ()
     digested_until: float | None = None
+    digested_sweep: str = ""
 
 
 class Notice(msgspec.Struct, frozen=True):
@@ -112,15 +115,13 @@ class Notice(msgspec.Struct, frozen=True):
     held: tuple[Told, ...] | None = None
     failing: tuple[Told, ...] | None = None
     digested_until: float | None = None
+    digested_sweep: str | None = None
 
 
 def told(state: ChannelState, notice: Notice) -> ChannelState:
     """The channel's state after ``notice`` was sent."""
-    return ChannelState(
-        held=state.held if notice.held is None else notice.held,
-        failing=state.failing if notice.failing is None else notice.failing,
-        digested_until=state.digested_until if notice.digested_until is None else notice.digested_until,
-    )
+    changes = {f: getattr(notice, f) for f in ChannelState.__struct_fields__ if getattr(notice, f) is not None}
+    return msgspec.structs.replace(state, **changes)
 
 
 # --- what a sweep gives -------------------------------------------------------------------------
@@ -130,6 +131,7 @@ def facts(
     summary: Summary,
     target: str,
     run: str,
+    key: str,
     outcomes: Iterable[Mapping[str, object]],
     decisions: Mapping[tuple[object, ...], Mapping[str, object]],
     limits: Limits | None,
@@ -143,7 +145,7 @@ def facts(
             made = row(outcome, decisions.get(decision_key(outcome)), limits)
             (failed if outcome["result"] == FAILED else deleted).append(made)
     swept = frozenset(str(v["scope"]) for v in summary.scopes) | {EVERY_SCOPE}
-    return Facts(target, run, swept, held, tuple(sorted(failed, key=_order)), tuple(sorted(deleted, key=_order)))
+    return Facts(target, run, key, swept, held, tuple(sorted(failed, key=_order)), tuple(sorted(deleted, key=_order)))
 
 
 def held_scopes(summary: Summary, limits: Limits | None) -> tuple[Held, ...]:
@@ -237,7 +239,8 @@ def plan(
     if Event.FAILED in channel.events:
         notices += _failed(sweep, failing, now, remind, config.max_listed)
     quiet = msgspec.structs.replace(state, failing=failing)
-    if Event.DELETED in channel.events and deleted is not None:
+    own = deleted is not None and deleted.until is None
+    if Event.DELETED in channel.events and deleted is not None and not (own and state.digested_sweep == sweep.key):
         if deleted.total:
             notices.append(_digest(sweep, deleted))
         elif deleted.until is not None:
@@ -311,7 +314,10 @@ def _digest(sweep: Facts, deleted: Digest) -> Notice:
     lines.append("")
     lines += [f"- {r.scope} {r.what}: {r.why}" + (f" (deleted {r.at} UTC)" if r.at else "") for r in deleted.rows]
     lines += _more(deleted.total - len(deleted.rows), None)
-    return Notice(Event.DELETED, _subject(sweep, f"{n} deleted{span}"), "\n".join(lines), digested_until=deleted.until)
+    subject = _subject(sweep, f"{n} deleted{span}")
+    if deleted.until is None:
+        return Notice(Event.DELETED, subject, "\n".join(lines), digested_sweep=sweep.key)
+    return Notice(Event.DELETED, subject, "\n".join(lines), digested_until=deleted.until)
 
 
 def _more(left: int, by_scope: Counter[str] | None) -> list[str]:

@@ -26,7 +26,10 @@ BUDGET = Held("p1", ("budget_exceeded",), ("budget_exceeded: 3 of 4 valid heartb
 
 
 def facts(**fields: object) -> Facts:
-    return Facts(**{"target": "gce", "run": RUN, "swept": frozenset({"p1", "p2", notify.EVERY_SCOPE}), **fields})
+    swept = frozenset({"p1", "p2", notify.EVERY_SCOPE})
+    return Facts(
+        **{"target": "gce", "run": RUN, "key": "reaper_gce_enforcement/scheduled__1#0/tok", "swept": swept, **fields}
+    )
 
 
 def summary_of(resources: list, phase: Phase = Phase.ENFORCEMENT, cap: int = 500, **config: object) -> steps.Summary:
@@ -179,7 +182,9 @@ def test_a_sweeps_own_digest_names_its_run() -> None:
     deleted = notify.digest(["p1"], [Row("p1", "instance z/vm-1", "TERMINATED longer than the grace")], None)
     (notice,) = notify.plan(MAIL, facts(), ChannelState(), NOW, CONFIG, deleted)[1]
     assert notice.subject == "[reaper] gce: 1 resource deleted" and f"Sweep: {RUN}." in notice.text
-    assert notice.digested_until is None
+    state = notify.told(ChannelState(), notice)
+    assert (state.digested_until, state.digested_sweep) == (None, facts().key)
+    assert notify.plan(MAIL, facts(), state, NOW, CONFIG, deleted)[1] == []  # a retried record tells it once
 
 
 # --- as sent -------------------------------------------------------------------------------------

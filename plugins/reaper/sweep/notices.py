@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from reaper.sweep.steps import Summary, Sweep
 
 log = logging.getLogger(__name__)
+NOTHING: dict[str, object] = {"sent": 0, "failed": 0, "notices": []}  # what a sweep with nothing due records
 
 
 def send(
@@ -46,7 +47,8 @@ def send(
     outcomes = [o for o in recorded if o.get("result") in wanted]
     ids = sweep.ids
     run = f"{ids.dag_id} run {ids.run_id}, execution {ids.execution}, phase {sweep.phase.value}"
-    facts = notify.facts(summary, target, run, outcomes, ledger.deciding(outcomes), limits)
+    execution = f"{ids.holder}/{summary.plan.token}"  # one execution's own deletes are told once
+    facts = notify.facts(summary, target, run, execution, outcomes, ledger.deciding(outcomes), limits)
     now = time.time()
     windows: dict[tuple[float, float], notify.Digest] = {}
     states: dict[str, tuple[notify.ChannelState, notify.ChannelState]] = {}

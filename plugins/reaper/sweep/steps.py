@@ -786,11 +786,12 @@ def record(
     if summary is not None and sweep.config.notifications.channels and acts(sweep, summary):
         # After the deletes and the summary: a notice that fails is logged and counted, the sweep goes on.
         try:
-            doc["notifications"] = notices.send(sweep, summary, recorded, started)
+            told = notices.send(sweep, summary, recorded, started)
         except Exception as exc:
             log.warning("notices not sent: %s", error_for_log(exc))
-            doc["notifications"] = {"sent": 0, "failed": 0, "error": error_for_log(exc)}
-        ledger.summary(doc)
+            told = {"sent": 0, "failed": 0, "error": error_for_log(exc)}
+        if told != notices.NOTHING:  # a retry with nothing left to tell keeps its first try's record
+            ledger.summary({**doc, "notifications": told})
     if not completed:
         raise AirflowFailException(
             f"the sweep did not complete ({problem}); its summary and outcomes so far are in the ledger"
