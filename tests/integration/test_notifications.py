@@ -8,12 +8,15 @@ import email
 import html
 import json
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.message import Message
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from aiosmtpd.controller import Controller
@@ -123,16 +126,22 @@ def fleet() -> list[GceInstance]:
 
 
 def sweep(
-    tmp_path: Path, ledger: Ledger, run: str = "scheduled__1", events: list[str] | None = None, **notifications: object
+    tmp_path: Path,
+    ledger: Ledger,
+    run: str = "scheduled__1",
+    events: list[str] | None = None,
+    channels: list[dict[str, object]] | None = None,
+    **notifications: object,
 ) -> Sweep:
-    """A sweep of ``fleet()`` whose one channel mails ``OWNERS`` through ``CONN`` (``events``: all by default)."""
-    channel = {"kind": "smtp", "conn_id": CONN, "to": OWNERS, "from_email": "reaper@example.com"}
-    channel["events"] = events or ["held", "failed", "deleted"]
+    """A sweep of ``fleet()`` whose one channel mails ``OWNERS`` through ``CONN`` (``events``: all by default),
+    or with ``channels`` of its own."""
+    mail = {"kind": "smtp", "conn_id": CONN, "to": OWNERS, "from_email": "reaper@example.com"}
+    channels = channels or [{**mail, "events": events or ["held", "failed", "deleted"]}]
     config = settings(
         gce={"projects": ["p1", "p2"]},
         airflow={"sweep_store": f"file://{tmp_path}", "shards": 1, "lease_wait": "0s"},
         rollout={"gce": "enforcement"},
-        notifications={"channels": [channel], "digest_every": 0, "timeout": "5s", **notifications},
+        notifications={"channels": channels, "digest_every": 0, "timeout": "5s", **notifications},
     )
     made = Sweep(config, Fleet(config, fleet()), Phase.ENFORCEMENT, steps.Ids("reaper_gce_enforcement", run, 0))
     object.__setattr__(made, "_ledger", ledger)
@@ -247,3 +256,49 @@ def test_the_daily_digest_lists_what_the_last_window_deleted_once(tmp_path: Path
     assert "- p2 instance us-east1-b/vm-p2-gone: heartbeat 1 d old, quarantine 4 h" in body
     notices.send(s, planned.summary, [], None)
     assert len(smtp.mails) == 1
+
+
+class SlackApi(BaseHTTPRequestHandler):
+    """Slack as its clients see it: ``chat.postMessage`` answers ``{"ok": true}``, an Incoming Webhook ``ok``."""
+
+    posts: ClassVar[list[tuple[str, dict[str, object]]]] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.posts.append((self.path, body))
+        answer = b'{"ok": true}' if self.path.endswith("chat.postMessage") else b"ok"
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json" if answer.startswith(b"{") else "text/plain")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *args: object) -> None: ...
+
+
+def test_slack_and_its_webhooks_get_the_notice_as_a_code_block(tmp_path: Path, monkeypatch, ledger) -> None:  # type: ignore[no-untyped-def]
+    """SlackNotifier (an API token connection) and SlackWebhookNotifier, against a local server in Slack's place."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), SlackApi)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    api = {"conn_type": "slack", "password": "xoxb-test", "extra": {"base_url": f"{base}/api/"}}
+    hook = {"conn_type": "slackwebhook", "password": "T0/B0/secret", "host": f"{base}/services"}
+    monkeypatch.setenv("AIRFLOW_CONN_REAPER_SLACK", json.dumps(api))
+    monkeypatch.setenv("AIRFLOW_CONN_REAPER_HOOK", json.dumps(hook))
+    channels = [
+        {"kind": "slack", "conn_id": "reaper_slack", "channel": "#ci-owners", "events": ["held"]},
+        {"kind": "slack_webhook", "conn_id": "reaper_hook", "events": ["held"]},
+    ]
+    s = sweep(tmp_path, ledger, channels=channels)
+    try:
+        planned, branch, results, lease = run(s)
+        record(s, planned, branch, results, lease)
+    finally:
+        server.shutdown()
+    assert notified(ledger)["sent"] == 2
+    (api_path, posted), (hook_path, hooked) = sorted(SlackApi.posts, key=lambda p: p[0])
+    assert (api_path, posted["channel"], posted["unfurl_links"]) == ("/api/chat.postMessage", "#ci-owners", False)
+    assert hook_path == "/services/T0/B0/secret" and hooked["text"] == posted["text"]
+    text = str(posted["text"])
+    assert text.startswith("*[reaper] gce: deletes held in p1*\n```\n") and text.endswith("\n```")
+    assert "budget_exceeded: 3 of 4 valid heartbeats are stale" in text
