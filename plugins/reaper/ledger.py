@@ -20,7 +20,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
@@ -258,18 +258,18 @@ class Ledger:
         }
         return list(self.records.find(query, {"_id": 0}, batch_size=ONE_BATCH).sort("at", 1))
 
-    def deciding(self, outcomes: Iterable[dict[str, object]]) -> dict[tuple[object, ...], dict[str, object]]:
-        """The delete decisions of these outcomes' resources, by the outcome's execution and uid.
+    def deciding(self, outcomes: Sequence[Mapping[str, object]]) -> list[dict[str, object] | None]:
+        """The delete decision behind each of these outcomes, in their order (None: not in the ledger).
 
-        One round trip by uid (``by_uid`` answers it whole), narrowed here to the outcomes' own executions.
+        One round trip by uid (``by_uid`` answers it whole), narrowed here to each outcome's own execution: a
+        resource decided in several sweeps is told with the reason of the one that deleted it.
         """
-        wanted = {(*(o.get(f) for f in EXECUTION), o["uid"]) for o in outcomes}
-        if not wanted:
-            return {}
-        query = {"uid": {"$in": sorted({str(key[-1]) for key in wanted})}, "kind": "decision", "action": "delete"}
+        if not outcomes:
+            return []
+        query = {"uid": {"$in": sorted({str(o["uid"]) for o in outcomes})}, "kind": "decision", "action": "delete"}
         found = self.records.find(query, {"_id": 0}, batch_size=ONE_BATCH)
         by_key = {(*(r.get(f) for f in EXECUTION), r["uid"]): r for r in found}
-        return {key: by_key[key] for key in wanted if key in by_key}
+        return [by_key.get((*(o.get(f) for f in EXECUTION), o["uid"])) for o in outcomes]
 
     def notice_state(self, key: str) -> dict[str, object] | None:
         """What the notification channel ``key`` was last told (None: never)."""

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 EVERY_SCOPE = "(every scope)"  # the sweep-wide hold: the plan exceeded max_deletions_per_sweep
 DETAIL_CHARS = 300  # of an API's error text, per failed delete
-FAILED = "failed"  # the outcome a notice of failed deletes lists (the deleters' result)
+FAILED, DELETED = "failed", "deleted"  # the outcomes notices tell of (the deleters' results)
 
 
 class Event(StrEnum):
@@ -132,19 +132,17 @@ def facts(
     target: str,
     run: str,
     key: str,
-    outcomes: Iterable[Mapping[str, object]],
-    decisions: Mapping[tuple[object, ...], Mapping[str, object]],
+    outcomes: Iterable[tuple[Mapping[str, object], Mapping[str, object] | None]],
     limits: Limits | None,
 ) -> Facts:
-    """A sweep's facts from its summary, its outcome records and the delete decisions behind them
+    """A sweep's facts from its summary and its outcome records, each with the delete decision behind it
     (:meth:`reaper.ledger.Ledger.deciding`)."""
-    held = held_scopes(summary, limits)
     failed, deleted = [], []
-    for outcome in outcomes:
-        if outcome.get("result") in (FAILED, "deleted"):
-            made = row(outcome, decisions.get(decision_key(outcome)), limits)
-            (failed if outcome["result"] == FAILED else deleted).append(made)
+    for outcome, decision in outcomes:
+        if outcome.get("result") in (FAILED, DELETED):
+            (failed if outcome["result"] == FAILED else deleted).append(row(outcome, decision, limits))
     swept = frozenset(str(v["scope"]) for v in summary.scopes) | {EVERY_SCOPE}
+    held = held_scopes(summary, limits)
     return Facts(target, run, key, swept, held, tuple(sorted(failed, key=_order)), tuple(sorted(deleted, key=_order)))
 
 
@@ -175,11 +173,6 @@ def _problems(summary: Summary, scope: str, hold: str) -> str:
     """Why a listing was incomplete, as its scope's listing said (an API's words: redacted)."""
     problems = summary.incomplete.get(scope) if hold == "inventory_incomplete" else None
     return f" ({text_for_log('; '.join(problems))[:DETAIL_CHARS]})" if problems else ""
-
-
-def decision_key(record: Mapping[str, object]) -> tuple[object, ...]:
-    """What ties an outcome to its resource's decision: the execution and the uid (as ``Ledger.deciding`` keys)."""
-    return (record.get("dag_id"), record.get("run_id"), record.get("execution"), record.get("lease"), record["uid"])
 
 
 def row(outcome: Mapping[str, object], decision: Mapping[str, object] | None, limits: Limits | None) -> Row:

@@ -148,12 +148,15 @@ def sweep(
     return made
 
 
-def run(s: Sweep) -> tuple[steps.Planned, steps.Branch, list[steps.Deleted], steps.Lease]:
+def run(
+    s: Sweep, params: dict[str, object] | None = None
+) -> tuple[steps.Planned, steps.Branch, list[steps.Deleted], steps.Lease]:
     """resolve_scopes -> list_inventory -> gather_evidence -> evaluate_policy -> budget_check -> delete, as the
     DAG runs them; ``record`` is the caller's."""
-    setup = steps.resolve_scopes(s, {})
+    params = params or {}
+    setup = steps.resolve_scopes(s, params)
     shards = [steps.list_inventory(s, shard, i, setup.lease) for i, shard in enumerate(setup.shards)]
-    planned = steps.evaluate_policy(s, steps.gather_evidence(s, shards, setup.lease), {}, "sre", setup.lease)
+    planned = steps.evaluate_policy(s, steps.gather_evidence(s, shards, setup.lease), params, "sre", setup.lease)
     branch = steps.budget_check(planned.summary)
     return planned, branch, [steps.delete(s, b, setup.lease, None) for b in planned.batches], setup.lease
 
@@ -198,6 +201,13 @@ def test_a_sweep_mails_its_held_scope_its_failed_delete_and_its_digest_once(
     # A retried record: what the first try told is in the channel's state, so nothing is told twice.
     record(s, planned, branch, results, lease)
     assert len(smtp.mails) == 3 and notified(ledger)["sent"] == 3
+
+
+def test_a_dry_run_tells_nobody(tmp_path: Path, smtp: Mailbox, ledger) -> None:  # type: ignore[no-untyped-def]
+    s = sweep(tmp_path, ledger)
+    assert record(s, *run(s, {"dry_run": True}))["branch"] == steps.REPORT_ONLY
+    (summary,) = ledger.summaries()
+    assert smtp.mails == [] and "notifications" not in summary
 
 
 def test_a_refused_mail_fails_no_sweep_and_is_sent_by_the_next_one(tmp_path: Path, smtp: Mailbox, ledger) -> None:  # type: ignore[no-untyped-def]

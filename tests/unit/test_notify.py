@@ -4,8 +4,9 @@ told again, and what a notice never quotes. Sending is tested against a local SM
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
+import msgspec
 import pytest
 
 from reaper import notify
@@ -14,9 +15,11 @@ from reaper.model import Phase
 from reaper.notifiers import as_html, slack_text
 from reaper.notify import ChannelState, Event, Facts, Held, Row, Told
 from reaper.redact import text_for_log
-from reaper.report.reasons import Limits
+from reaper.report.reasons import Limits, explain_hold
 from reaper.sweep import steps
 from reaper.sweep.deletes import PlanRef
+from reaper.sweep.notices import time_left
+from reaper.sweep.targets import GceTarget
 from tests.builders import NOW, D, H, M, inst, plan, settings
 
 MAIL = NotifyChannel(kind="smtp", to=["owners@example.com"])
@@ -51,6 +54,45 @@ def test_a_budget_hold_is_a_held_scope_with_its_sides_in_words_and_the_deletes_i
     assert held.why == (
         "budget_exceeded: 3 of 4 valid heartbeats are stale, over the budget (over 50%, at least 3): "
         "more likely a broken writer than a broken fleet",
+    )
+
+
+@pytest.mark.parametrize(
+    ("hold", "verdict", "expected"),
+    [
+        (
+            "budget_exceeded",
+            {"managed_runs": 4, "orphaned_runs": 3},
+            "3 of 4 runs are orphans, over the budget (over 50%, at least 3): more likely a broken writer",
+        ),
+        (
+            "writer_unhealthy",
+            {"unhealthy_writers": [{"manager": "m1", "problem": "failing"}, {"manager": "m2", "problem": "stale"}]},
+            "a heartbeat writer of the project is failing or stale (m1: failing, m2: stale), stale after 30 min",
+        ),
+        (
+            "writer_health_unknown",
+            {"unknown_evidence": ["writer health answered no series at all"], "unhealthy_writers": []},
+            "the heartbeat writers' health is unknown: writer health answered no series at all",
+        ),
+        ("a_new_hold", {"token": "s3cr3t"}, "a_new_hold"),
+    ],
+)
+def test_a_scope_hold_in_words_from_its_verdict(hold: str, verdict: dict[str, object], expected: str) -> None:
+    assert explain_hold(hold, verdict, Limits.of(settings())).startswith(expected)
+
+
+def test_an_incomplete_listing_says_why_in_the_apis_words_without_credentials() -> None:
+    summary = summary_of([inst(project="p1", status="TERMINATED", stop_age=H)])
+    problems = {"p1": ["page 2: ServiceUnavailable: GET https://u:pw@compute.example/zones?pageToken=T"]}
+    summary = msgspec.structs.replace(summary, incomplete=problems)
+    summary = msgspec.structs.replace(
+        summary, scopes=[{**summary.scopes[0], "holds": ["inventory_incomplete"], "blocking": ["inventory_incomplete"]}]
+    )
+    (held,) = notify.held_scopes(summary, None)
+    assert held.why == (
+        "inventory_incomplete: the scope's listing was incomplete this sweep: nothing there is deleted "
+        "(page 2: ServiceUnavailable: GET https://***@compute.example/zones)",
     )
 
 
@@ -235,3 +277,12 @@ def test_a_channel_given_twice_and_a_reminder_every_sweep_are_refused() -> None:
     with pytest.raises(ConfigError) as error:
         parse_settings({"notifications": {"remind_after": "1m"}}, "x")
     assert "notifications.remind_after: expected at least 10m" in str(error.value)
+
+
+def test_notices_never_wait_into_the_end_of_the_run_they_are_sent_in() -> None:
+    """What the task writes after them (the channels' state, the summary: a ledger write each) must still fit."""
+    config = settings()
+    s = steps.Sweep(config, GceTarget(config), Phase.ENFORCEMENT, steps.Ids("reaper_gce_enforcement", "r", 0))
+    started = datetime.now(UTC) - config.run_timeout("gce") + timedelta(seconds=40)
+    assert 40 - 25 - 1 < time_left(s, started) <= 40 - 25  # 2 x ledger.timeout 10s + 5s
+    assert time_left(s, None) == float("inf")

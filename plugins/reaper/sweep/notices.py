@@ -43,12 +43,13 @@ def send(
     events = {e for c in channels for e in c.events}
     wanted = {notify.FAILED} if notify.Event.FAILED in events else set()
     if notify.Event.DELETED in events and not every:
-        wanted.add("deleted")
+        wanted.add(notify.DELETED)
     outcomes = [o for o in recorded if o.get("result") in wanted]
     ids = sweep.ids
     run = f"{ids.dag_id} run {ids.run_id}, execution {ids.execution}, phase {sweep.phase.value}"
     execution = f"{ids.holder}/{summary.plan.token}"  # one execution's own deletes are told once
-    facts = notify.facts(summary, target, run, execution, outcomes, ledger.deciding(outcomes), limits)
+    pairs = zip(outcomes, ledger.deciding(outcomes), strict=True)
+    facts = notify.facts(summary, target, run, execution, pairs, limits)
     now = time.time()
     windows: dict[tuple[float, float], notify.Digest] = {}
     states: dict[str, tuple[notify.ChannelState, notify.ChannelState]] = {}
@@ -69,7 +70,7 @@ def send(
         states[key] = (state, quiet)
         planned += [(key, channel, n) for n in notices]
     budget = min(config.timeout.total_seconds(), time_left(sweep, started))
-    if budget >= 1:
+    if not planned or budget >= 1:
         sent = send_all([(c, n) for _, c, n in planned], budget)
     else:
         why = "not sent: no time left before the run's timeout"
@@ -94,8 +95,7 @@ def window_digest(
     """The digest of what ``target``'s sweeps deleted in ``window``: all counted, the first ``listed`` named."""
     outcomes = ledger.deleted_between(target, *window)
     shown = outcomes[:listed]
-    decisions = ledger.deciding(shown)
-    rows = [notify.row(o, decisions.get(notify.decision_key(o)), limits) for o in shown]
+    rows = [notify.row(o, d, limits) for o, d in zip(shown, ledger.deciding(shown), strict=True)]
     return notify.digest((str(o.get("scope")) for o in outcomes), rows, window)
 
 
