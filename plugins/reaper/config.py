@@ -383,6 +383,9 @@ class LedgerConfig(_Section):
     collection: str = "ledger"
     sweeps_collection: str = "sweeps"
     locks_collection: str = "sweep_locks"
+    # Each resource's transitions (first seen, kept and why, reported, gone), and each DAG's last states.
+    transitions_collection: str = "transitions"
+    states_collection: str = "resource_states"
     notices_collection: str = "sweep_notices"  # what each notification channel was last told, per target
     retention: Duration = timedelta(days=400)  # at least the longest run timeout + rerun_window: Settings._margins
     # How old a run an operator may still clear or re-run: the ledger must still know what it sent and lifted.
