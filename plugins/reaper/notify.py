@@ -301,11 +301,11 @@ def _digest(sweep: Facts, deleted: Digest) -> Notice:
     if deleted.since is None or deleted.until is None:
         span, lines = "", [f"The reaper's {sweep.target} sweep deleted {n}.", f"Sweep: {sweep.run}."]
     else:
-        span = f" {when(deleted.since)} to {when(deleted.until)} UTC"
+        span = f" {when(deleted.since)} to {when(deleted.until)}"
         lines = [f"The reaper's {sweep.target} sweeps deleted {n} from{span}."]
     lines.append("By scope: " + ", ".join(f"{s} {c}" for s, c in deleted.by_scope.items()) + ".")
     lines.append("")
-    lines += [f"- {r.scope} {r.what}: {r.why}" + (f" (deleted {r.at} UTC)" if r.at else "") for r in deleted.rows]
+    lines += [f"- {r.scope} {r.what}: {r.why}" + (f" (deleted {r.at})" if r.at else "") for r in deleted.rows]
     lines += _more(deleted.total - len(deleted.rows), None)
     subject = _subject(sweep, f"{n} deleted{span}")
     if deleted.until is None:

@@ -202,13 +202,12 @@ def test_the_digest_window_is_the_last_whole_period_then_from_where_the_last_one
 
 
 def test_the_digest_names_the_first_max_listed_counts_all_by_scope_and_says_the_window() -> None:
-    rows = [
-        Row("p1", f"instance z/vm-{i}", "TERMINATED longer than the grace", at="2026-11-28 03:00:00") for i in range(2)
-    ]
+    why, at = "TERMINATED longer than the grace", "2026-11-28 03:00:00 UTC"
+    rows = [Row("p1", f"instance z/vm-{i}", why, at=at) for i in range(2)]
     window = (NOW - D, NOW)
     deleted = notify.digest(["p1", "p1", "p1", "p2"], rows, window)
     quiet, (notice,) = notify.plan(MAIL, facts(), ChannelState(), NOW, CONFIG, deleted)
-    assert notice.subject == "[reaper] gce: 4 resources deleted 2026-11-28 12:00:00 to 2026-11-29 12:00:00 UTC"
+    assert notice.subject == "[reaper] gce: 4 resources deleted 2026-11-28 12:00:00 UTC to 2026-11-29 12:00:00 UTC"
     assert "By scope: p1 3, p2 1." in notice.text
     assert "- p1 instance z/vm-1: TERMINATED longer than the grace (deleted 2026-11-28 03:00:00 UTC)" in notice.text
     assert "and 2 more: the reaper audit view lists them." in notice.text
