@@ -386,6 +386,7 @@ class LedgerConfig(_Section):
     # Each resource's transitions (first seen, kept and why, reported, gone), and each DAG's last states.
     transitions_collection: str = "transitions"
     states_collection: str = "resource_states"
+    notices_collection: str = "sweep_notices"  # what each notification channel was last told, per target
     retention: Duration = timedelta(days=400)  # at least the longest run timeout + rerun_window: Settings._margins
     # How old a run an operator may still clear or re-run: the ledger must still know what it sent and lifted.
     rerun_window: Annotated[Duration, _at_least(timedelta(days=1), "a run may be cleared at least the day it ran")] = (
@@ -409,6 +410,84 @@ class AlertsConfig(_Section):
 
     email: list[str] = []
     smtp_conn_id: str = "smtp_default"
+
+
+NOTIFY_EVENTS = ("held", "failed", "deleted")
+
+
+class NotifyChannel(_Section):
+    """One place owners are told, through Airflow's own notifier of ``kind`` and an Airflow connection.
+
+    ``smtp``: ``SmtpNotifier`` (apache-airflow-providers-smtp), mails ``to``. ``slack``: ``SlackNotifier``, posts
+    to ``channel`` with a Slack API token connection. ``slack_webhook``: ``SlackWebhookNotifier``, posts to the
+    channel its Incoming Webhook connection was made for. Credentials live in the connection, never here.
+    """
+
+    kind: Literal["smtp", "slack", "slack_webhook"]
+    # The Airflow connection; empty: the provider's default (smtp_default, slack_api_default, slack_default).
+    conn_id: str = ""
+    to: list[str] = []  # smtp only: the addresses mailed
+    from_email: str = ""  # smtp only; empty: the connection's from_email extra
+    channel: str = ""  # slack only: the channel posted to (#name or its id)
+    # What this channel is told: held (a scope's deletes are held), failed (deletes failed), deleted (the digest).
+    events: list[Literal["held", "failed", "deleted"]] = Field(list(NOTIFY_EVENTS), min_length=1)
+    targets: list[Literal["gce", "k8s"]] = Field(["gce", "k8s"], min_length=1)  # whose sweeps it hears of
+
+    @model_validator(mode="after")
+    def _addressed(self) -> NotifyChannel:
+        if self.kind == "smtp":
+            if not self.to:
+                raise ValueError("expected to, the addresses a kind smtp entry mails (name@domain), got none")
+            bad = [a for a in self.to if not re.fullmatch(r"[^@\s]+@[^@\s]+", a)]
+            if bad:
+                raise ValueError(f"expected mail addresses (name@domain) in to, got {bad}")
+        elif self.to or self.from_email:
+            raise ValueError(f"expected no to or from_email for kind {self.kind}: those are smtp's")
+        if self.kind == "slack" and not self.channel.strip():
+            raise ValueError("expected channel, the Slack channel a kind slack entry posts to (#name or its id)")
+        if self.kind != "slack" and self.channel:
+            why = "its webhook posts to the channel it was made for" if self.kind == "slack_webhook" else "it mails"
+            raise ValueError(f"expected no channel for kind {self.kind}: {why}")
+        return self
+
+    @property
+    def key(self) -> str:
+        """The channel as its notification state and the sweep summaries name it: kind, connection, recipients."""
+        return f"{self.kind}:{self.conn_id or 'default'}:{','.join(self.to) or self.channel}"
+
+
+class NotificationsConfig(_Section):
+    """Optional notices to resource owners (docs/notifications.md): off while ``channels`` is empty.
+
+    Sent by ``record`` after the deletes, only by sweeps whose deletes count (the active phase's, and a
+    confirmed run of another phase; never a dry run); a notice that fails is logged and counted in the
+    sweep's summary, and never fails the sweep or changes a decision.
+    """
+
+    channels: list[NotifyChannel] = []
+    # A scope that stays held (or whose deletes keep failing) is told again after this long; a change is told at once.
+    remind_after: Annotated[
+        Duration, _at_least(timedelta(minutes=10), "a hold lasting hours would otherwise be told every sweep")
+    ] = timedelta(hours=24)
+    # The deleted digest covers windows of this length, aligned to UTC (24h: UTC days), sent by the first sweep
+    # after each window ends; 0: each sweep's own deletes, after it.
+    digest_every: Schedule = timedelta(hours=24)
+    max_listed: int = Field(50, ge=1, le=1000)  # resources named per notice; the rest are counted by scope
+    # All of a sweep's notices together wait at most this long (and never past the run's timeout).
+    timeout: Timeout = timedelta(seconds=30)
+
+    @model_validator(mode="after")
+    def _once_each(self) -> NotificationsConfig:
+        first: dict[str, int] = {}
+        for i, channel in enumerate(self.channels):
+            if channel.key in first:
+                raise _CrossFieldError(
+                    ("notifications", "channels", str(i)),
+                    f"expected each channel once: the same kind, conn_id and recipients as notifications.channels."
+                    f"{first[channel.key]} (merge their events and targets)",
+                )
+            first[channel.key] = i
+        return self
 
 
 class RolloutConfig(_Section):
@@ -525,6 +604,7 @@ class Settings(_Section):
     metrics: MetricsConfig = MetricsConfig()
     rollout: RolloutConfig = RolloutConfig()
     cause_alerts: CauseAlertsConfig = CauseAlertsConfig()
+    notifications: NotificationsConfig = NotificationsConfig()
 
     @model_validator(mode="after")
     def _room_to_delete(self) -> Settings:

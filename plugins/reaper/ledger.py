@@ -20,7 +20,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
@@ -203,6 +203,7 @@ class Ledger:
         self.locks = db.get_collection(config.locks_collection)
         self.transitions = db.get_collection(config.transitions_collection)
         self.states = db.get_collection(config.states_collection)
+        self.notices = db.get_collection(config.notices_collection)
         self.retention = int(config.retention.total_seconds())
 
     def ensure_indexes(self) -> None:
@@ -298,6 +299,41 @@ class Ledger:
         """One summary per execution: a cleared run adds its own, the first one stays."""
         key = {f: doc[f] for f in EXECUTION}
         self.sweeps.update_one(key, {"$set": {**doc, "at": datetime.now(UTC)}}, upsert=True)
+
+    # --- notifications (reaper.sweep.notify) ---------------------------------------------------
+
+    def deleted_between(self, target: str, since: float, until: float) -> list[dict[str, object]]:
+        """The ``deleted`` outcomes of ``target``'s sweeps written in [since, until) (unix seconds), oldest first.
+
+        Read once per digest window (docs/notifications.md), on the ``retention`` index.
+        """
+        query = {
+            "at": {"$gte": datetime.fromtimestamp(since, UTC), "$lt": datetime.fromtimestamp(until, UTC)},
+            "kind": "outcome",
+            "target": target,
+            "result": "deleted",
+        }
+        return list(self.records.find(query, {"_id": 0}, batch_size=ONE_BATCH).sort("at", 1))
+
+    def deciding(self, outcomes: Sequence[Mapping[str, object]]) -> list[dict[str, object] | None]:
+        """The delete decision behind each of these outcomes, in their order (None: not in the ledger).
+
+        One round trip by uid (``by_uid`` answers it whole), narrowed here to each outcome's own execution: a
+        resource decided in several sweeps is told with the reason of the one that deleted it.
+        """
+        if not outcomes:
+            return []
+        query = {"uid": {"$in": sorted({str(o["uid"]) for o in outcomes})}, "kind": "decision", "action": "delete"}
+        found = self.records.find(query, {"_id": 0}, batch_size=ONE_BATCH)
+        by_key = {(*(r.get(f) for f in EXECUTION), r["uid"]): r for r in found}
+        return [by_key.get((*(o.get(f) for f in EXECUTION), o["uid"])) for o in outcomes]
+
+    def notice_state(self, key: str) -> dict[str, object] | None:
+        """What the notification channel ``key`` was last told (None: never)."""
+        return self.notices.find_one({"_id": key}, {"_id": 0})
+
+    def save_notice_state(self, key: str, state: dict[str, object]) -> None:
+        self.notices.replace_one({"_id": key}, {**state, "at": datetime.now(UTC)}, upsert=True)
 
     # --- reads: the audit view and the demo ---------------------------------------------------
 

@@ -6,6 +6,7 @@ in it must never reach a log line or an exception message the reaper writes.
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlsplit, urlunsplit
 
 
@@ -28,3 +29,13 @@ def error_for_log(exc: BaseException) -> str:
     """
     text = str(exc)
     return type(exc).__name__ if "://" in text or "@" in text else f"{type(exc).__name__}: {text}"
+
+
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+_USERINFO = re.compile(r"[^\s/@'\"]+:[^\s/@'\"]*@")
+
+
+def text_for_log(text: str) -> str:
+    """Free text (an API's error message) with every URL as :func:`url_for_log` gives it (no credentials, no
+    query) and any other ``user:password@`` masked: for text that leaves the reaper, such as a notice."""
+    return _USERINFO.sub("***@", _URL.sub(lambda m: url_for_log(m.group(0)), text))

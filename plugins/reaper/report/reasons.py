@@ -165,8 +165,12 @@ SENTENCES: dict[str, Sentence] = {
 }
 
 
-def explain(reason: str | None, evidence: Evidence | None, limits: Limits | None = None) -> str:
-    """The reason in words; an unknown code, or evidence a sentence cannot read, as the code and its facts."""
+def explain(reason: str | None, evidence: Evidence | None, limits: Limits | None = None, raw: bool = True) -> str:
+    """The reason in words; an unknown code, or evidence a sentence cannot read, as the code and its facts.
+
+    ``raw`` False: the code alone in that case, without the facts (a notice that leaves Airflow quotes no
+    evidence it was not written for: docs/notifications.md).
+    """
     ev = evidence or {}
     sentence = SENTENCES.get(reason or "")
     if sentence is not None:
@@ -174,5 +178,56 @@ def explain(reason: str | None, evidence: Evidence | None, limits: Limits | None
             return sentence(ev, limits)
         except (KeyError, TypeError, ValueError, AttributeError):
             pass  # evidence of an older or newer shape: the raw facts below say it all
-    facts = ", ".join(f"{k}={v}" for k, v in ev.items() if v not in (None, [], {}))
+    facts = ", ".join(f"{k}={v}" for k, v in ev.items() if v not in (None, [], {})) if raw else ""
     return f"{reason or 'no reason'}" + (f" ({facts})" if facts else "")
+
+
+def _budget(verdict: Evidence, lim: Limits | None) -> str:
+    """A scope's budget sides: S stale heartbeats of L (GCE), or orphaned runs of the managed ones (Kubernetes)."""
+    if "managed_runs" in verdict:
+        sides = f"{verdict.get('orphaned_runs')} of {verdict.get('managed_runs')} runs are orphans"
+    else:
+        sides = f"{verdict.get('stale')} of {verdict.get('labeled')} valid heartbeats are stale"
+    over = f" (over {lim.max_stale_fraction:.0%}, at least {lim.min_stale})" if lim else ""
+    return f"{sides}, over the budget{over}: more likely a broken writer than a broken fleet"
+
+
+def _writers(verdict: Evidence) -> str:
+    bad = verdict.get("unhealthy_writers")
+    if not isinstance(bad, list) or not bad:
+        return ""
+    return " (" + ", ".join(f"{w.get('manager')}: {w.get('problem')}" for w in bad if isinstance(w, dict)) + ")"
+
+
+def _unknown(verdict: Evidence) -> str:
+    unknown = verdict.get("unknown_evidence")
+    return f": {'; '.join(map(str, unknown))}" if isinstance(unknown, list) and unknown else ""
+
+
+# A hold of a whole scope in words, from the scope's verdict (``ScopeVerdict.as_dict``): the notices and any
+# reader of a verdict, where SENTENCES speaks of one resource held by it.
+SCOPE_HOLDS: dict[str, Sentence] = {
+    "budget_exceeded": _budget,
+    "writer_unhealthy": lambda v, lim: (
+        f"a heartbeat writer of the project is failing or stale{_writers(v)}"
+        + _limit(lim, "writer_stale_after", "stale after")
+    ),
+    "writer_health_unknown": lambda v, lim: f"the heartbeat writers' health is unknown{_unknown(v) or _writers(v)}",
+    "inventory_incomplete": lambda v, lim: SENTENCES["inventory_incomplete"](v, lim),
+    "protected_scope": lambda v, lim: "a protected project or namespace: nothing there is ever deleted",
+    "max_deletions_exceeded": lambda v, lim: (
+        f"the sweep planned {v.get('planned')} deletes, more than max_deletions_per_sweep ({v.get('cap')}): "
+        "nothing was deleted"
+    ),
+}
+
+
+def explain_hold(hold: str, verdict: Evidence, limits: Limits | None = None) -> str:
+    """A scope's hold in words; an unknown hold (a new one) as its code."""
+    sentence = SCOPE_HOLDS.get(hold)
+    if sentence is not None:
+        try:
+            return sentence(verdict, limits)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            pass  # a verdict of another shape: the code says what it is
+    return hold

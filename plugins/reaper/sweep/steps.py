@@ -35,6 +35,8 @@ from reaper.model import (
     SweepData,
     merge_use,
 )
+from reaper.redact import error_for_log
+from reaper.sweep import notices
 from reaper.sweep.deletes import (
     STALE_PLAN,
     Fence,
@@ -754,6 +756,9 @@ def record(
 
     A plan another execution made (a run cleared from a later task on: every clear takes the lease
     anew) is not this one's: its summary says so and fails, rather than file that plan as its own.
+
+    With ``notifications.channels`` configured, a sweep that :func:`acts` then tells the owners
+    (:func:`reaper.sweep.notices.send`) and adds what it sent to its summary; a notice that fails never fails it.
     """
     ids = sweep.under(lease)
     ledger = sweep.ledger()
@@ -767,7 +772,8 @@ def record(
     planned = batches if branch and branch.branch == DELETE else 0
     completed = summary is not None and branch is not None and len(results) >= planned
     problem = branch.why if foreign and branch else f"{len(results)} of {planned} delete batches ended"
-    outcomes = Counter(str(o["result"]) for o in ledger.outcomes(ids.fields()).values())
+    recorded = list(ledger.outcomes(ids.fields()).values())
+    outcomes = Counter(str(o["result"]) for o in recorded)
     facts = msgspec.to_builtins(summary) if summary is not None else {}
     if summary is not None:  # the API quotas this execution spent: its listing's and its delete tasks'
         facts["quota"] = msgspec.to_builtins(merge_use(summary.quota, *(r.quota for r in results)))
@@ -785,6 +791,15 @@ def record(
     if pushes:
         doc["metrics_push_failures"] = push_metrics(sweep, facts, dict(outcomes), completed, started)
     ledger.summary(doc)
+    if summary is not None and sweep.config.notifications.channels and acts(sweep, summary):
+        # After the deletes and the summary: a notice that fails is logged and counted, the sweep goes on.
+        try:
+            told = notices.send(sweep, summary, recorded, started)
+        except Exception as exc:
+            log.warning("notices not sent: %s", error_for_log(exc))
+            told = {"sent": 0, "failed": 0, "error": error_for_log(exc)}
+        if told != notices.NOTHING:  # a retry with nothing left to tell keeps its first try's record
+            ledger.summary({**doc, "notifications": told})
     if not completed:
         raise AirflowFailException(
             f"the sweep did not complete ({problem}); its summary and outcomes so far are in the ledger"
@@ -793,12 +808,18 @@ def record(
 
 
 def pushes_metrics(sweep: Sweep, summary: Summary | None) -> bool:
-    """Whether this sweep's metrics reach the Pushgateway: the active phase's and a confirmed run of another
-    phase's (:func:`phase_gate`: what it deletes must reach the alerts), never a dry run's.
+    """Whether this sweep's metrics reach the Pushgateway: a sweep that :func:`acts`.
 
     The alerts read these series: a what-if run of another phase, or a dry run, must not feed them.
     """
-    if not sweep.config.metrics.pushgateway_url or (summary is not None and summary.dry_run):
+    return bool(sweep.config.metrics.pushgateway_url) and acts(sweep, summary)
+
+
+def acts(sweep: Sweep, summary: Summary | None) -> bool:
+    """Whether this sweep is one whose deletes count: the active phase's, or a confirmed run of another phase
+    (:func:`phase_gate`: what it deletes must reach the alerts); never a dry run. Only such a sweep pushes its
+    metrics and tells the owners (:mod:`reaper.sweep.notices`)."""
+    if summary is not None and summary.dry_run:
         return False
     gate = summary.phase_gate if summary is not None else None  # no summary: the sweep failed before its plan
     return sweep.phase is sweep.target.active_phase or (gate is not None and bool(gate["confirmed"]))
