@@ -253,7 +253,7 @@ def _retire_stale(url: str, target: str, timeout: float, keep: Collection[str]) 
     try:
         return len(retire(url, target, timeout, keep=keep).failed)
     except Exception as exc:
-        _failed("listing of the groups to retire", url, exc)
+        _failed("retirement listing", url, exc)
         return 1  # no group could even be looked at
 
 
