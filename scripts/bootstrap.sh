@@ -19,6 +19,8 @@ fi
 # Prometheus: the writer-health source is tested against a real server; promtool checks the alert rules.
 command -v prometheus >/dev/null 2>&1 || missing+=("prometheus")
 command -v prometheus-pushgateway >/dev/null 2>&1 || missing+=("prometheus-pushgateway")
+# Alertmanager and amtool: the runbook's suggested route and recovery silence are tested against a real one.
+command -v amtool >/dev/null 2>&1 || missing+=("prometheus-alertmanager")
 # NATS with JetStream (lease source) and PostgreSQL (step-run store) are real servers in the tests.
 command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || missing+=("nats-server")
 command -v pg_ctlcluster >/dev/null 2>&1 || missing+=("postgresql")

@@ -9,22 +9,35 @@ for ``include/reaper.yaml`` (a test keeps the two equal).
 
 The reaper's series come from the active rollout phase's sweeps (and a run of another phase its
 trigger confirmed), grouped by target and scope (:mod:`reaper.metrics`): the alerts follow the active
-phase, and a what-if run of another phase, a dry run or a removed scope leaves nothing behind that pages.
+phase, and a what-if run of another phase, a dry run or a removed scope leaves nothing behind that pages:
+a removed scope's group the sweeps could not retire is stale once three sweeps went by without it, and
+every scope alert leaves it out (ReaperStaleScope names it instead). ReaperNotSweeping, once firing,
+stays so while the series it reads is gone (a Pushgateway restarted without persistence): the on-call
+never reads RESOLVED before a sweep has succeeded.
 """
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 
 import yaml
 
 from reaper.config import Settings
+from reaper.metrics import ALL, ATTEMPT, JOB
 from reaper.sweep.targets import TARGETS
 
 SWEEPS = 3  # missed sweeps before a sweep-time alert
 SLACK = timedelta(minutes=5)  # a push, a scrape and an evaluation late
 FLOOR = timedelta(minutes=15)  # never less: a restart of Airflow or a config deploy is no outage
 LAST_SUCCESS = "reaper_last_success_timestamp_seconds"
+NOT_SWEEPING = "ReaperNotSweeping"  # its expression reads its own state (ALERTS)
+# The Pushgateway's own stamp of each group's last push, labelled with the group's grouping key.
+PUSH_TIME = "push_time_seconds"
+# ReaperDeletionsFailing's second arm: deletions failing in this share of a window's sweeps (counted in the
+# window's minutes whose last sweep had failed deletes), the clean sweeps between them notwithstanding: two
+# sweeps of three failing for hours never kept the last sweep's failures up for 30m in a row.
+FAILING_WINDOW, FAILING_SHARE = timedelta(hours=3), 0.5
 PAGE, TICKET = "page", "ticket"
 REGEX_META = set("\\.+*?()|[]{}^$")
 
@@ -50,27 +63,60 @@ def _rule(
     return rule
 
 
+def _late(config: Settings, target: str) -> timedelta | None:
+    """Three missed sweeps of ``target``, counted from the end of its last complete sweep: four intervals,
+    plus the time a push, a scrape and an evaluation may take; None for a target triggered by hand only."""
+    schedule = TARGETS[target](config).schedule
+    return max(FLOOR, (SWEEPS + 1) * schedule + SLACK) if schedule else None
+
+
+def _held(config: Settings, target: str) -> timedelta:
+    """How long a scope's condition lasts before its ticket: three missed sweeps, 30m without a schedule."""
+    return _late(config, target) or timedelta(minutes=30)
+
+
+def _stale(target: str, wait: timedelta) -> str:
+    """The scope groups of ``target`` pushed ``wait`` or longer before its own group (``_all``, pushed by
+    every complete sweep of every scope): a scope no longer configured whose group the retirement could not
+    delete, or one whose pushes keep failing. Against the target's own push, so a dead reaper, whose groups
+    all age alike, makes none of them stale."""
+    of = f'job="{JOB}",target="{target}"'
+    return (
+        f'max by (target) ({PUSH_TIME}{{{of},scope="{ALL}"}}) - on (target) group_right '
+        f'max by (target, scope) ({PUSH_TIME}{{{of},scope!~"{ALL}|{ATTEMPT}"}}) >= {int(wait.total_seconds())}'
+    )
+
+
+def _fresh(expr: str, config: Settings, target: str) -> str:
+    """``expr``, by target and scope, without the stale scope groups: their last values are no news of the
+    scope, and ReaperStaleScope says why they stopped."""
+    return f"({expr}) unless on (target, scope) ({_stale(target, _held(config, target))})"
+
+
 def _per_target(config: Settings, target: str) -> list[dict[str, object]]:
     """The alerts on one target's sweeps, its series only: a disabled target's last values never page.
 
-    Counted from the end of the last complete sweep, "three missed sweeps" is four intervals, plus
-    the time a push, a scrape and an evaluation may take. A target triggered by hand only (schedule
-    0) has no sweep-time alert, and its other alerts are tickets: its last values stand until the
-    next manual run.
+    A target triggered by hand only (schedule 0) has no sweep-time alert, and its other alerts are
+    tickets: its last values stand until the next manual run. The scope alerts leave out the stale scope
+    groups (:func:`_fresh`).
     """
-    schedule = TARGETS[target](config).schedule
-    late = max(FLOOR, (SWEEPS + 1) * schedule + SLACK) if schedule else None
-    held = late or timedelta(minutes=30)
-    urgent = PAGE if schedule else TICKET
+    schedule, late, held = TARGETS[target](config).schedule, _late(config, target), _held(config, target)
+    urgent = PAGE if late else TICKET
     of = f'target="{target}"'
     rules = []
     if late:
+        w = prom_duration(late)
         rules += [
             _rule(
-                "ReaperNotSweeping",
-                f"time() - max by (target) ({LAST_SUCCESS}{{{of}}}) > {int(late.total_seconds())}",
+                NOT_SWEEPING,
+                # The last success seen within the wait, so a Pushgateway restarted without persistence (the
+                # series gone) does not hide a reaper already dead; once firing, it stays so while the series
+                # is absent (ALERTS: its own state), and resolves only when a completed sweep's success arrives.
+                f"time() - max by (target) (last_over_time({LAST_SUCCESS}{{{of}}}[{w}])) > {int(late.total_seconds())} "
+                f"or (absent({LAST_SUCCESS}{{{of}}}) and on (target) "
+                f'ALERTS{{alertname="{NOT_SWEEPING}",alertstate="firing",{of}}})',
                 PAGE,
-                f"The {target} reaper's active phase has not completed a sweep for {prom_duration(late)}",
+                f"The {target} reaper's active phase has not completed a sweep for {w}",
                 target=target,
             ),
             _rule(
@@ -83,10 +129,15 @@ def _per_target(config: Settings, target: str) -> list[dict[str, object]]:
                 target,
             ),
         ]
+    failed, window = f'reaper_last_sweep_deletions{{{of},outcome="failed"}}', prom_duration(FAILING_WINDOW)
     rules += [
         _rule(
             "ReaperBudgetHold",
-            f'max by (target, scope) (reaper_scope_hold{{{of},hold="budget_exceeded",blocks_deletes="true"}}) == 1',
+            _fresh(
+                f'max by (target, scope) (reaper_scope_hold{{{of},hold="budget_exceeded",blocks_deletes="true"}}) == 1',
+                config,
+                target,
+            ),
             # Kubernetes sandboxes are cheap to keep and a few cancelled runs trip a small cluster's budget.
             urgent if target == "gce" else TICKET,
             "Reaper budget hold in {{ $labels.scope }}: most of it went stale at once, nothing stale is deleted there",
@@ -101,7 +152,9 @@ def _per_target(config: Settings, target: str) -> list[dict[str, object]]:
         ),
         _rule(
             "ReaperInventoryIncomplete",
-            f'max by (target, scope) (reaper_scope_hold{{{of},hold="inventory_incomplete"}}) == 1',
+            _fresh(
+                f'max by (target, scope) (reaper_scope_hold{{{of},hold="inventory_incomplete"}}) == 1', config, target
+            ),
             TICKET,
             "The reaper cannot list {{ $labels.scope }} completely: nothing is deleted there",
             held,
@@ -118,15 +171,17 @@ def _per_target(config: Settings, target: str) -> list[dict[str, object]]:
         ),
         _rule(
             "ReaperDeletionsFailing",
-            f'max by (target) (reaper_last_sweep_deletions{{{of},outcome="failed"}}) > 0',
+            f"max by (target) ({failed}) > 0 or sum_over_time((max by (target) ({failed}) > bool 0)[{window}:1m]) "
+            f">= {int(FAILING_WINDOW * FAILING_SHARE / timedelta(minutes=1))}",
             TICKET,
-            f"The {target} reaper's deletions have been failing for 30m",
+            f"The {target} reaper's deletions have been failing for 30m, or in {FAILING_SHARE:.0%} or more of "
+            f"its sweeps over {window}",
             timedelta(minutes=30),
             target,
         ),
         _rule(
             "ReaperOrphansHeld",
-            f"max by (target, scope) (reaper_last_sweep_held_orphans{{{of}}}) > 0",
+            _fresh(f"max by (target, scope) (reaper_last_sweep_held_orphans{{{of}}}) > 0", config, target),
             TICKET,
             "Orphans the active phase would delete have been held in {{ $labels.scope }} for 2h",
             timedelta(hours=2),
@@ -140,12 +195,31 @@ def _per_target(config: Settings, target: str) -> list[dict[str, object]]:
             timedelta(minutes=30),
             target,
         ),
+        _rule(
+            "ReaperMetricsRetireFailing",
+            f"max by (target) (reaper_last_sweep_retire_failures{{{of}}}) > 0",
+            TICKET,
+            f"The {target} reaper has failed for 30m to delete the metric groups of scopes it no longer sweeps: "
+            "their last values stand (ReaperStaleScope names them)",
+            timedelta(minutes=30),
+            target,
+        ),
+        _rule(
+            "ReaperStaleScope",
+            _stale(target, held),
+            TICKET,
+            "The reaper's metrics of {{ $labels.scope }} are {{ $value | humanizeDuration }} older than its last "
+            "complete sweep: the scope is no longer swept, or its pushes fail; its alerts are muted",
+            target=target,
+        ),
     ]
     if target == "gce":
         rules.append(
             _rule(
                 "ReaperThrottled",
-                'max by (target, scope) (reaper_last_sweep_throttled_answers{target="gce"}) > 0',
+                _fresh(
+                    'max by (target, scope) (reaper_last_sweep_throttled_answers{target="gce"}) > 0', config, target
+                ),
                 TICKET,
                 "The reaper met {{ $labels.scope }}'s rate quotas used up in consecutive sweeps: raise the quota "
                 "or lower gce.quota.share",
@@ -158,8 +232,12 @@ def _per_target(config: Settings, target: str) -> list[dict[str, object]]:
         rules.append(
             _rule(
                 "ReaperWriterHold",
-                'max by (target, scope, hold) (reaper_scope_hold{target="gce",'
-                'hold=~"writer_unhealthy|writer_health_unknown",blocks_deletes="true"}) == 1',
+                _fresh(
+                    'max by (target, scope, hold) (reaper_scope_hold{target="gce",'
+                    'hold=~"writer_unhealthy|writer_health_unknown",blocks_deletes="true"}) == 1',
+                    config,
+                    target,
+                ),
                 TICKET,
                 "Heartbeat deletes in {{ $labels.scope }} are held by writer health ({{ $labels.hold }})",
                 held,
@@ -236,14 +314,16 @@ def _causes(config: Settings) -> list[dict[str, object]]:
     causes = config.cause_alerts
     if not causes.enabled:
         return []
-    managers = _matchers(causes.runner_managers)
+    managers, pods = _matchers(causes.runner_managers), _matchers(causes.manager_pods)
     window = prom_duration(causes.crash_loop_window)
     crash_loop = _rule(
         "RunnerManagerCrashLooping",
-        f"increase({RESTARTS}{{{managers}}}[{window}]) >= {causes.crash_loop_restarts}",
+        # A runner-managers cluster runs other pods too (a logging agent): only the managers' containers.
+        f"increase({RESTARTS}{{{managers},{pods}}}[{window}]) >= {causes.crash_loop_restarts}",
         PAGE,
-        "Runner manager {{ $labels.namespace }}/{{ $labels.pod }} ({{ $labels.container }}) restarted "
-        f"{causes.crash_loop_restarts} times or more in {window}: each restart can abandon the machines it tracked",
+        "Runner manager {{ $labels.namespace }}/{{ $labels.pod }} (container {{ $labels.container }}) restarted "
+        f"{causes.crash_loop_restarts} times or more in {window}: each restart fails the jobs it ran and can "
+        "abandon the machines it tracked",
     )
     sli = causes.machine_creation
     by = ", ".join(sli.group_by)
@@ -260,9 +340,14 @@ def _causes(config: Settings) -> list[dict[str, object]]:
     for arm, burn, severity in (("fast", sli.fast, PAGE), ("slow", sli.slow, TICKET)):
         threshold = f"{burn.burn_rate * budget:.6g}"
         where = " ".join(f"{label} {{{{ $labels.{label} }}}}" for label in sli.group_by)
+        # The floor: a shard that attempted fewer creations over the window than one failure alone takes
+        # above the threshold (7 an hour for 14.4 x a 1% budget) has no ratio worth an alert yet.
+        floor = math.ceil(round(1 / float(threshold), 6))
+        attempts = f"sum by ({by}) (increase({ACTIONS}{{{managers},{CREATION}}}[{prom_duration(burn.window)}]))"
         rule = _rule(
             "MachineCreationBudgetBurn",
-            f"({ratio(burn.window)} > {threshold}) and ({ratio(burn.window / 12)} > {threshold})",
+            f"({ratio(burn.window)} > {threshold}) and ({ratio(burn.window / 12)} > {threshold}) "
+            f"and ({attempts} >= {floor})",
             severity,
             f"Machine creation in {where} fails {burn.burn_rate:g}x its error budget ({budget:.6g} of creations) "
             f"over {prom_duration(burn.window)} and {prom_duration(burn.window / 12)}",
@@ -284,8 +369,12 @@ def _residual_groups(config: Settings) -> list[dict[str, object]]:
     return [
         _rule(
             "ReaperResidualGroup",
-            'sum by (target, scope) (reaper_last_sweep_decisions{target="gce",rule="residual_group",'
-            'action="report"}) > 0',
+            _fresh(
+                'sum by (target, scope) (reaper_last_sweep_decisions{target="gce",rule="residual_group",'
+                'action="report"}) > 0',
+                config,
+                "gce",
+            ),
             TICKET,
             "{{ $value }} fleeting instance group(s) in {{ $labels.scope }} hold instances while their manager "
             f"has reported no writer health for over {prom_duration(gce.quarantine)}",

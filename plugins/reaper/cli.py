@@ -200,13 +200,19 @@ def _metrics_retire(args: argparse.Namespace, out: TextIO) -> int:
         print("reaper: metrics.pushgateway_url is empty in the config: no Pushgateway to retire from", file=sys.stderr)
         return 2
     try:
-        gone = retire(url, args.target, config.metrics.timeout.total_seconds(), scopes=args.scope)
+        retired = retire(url, args.target, config.metrics.timeout.total_seconds(), scopes=args.scope)
     except OSError as exc:
         print(f"reaper: the Pushgateway did not answer: {error_for_log(exc)}", file=sys.stderr)
         return 1
-    for labels in gone:
-        out.write(" ".join(f"{k}={v}" for k, v in sorted(labels.items())) + "\n")
-    return 0
+    for labels in retired.gone:
+        out.write(_grouping(labels) + "\n")
+    for labels in retired.failed:  # the error is in the log line above
+        print(f"reaper: could not delete the group {_grouping(labels)}", file=sys.stderr)
+    return 1 if retired.failed else 0
+
+
+def _grouping(labels: dict[str, str]) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(labels.items()))
 
 
 class Inputs(NamedTuple):

@@ -581,11 +581,18 @@ class CauseAlertsConfig(_Section):
     """The runner managers' cause alerts (seed 004): crash loops and the machine_creation SLI.
 
     ``runner_managers`` is the one selector of the managers' series, label name -> regex, applied to
-    kube-state-metrics' restart counter and to the runners' own metrics alike.
+    kube-state-metrics' restart counter and to the runners' own metrics alike; ``manager_pods`` narrows
+    the restart counter, which has every pod of those clusters, to the managers' own containers.
     """
 
     enabled: bool = True
     runner_managers: Matchers = {"cluster": "runner-managers-.*"}
+    # The gitlab-runner chart names the manager's container after its release (`gitlab-runner`,
+    # `<release>-gitlab-runner`); the simulated managers' is `runner`.
+    manager_pods: Matchers = {"container": ".*runner"}
+    """The runner managers' containers among the pods `runner_managers` selects: kube-state-metrics' labels
+    (`namespace`, `pod`, `container`) to a PromQL regex, all must match. A logging agent or any other pod
+    in the same cluster does not raise `RunnerManagerCrashLooping`."""
     crash_loop_restarts: int = Field(3, ge=1)
     crash_loop_window: Annotated[
         Duration, _at_least(timedelta(minutes=1), "a restart counts only with two scrapes within it")

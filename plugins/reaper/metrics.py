@@ -10,12 +10,14 @@ dry run pushes nothing, and a sweep of some scopes only (the
 - ``{target, scope}``: one per swept scope: the census (fleeting groups too), findings, decisions,
   holds, held orphans;
 - ``{target, scope="_all"}``: a completed sweep of every scope: last success, deletions by outcome,
-  the global cap, failed pushes;
+  the global cap, failed pushes, failed retirements;
 - ``{target, scope="_attempt"}``: every sweep that pushes: when it ended and how long it took.
 
 Every value is the last sweep's (a gauge), not a running total. Groups of scopes no longer
 configured, and of the DAG-grouped layout before this one, are retired by the next full sweep
-(:func:`retire`; ``reaper metrics-retire`` does it by hand, e.g. for a disabled target).
+(:func:`retire`; ``reaper metrics-retire`` does it by hand, e.g. for a disabled target); a group it
+could not delete keeps its last values, so the sweep counts it in its own group
+(``reaper_last_sweep_retire_failures``) and the alerts mute it once it is stale (:mod:`reaper.alert_rules`).
 Metrics are observability, not data: a failed push is logged and counted, never fails a sweep.
 """
 
@@ -26,6 +28,7 @@ import logging
 import urllib.request
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
+from functools import partial
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -38,7 +41,7 @@ log = logging.getLogger(__name__)
 JOB = "reaper"
 ALL, ATTEMPT = "_all", "_attempt"  # the target-wide groups' scope label
 CAPPED = "max_deletions_exceeded"  # the reason of a delete the global cap turned into a report
-PUSH_FAILURES = 0  # pushes that failed in this process; logged with each failure
+PUSH_FAILURES = 0  # Pushgateway calls that failed in this process; logged with each failure
 
 
 class _Static(Collector):
@@ -172,7 +175,7 @@ def scope_metrics(sweep: Sweep, scope: str) -> list[Metric]:
     return metrics
 
 
-def target_metrics(sweep: Sweep, push_failures: int) -> list[Metric]:
+def target_metrics(sweep: Sweep, push_failures: int, retire_failures: int) -> list[Metric]:
     """The target-wide results of a completed sweep of every scope."""
     target = sweep.target
     capped = (sweep.summary.get("capped") or {}).get(target)  # type: ignore[union-attr]
@@ -201,6 +204,13 @@ def target_metrics(sweep: Sweep, push_failures: int) -> list[Metric]:
             ["target"],
             [([target], float(push_failures))],
         ),
+        _gauge(
+            "reaper_last_sweep_retire_failures",
+            "Calls of the last sweep's retirement of groups nothing pushes any more that failed (listing the "
+            "groups counts one, each group it could not delete one): those groups' last values stand.",
+            ["target"],
+            [([target], float(retire_failures))],
+        ),
     ]
 
 
@@ -222,17 +232,37 @@ def attempt_metrics(sweep: Sweep) -> list[Metric]:
 
 
 def push_sweep(url: str, sweep: Sweep, timeout: float, configured: Collection[str]) -> int:
-    """Push one sweep's groups; returns how many pushes failed. A full sweep retires stale groups."""
+    """Push one sweep's groups; returns how many of its Pushgateway calls failed. A full sweep retires
+    stale groups first."""
     scopes = [str(v["scope"]) for v in sweep.summary.get("scopes", [])] if sweep.completed else []  # type: ignore[union-attr]
     went = [_push(url, sweep.target, s, scope_metrics(sweep, s), timeout) for s in scopes]  # one per call
-    if sweep.completed and sweep.full:
-        went.append(_push(url, sweep.target, ALL, target_metrics(sweep, went.count(False)), timeout))
-        went.append(_attempt(lambda: retire(url, sweep.target, timeout, keep=configured), url))
+    retire_failures = 0
+    if sweep.completed and sweep.full:  # retired first: the sweep's own group says how that went
+        retire_failures = _retire_stale(url, sweep.target, timeout, configured)
+        metrics = target_metrics(sweep, went.count(False), retire_failures)
+        went.append(_push(url, sweep.target, ALL, metrics, timeout))
     went.append(_push(url, sweep.target, ATTEMPT, attempt_metrics(sweep), timeout))
     if not any(went):
         # Nothing of this sweep arrived, not even the count of failed pushes: ReaperNotSweeping will fire.
         log.error("every metrics push of this %s sweep to %s failed", sweep.target, url_for_log(url))
-    return went.count(False)
+    return went.count(False) + retire_failures
+
+
+def _retire_stale(url: str, target: str, timeout: float, keep: Collection[str]) -> int:
+    """Retire the groups of scopes no longer configured; how many of its calls failed (logged and counted)."""
+    try:
+        return len(retire(url, target, timeout, keep=keep).failed)
+    except Exception as exc:
+        _failed("retirement listing", url, exc)
+        return 1  # no group could even be looked at
+
+
+@dataclass(frozen=True)
+class Retired:
+    """What a retirement did: the grouping keys it deleted, and those it could not delete (each logged)."""
+
+    gone: list[dict[str, str]]
+    failed: list[dict[str, str]]
 
 
 def retire(
@@ -241,17 +271,17 @@ def retire(
     timeout: float,
     keep: Collection[str] | None = None,
     scopes: Collection[str] | None = None,
-) -> list[dict[str, str]]:
-    """Delete the target's groups that nothing pushes any more; returns their grouping keys.
+) -> Retired:
+    """Delete the target's groups that nothing pushes any more, each one tried even when another failed.
 
     ``keep``: the configured scopes (a full sweep retires every other scope's group); ``scopes``:
     only these scopes' groups (by hand). Neither: every group of the target, as when it is
     disabled. The groups of the DAG-grouped layout before this one (a ``dag_id`` label) go too,
-    unless only some scopes are named.
+    unless only some scopes are named. A listing that fails raises.
     """
     with urllib.request.urlopen(f"{url.rstrip('/')}/api/v1/metrics", timeout=timeout) as answer:
         groups = json.load(answer).get("data") or []
-    gone = []
+    gone, failed = [], []
     for group in groups:
         labels = dict(group.get("labels") or {})
         if labels.pop("job", None) != JOB:
@@ -263,9 +293,9 @@ def retire(
             doomed = labels.get("target") == target and (scopes is None or scope in scopes)
             doomed = doomed and (keep is None or scope not in {*keep, ALL, ATTEMPT})
         if doomed:
-            delete_from_gateway(url, job=JOB, grouping_key=labels, timeout=timeout)
-            gone.append(labels)
-    return gone
+            delete = partial(delete_from_gateway, url, job=JOB, grouping_key=labels, timeout=timeout)
+            (gone if _attempt(delete, url, f"retirement of group {labels}") else failed).append(labels)
+    return Retired(gone, failed)
 
 
 def _push(url: str, target: str, scope: str, metrics: list[Metric], timeout: float) -> bool:
@@ -273,17 +303,23 @@ def _push(url: str, target: str, scope: str, metrics: list[Metric], timeout: flo
     registry.register(_Static(metrics))
     grouping = {"target": target, "scope": scope}
     return _attempt(
-        lambda: push_to_gateway(url, job=JOB, grouping_key=grouping, registry=registry, timeout=timeout), url
+        lambda: push_to_gateway(url, job=JOB, grouping_key=grouping, registry=registry, timeout=timeout),
+        url,
+        "push",
     )
 
 
-def _attempt(call, url: str) -> bool:  # type: ignore[no-untyped-def]
+def _attempt(call, url: str, what: str) -> bool:  # type: ignore[no-untyped-def]
     """Run one Pushgateway call; False, logged and counted, when it failed (observability only)."""
-    global PUSH_FAILURES
     try:
         call()
     except Exception as exc:
-        PUSH_FAILURES += 1
-        log.warning("metrics push to %s failed (%d so far): %s", url_for_log(url), PUSH_FAILURES, error_for_log(exc))
+        _failed(what, url, exc)
         return False
     return True
+
+
+def _failed(what: str, url: str, exc: Exception) -> None:
+    global PUSH_FAILURES
+    PUSH_FAILURES += 1
+    log.warning("metrics %s to %s failed (%d so far): %s", what, url_for_log(url), PUSH_FAILURES, error_for_log(exc))

@@ -13,6 +13,7 @@ import requests
 from prometheus_client import CollectorRegistry, Gauge, push_to_gateway
 
 from include.emulators.http import free_port
+from reaper import metrics
 from reaper.cli import main
 from reaper.metrics import Sweep, push_sweep, retire
 from reaper.model import Phase
@@ -79,6 +80,7 @@ def test_a_sweep_pushes_per_target_and_scope_groups_of_last_sweep_gauges(pushgat
     assert _value(lines, "reaper_last_sweep_deletions", **everything, outcome="failed") == 0
     assert _value(lines, "reaper_last_sweep_capped", **everything) == 0
     assert _value(lines, "reaper_last_sweep_push_failures", **everything) == 0
+    assert _value(lines, "reaper_last_sweep_retire_failures", **everything) == 0
     attempt = {"target": "gce", "scope": "_attempt"}
     assert _value(lines, "reaper_last_sweep_duration_seconds", **attempt) == 42
     assert _value(lines, "reaper_last_attempt_timestamp_seconds", **attempt) == 1.8e9
@@ -145,7 +147,7 @@ def test_metrics_retire_deletes_a_disabled_targets_groups_by_hand(pushgateway, t
     assert out.getvalue() == "scope=p2 target=gce\n"
     assert main(["metrics-retire", "--config", str(config), "--target", "gce"], out) == 0
     assert not any(dict(g).get("target") == "gce" for g in _groups(pushgateway.url))
-    assert retire(pushgateway.url, "gce", 5) == []
+    assert retire(pushgateway.url, "gce", 5).gone == []
 
 
 def test_metrics_retire_without_a_pushgateway_is_a_clear_error(tmp_path, capsys) -> None:
@@ -162,3 +164,50 @@ def test_a_failed_push_is_counted_not_raised(completed: bool, caplog) -> None:
     assert push_sweep(url, _sweep(completed=completed), 1, ["p1", "p2"]) == (5 if completed else 1)
     # Not even the count of failed pushes arrived: the log says so, at ERROR.
     assert [r.levelname for r in caplog.records if "every metrics push" in r.getMessage()] == ["ERROR"]
+
+
+def test_a_group_the_retirement_cannot_delete_is_counted_in_the_sweeps_own_group(pushgateway, monkeypatch) -> None:
+    """Issue 25.7: a removed project's group that stays pages on its last values; the sweep says so in _all
+    (ReaperMetricsRetireFailing), and tries every other group all the same."""
+    for scope in ("gone-a", "gone-b"):
+        _group(pushgateway.url, {"target": "gce", "scope": scope})
+    real = metrics.delete_from_gateway
+
+    def refuse_gone_a(url: str, job: str, grouping_key: dict[str, str], timeout: float) -> None:
+        if grouping_key.get("scope") == "gone-a":
+            raise OSError("HTTP Error 405: Method Not Allowed")  # a proxy in front that refuses DELETE
+        real(url, job=job, grouping_key=grouping_key, timeout=timeout)
+
+    monkeypatch.setattr(metrics, "delete_from_gateway", refuse_gone_a)
+    assert push_sweep(pushgateway.url, _sweep(), 5, ["p1", "p2"]) == 1
+    groups = _groups(pushgateway.url)
+    assert (("scope", "gone-a"), ("target", "gce")) in groups and (("scope", "gone-b"), ("target", "gce")) not in groups
+    assert _value(_lines(pushgateway.url), "reaper_last_sweep_retire_failures", target="gce", scope="_all") == 1
+    assert _value(_lines(pushgateway.url), "reaper_last_sweep_push_failures", target="gce", scope="_all") == 0
+
+
+def test_metrics_retire_names_a_group_it_could_not_delete_and_fails(pushgateway, tmp_path, monkeypatch, capsys) -> None:
+    _group(pushgateway.url, {"target": "gce", "scope": "gone-a"})
+
+    def refuse(url: str, job: str, grouping_key: dict[str, str], timeout: float) -> None:
+        raise OSError("HTTP Error 405: Method Not Allowed")
+
+    monkeypatch.setattr(metrics, "delete_from_gateway", refuse)
+    config = tmp_path / "reaper.yaml"
+    config.write_text(json.dumps({"metrics": {"pushgateway_url": pushgateway.url}, "gce": {"projects": ["p1"]}}))
+    assert main(["metrics-retire", "--config", str(config), "--target", "gce"], io.StringIO()) == 1
+    assert "could not delete the group scope=gone-a target=gce" in capsys.readouterr().err
+
+
+def test_a_listing_that_fails_counts_one_retire_failure() -> None:
+    assert metrics._retire_stale(f"http://127.0.0.1:{free_port()}", "gce", 1, ["p1"]) == 1
+
+
+def test_the_pushgateway_stamps_each_group_with_its_push_time(pushgateway) -> None:
+    """The alerts tell a stale scope group (one the last full sweep did not push: a removed project whose
+    retirement failed) by the Pushgateway's own push_time_seconds, labelled with the grouping key."""
+    assert push_sweep(pushgateway.url, _sweep(), 5, ["p1", "p2"]) == 0
+    text = requests.get(f"{pushgateway.url}/metrics", timeout=5).text
+    stamps = [line for line in text.splitlines() if line.startswith("push_time_seconds{")]
+    for scope in ("p1", "p2", "_all", "_attempt"):
+        assert any(f'scope="{scope}"' in line and 'job="reaper"' in line and 'target="gce"' in line for line in stamps)

@@ -3,9 +3,9 @@
 import pytest
 
 from reaper.config import Mode
-from reaper.model import Phase
+from reaper.model import Evidence, Phase, WriterRecord
 from reaper.policy.modes import blocking, effective_modes
-from tests.builders import D, inst, plan, settings
+from tests.builders import NOW, D, inst, plan, settings
 
 OFF, REPORT, DELETE = Mode.OFF, Mode.REPORT, Mode.DELETE
 TABLE = {
@@ -46,7 +46,7 @@ def test_a_hold_blocks_only_where_the_phase_deletes_a_rule_it_holds(
 ) -> None:
     modes = effective_modes(settings(), phase)
     assert blocking("gce", GCE_HOLDS, modes) == gce
-    assert blocking("k8s", ("inventory_incomplete", "budget_exceeded", "protected_scope"), modes) == k8s
+    assert blocking("k8s", ("inventory_incomplete", "budget_exceeded"), modes) == k8s
 
 
 def test_a_rule_turned_off_in_the_config_unblocks_its_holds() -> None:
@@ -60,3 +60,18 @@ def test_the_policy_marks_the_blocking_holds_of_each_scope() -> None:
         (verdict,) = plan(stale, phase=phase).scopes
         assert verdict.holds == ("budget_exceeded",) and list(verdict.blocking) == blocked
         assert verdict.as_dict()["blocking"] == blocked
+
+
+def test_the_holds_of_a_protected_project_block_nothing() -> None:
+    """Issue 25.7: a project just added to gce.protected_projects still trips its budget and its writer hold
+    (the verdict says so), but nothing is deleted there whatever they say: they must not page."""
+    stale = [inst(hb_age=D) for _ in range(4)]
+    (held,) = plan(stale, phase=Phase.ENFORCEMENT).scopes
+    assert held.blocking == ("budget_exceeded",)
+    config = settings(gce={"protected_projects": [held.scope]})
+    (protected,) = plan(stale, config=config, phase=Phase.ENFORCEMENT).scopes
+    assert protected.holds == ("protected_scope", "budget_exceeded") and protected.blocking == ()
+    unhealthy = Evidence(writer_health=[WriterRecord("m1", held.scope, NOW - 60, True)])
+    (writer,) = plan(stale, evidence=unhealthy, config=config, phase=Phase.ENFORCEMENT).scopes
+    assert "writer_unhealthy" in writer.holds and writer.blocking == ()
+    assert blocking("gce", ("protected_scope", *GCE_HOLDS), effective_modes(config, Phase.ENFORCEMENT)) == ()

@@ -46,6 +46,10 @@ def blocking(target: str, holds: tuple[str, ...], modes: dict[str, Mode]) -> tup
     """The holds that stop a delete in this phase: those holding a rule whose mode is ``delete``.
 
     A hold on a rule that only reports (or is off) changes nothing the phase would do: it is
-    information, never a page.
+    information, never a page. Nor does any hold of a protected scope: nothing is ever deleted
+    there, so a budget or writer hold stops no delete the protection had not stopped already. The
+    verdict still lists them (the audit view shows them); only the page goes.
     """
+    if "protected_scope" in holds:
+        return ()
     return tuple(h for h in holds if any(modes[r] is Mode.DELETE for r in HELD_RULES[target].get(h, ())))
