@@ -137,8 +137,8 @@ Selector = Annotated[dict[str, str], Field(min_length=1), Shown("labels `{key: v
 
 
 class _Section(BaseModel):
-    # A key's docstring is its description in the config reference (``reaper config-reference``).
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, use_attribute_docstrings=True)
+    # The string under a key is its description in the config reference (reaper.config_reference reads it).
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
 class WriterHealthConfig(_Section):

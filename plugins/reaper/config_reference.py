@@ -1,14 +1,18 @@
 """The config reference: every key of :mod:`reaper.config` with its type, default and description, as Markdown.
 
 Generated from the model, so the documentation cannot drift from it: a key's description is its docstring in
-``config.py``, its type and bounds are its annotation's, its default is the default ``Settings()``'s value.
+``config.py`` (the string under the field, read from the source here, so that importing the config costs
+nothing for it), its type and bounds are its annotation's, its default is the default ``Settings()``'s value.
 ``docs/reference.md`` holds the table between :data:`BEGIN` and :data:`END` (``reaper config-reference
 --write docs/reference.md`` rewrites it; a unit test fails when the committed table differs).
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import inspect
+import itertools
 import json
 from datetime import timedelta
 from enum import Enum
@@ -20,6 +24,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel
 from pydantic.fields import FieldInfo
 
+from reaper import config
 from reaper.config import AtLeast, Settings, Shown
 from reaper.durations import short
 
@@ -33,13 +38,13 @@ def rows(model: BaseModel | None = None, prefix: str = "") -> list[tuple[str, st
     model = model if model is not None else Settings()
     found: list[tuple[str, str, str, str]] = []
     for name, field in type(model).model_fields.items():
-        key, value = prefix + name, getattr(model, name)
+        key, value, text = prefix + name, getattr(model, name), _docstrings().get((type(model).__name__, name), "")
         if isinstance(value, BaseModel):
-            if field.description:
-                found.append((key, "section", "", _words(field.description)))
+            if text:
+                found.append((key, "section", "", _words(text)))
             found += rows(value, key + ".")
         else:
-            found.append((key, type_of(field), default_of(value), description_of(field)))
+            found.append((key, type_of(field), default_of(value), description_of(text, field)))
     return found
 
 
@@ -87,12 +92,30 @@ def default_of(value: object) -> str:
     return f"`{_yaml(value)}`"
 
 
-def description_of(field: FieldInfo) -> str:
+def description_of(docstring: str, field: FieldInfo) -> str:
     """The key's docstring, then the reason for its lower bound, if it has one."""
-    text = _words(field.description or "")
+    text = _words(docstring)
     for bound in _at_least(field.metadata):
         text += f" Bound: {bound.why}."
     return text.strip()
+
+
+@functools.cache
+def _docstrings() -> dict[tuple[str, str], str]:
+    """(class name, field name) -> the string literal right under that field in ``config.py``."""
+    tree = ast.parse(Path(config.__file__).read_text(encoding="utf-8"))
+    found = {}
+    for cls in (node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)):
+        for field, doc in itertools.pairwise(cls.body):
+            if (
+                isinstance(field, ast.AnnAssign)
+                and isinstance(field.target, ast.Name)
+                and isinstance(doc, ast.Expr)
+                and isinstance(doc.value, ast.Constant)
+                and isinstance(doc.value.value, str)
+            ):
+                found[cls.name, field.target.id] = doc.value.value
+    return found
 
 
 def _base(annotation: Any) -> str:
