@@ -39,7 +39,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
 fi
 
-# A PostgreSQL server on 127.0.0.1:5432 that the tests can log in to as postgres/postgres.
+# A PostgreSQL server on 127.0.0.1:5432. The postgres role is left as it is: the tests and the demo log in
+# as a role of their own, reaper_dev (may create databases and roles; no superuser), with a password made here and
+# kept in var/postgres-url (only its owner may read it; include/local_postgres.py reads it).
 if ! "$PYTHON" - <<'PY' 2>/dev/null
 import socket; socket.create_connection(("127.0.0.1", 5432), timeout=2).close()
 PY
@@ -48,6 +50,19 @@ then
   if [ -n "$version" ]; then
     echo "bootstrap: starting PostgreSQL $version"
     $sudo pg_ctlcluster --skip-systemctl-redirect "$version" main start
-    $sudo runuser -u postgres -- psql -q -c "ALTER USER postgres PASSWORD 'postgres'" >/dev/null
+  fi
+fi
+url_file="$(dirname "$0")/../var/postgres-url"
+if [ ! -s "$url_file" ] && id postgres >/dev/null 2>&1 && command -v psql >/dev/null 2>&1; then
+  password=$("$PYTHON" -c 'import secrets; print(secrets.token_hex(24))')
+  if $sudo runuser -u postgres -- psql -q -v ON_ERROR_STOP=1 >/dev/null 2>&1 <<SQL
+SELECT format('%s ROLE reaper_dev LOGIN CREATEDB CREATEROLE PASSWORD %L',
+              CASE WHEN EXISTS (SELECT FROM pg_roles WHERE rolname = 'reaper_dev') THEN 'ALTER' ELSE 'CREATE' END,
+              '$password') \gexec
+SQL
+  then
+    mkdir -p "$(dirname "$url_file")"
+    (umask 077 && echo "postgresql://reaper_dev:$password@127.0.0.1:5432" > "$url_file")
+    echo "bootstrap: PostgreSQL role reaper_dev made; its URL is in var/postgres-url"
   fi
 fi

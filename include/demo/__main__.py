@@ -31,6 +31,7 @@ from string import Template
 from include.airflow_components import Deployment
 from include.demo import celery
 from include.emulators.http import Daemon, free_port, listening, secantusdb_argv, server_binary
+from include.local_postgres import server_url
 
 ROOT = Path(__file__).resolve().parents[2]
 STATE = Path(os.environ.get("REAPER_DEMO_STATE") or ROOT / ".demo").resolve()
@@ -38,7 +39,7 @@ PIDS = STATE / "pids.json"
 HERE = Path(__file__).parent
 RULES = STATE / "reaper-rules.yml"  # generated from the demo's config (reaper alert-rules)
 USER, PASSWORD = "admin", "reaper-demo"
-POSTGRES = "postgresql://postgres:postgres@127.0.0.1:5432"
+POSTGRES = server_url()  # the local server, as scripts/bootstrap.sh left it
 # Where it all lives; tests set these so they never touch a demo a user is running.
 DB = os.environ.get("REAPER_DEMO_DB") or "reaper_demo"  # databases {DB}_airflow and {DB}_steps
 UI_PORT = int(os.environ.get("REAPER_DEMO_PORT") or 8080)  # taken when free, else any free port

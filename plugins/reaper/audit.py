@@ -19,7 +19,8 @@ from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, StreamingResponse
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 
 from reaper.config import ConfigError, load_config
 from reaper.report import views
@@ -28,7 +29,7 @@ from reaper.report.rows import COLUMNS, Row, ledger_rows
 from reaper.report.timeline import panels
 
 if TYPE_CHECKING:
-    from reaper.ledger import Ledger, RowFilter
+    from reaper.ledger import History, Ledger, RowFilter
 
 READ_RUNS = requires_access_dag(method="GET", access_entity=DagAccessEntity.RUN)
 MAX_PAGE_SIZE = 500  # rows of a page at most: a bigger read is an export
@@ -209,27 +210,47 @@ def export_csv(
 # --- one resource ---------------------------------------------------------------------------------
 
 
-def _history(led: Ledger, term: str, dags: frozenset[str], lim: Limits | None) -> list[Row]:
-    records = led.history(term, dags) if term and dags else []
-    decisions = [r for r in records if r.get("kind") == "decision"]
-    return ledger_rows(decisions, [r for r in records if r.get("kind") != "decision"], lim)
+def _history(led: Ledger, term: str, dags: frozenset[str], lim: Limits | None) -> tuple[list[Row], History | None]:
+    if not (term and dags):
+        return [], None
+    found = led.history(term, dags)
+    decisions = [r for r in found.records if r.get("kind") == "decision"]
+    return ledger_rows(decisions, [r for r in found.records if r.get("kind") != "decision"], lim), found
 
 
 @router.get("/history", response_class=HTMLResponse)
 def history(request: Request, led: LedgerDep, lim: LimitsDep, dags: DagsDep, q: str = "") -> str:
-    return views.history_page(q.strip(), _history(led, q.strip(), dags, lim), _urls(request))
+    rows, found = _history(led, q.strip(), dags, lim)
+    return views.history_page(q.strip(), rows, found, _urls(request))
 
 
 @router.get("/api/history")
-def api_history(led: LedgerDep, lim: LimitsDep, dags: DagsDep, q: str) -> list[dict[str, object]]:
-    """Every decision about the resource named (or with uid) ``q``, newest first, with its intent and outcome."""
-    return [r.cells() for r in _history(led, q.strip(), dags, lim)]
+def api_history(led: LedgerDep, lim: LimitsDep, dags: DagsDep, q: str) -> dict[str, object]:
+    """What the history search finds for ``q`` (a name or its prefix, a uid, a Kubernetes run id, an
+    Airflow run id): the resources' rows and transitions, the sweeps of that run, newest first."""
+    rows, found = _history(led, q.strip(), dags, lim)
+    return {
+        "rows": [r.cells() for r in rows],
+        "transitions": found.transitions if found else [],
+        "sweeps": found.sweeps if found else [],
+        "more": bool(found and found.more),
+    }
 
 
 # No generated docs: FastAPI would serve /docs, /redoc and /openapi.json outside the router,
 # so without Airflow's login.
 app = FastAPI(title="Reaper audit", docs_url=None, redoc_url=None, openapi_url=None)
 app.include_router(router)
+
+
+@app.exception_handler(HTTPException)
+async def login_first(request: Request, exc: HTTPException) -> Response:
+    """A browser that is not logged in is sent to Airflow's login page, and back here after it; a
+    script (no ``text/html`` in its Accept, or an ``/api/`` route) gets the 401 as it is."""
+    browser = "text/html" in request.headers.get("accept", "") and "/api/" not in request.url.path
+    if exc.status_code == 401 and browser:
+        return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)), status_code=302)
+    return await http_exception_handler(request, exc)
 
 
 @app.exception_handler(ConfigError)

@@ -23,6 +23,7 @@ from reaper import __version__, exports
 from reaper.config import ConfigError, Settings, config_path, load_config
 from reaper.model import Action, Decision, Evidence, K8sObject, Phase, Plan, Resource
 from reaper.policy import evaluate
+from reaper.report.reasons import Limits
 
 
 def _timestamp(text: str) -> datetime:
@@ -124,12 +125,11 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         json.dump(plan_json(plan), out, indent=2, sort_keys=False)
         out.write("\n")
     elif args.format == "html":
-        from reaper.report.reasons import Limits
         from reaper.report.views import whatif_page
 
         out.write(whatif_page(plan, Limits.of(config)))
     else:
-        write_table(plan, out)
+        write_table(plan, out, Limits.of(config))
     return 0
 
 
@@ -246,8 +246,11 @@ def plan_json(plan: Plan) -> dict[str, object]:
     }
 
 
-def write_table(plan: Plan, out: TextIO) -> None:
-    """A summary for people: one line per scope, then every decision that is not keep."""
+def write_table(plan: Plan, out: TextIO, limits: Limits | None = None) -> None:
+    """A summary for people: one line per scope, then every decision that is not keep, its reason as a code
+    (to grep for) and in words (the sentence the HTML report and the audit view show, ``limits`` quoted)."""
+    from reaper.report.reasons import explain
+
     counts: Counter[tuple[str, str, Action]] = Counter((d.target, d.scope, d.action) for d in plan.decisions)
     out.write(f"phase {plan.phase.value} at {_iso(plan.now)}\n\n")
     rows = [("TARGET", "SCOPE", "VERDICT", "KEEP", "REPORT", "DELETE")]
@@ -263,10 +266,11 @@ def write_table(plan: Plan, out: TextIO) -> None:
     acted = sorted((d for d in plan.decisions if d.action is not Action.KEEP), key=_order)
     if acted:
         out.write("\n")
-        rows = [("ACTION", "TARGET", "SCOPE", "KIND", "LOCATION", "NAME", "RULE", "REASON")]
+        rows = [("ACTION", "TARGET", "SCOPE", "KIND", "LOCATION", "NAME", "RULE", "REASON", "WHY")]
         for d in acted:
             r = d.resource
-            rows.append((d.action.value, d.target, r.scope, r.kind, r.location, r.name, d.rule or "", d.reason))
+            why = explain(d.reason, d.evidence, limits)
+            rows.append((d.action.value, d.target, r.scope, r.kind, r.location, r.name, d.rule or "", d.reason, why))
         _columns(rows, out)
 
 

@@ -531,10 +531,14 @@ class LedgerConfig(_Section):
     """One summary per execution of a sweep."""
     locks_collection: str = "sweep_locks"
     """The per-target sweep lease."""
+    transitions_collection: str = "transitions"
+    """Each resource's transitions: first seen, kept and why, reported, planned for delete, gone."""
+    states_collection: str = "resource_states"
+    """Each DAG's last state of every resource per scope, which a sweep compares to record only the changes."""
     retention: Duration = timedelta(days=400)  # at least the longest run timeout + rerun_window: Settings._margins
-    """How long ledger records and summaries are kept (a change is applied to the TTL indexes in place). At least
-    the longest run timeout plus `ledger.rerun_window`: a retried or cleared task must still find its intents,
-    outcomes and override, or it re-sends and re-applies them."""
+    """How long ledger records, summaries, transitions and resource states are kept (a change is applied to the TTL
+    indexes in place). At least the longest run timeout plus `ledger.rerun_window`: a retried or cleared task must
+    still find its intents, outcomes and override, or it re-sends and re-applies them."""
     rerun_window: Annotated[Duration, _at_least(timedelta(days=1), "a run may be cleared at least the day it ran")] = (
         timedelta(days=7)
     )

@@ -24,12 +24,13 @@ from collections.abc import Collection, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
-from pymongo import MongoClient, ReadPreference, ReturnDocument, UpdateOne, WriteConcern
+from pymongo import DeleteMany, MongoClient, ReadPreference, ReturnDocument, UpdateOne, WriteConcern
 from pymongo.collection import Collection as MongoCollection
 from pymongo.errors import DuplicateKeyError, OperationFailure
 from pymongo.read_concern import ReadConcern
 
 from reaper.config import LedgerConfig
+from reaper.model import Evidence, Plan
 from reaper.stores.mongo import mongo_client
 
 # An execution of a sweep: the DAG run, its clear_number and the token of the sweep lease it took
@@ -39,6 +40,7 @@ EXECUTION = ("dag_id", "run_id", "execution", "lease")
 FENCE = (*EXECUTION, "target", "scope", "uid", "action")
 ONE_BATCH = 100_000  # documents per cursor batch: above any realistic sweep, so one round trip
 HISTORY_SHOWN = 2000  # records of one resource's history that a reader gets at most
+RESOURCES_FOUND = 50  # resources one search of the history shows at most (a name prefix may find thousands)
 # The audit view's sort orders: a column as it names it -> the decision record's field.
 ORDERS = {
     "scope": "scope",
@@ -169,6 +171,16 @@ class RowFilter(NamedTuple):
         return named and all(record.get(field) == value for field, value in self.equalities().items())
 
 
+class History(NamedTuple):
+    """What a search of the resource history found, newest first: decision, intent and outcome records;
+    transitions; the sweeps of an Airflow run named so; whether more resources matched than are shown."""
+
+    records: list[dict[str, object]]
+    transitions: list[dict[str, object]]
+    sweeps: list[dict[str, object]]
+    more: bool
+
+
 class Ledger:
     @classmethod
     def connect(cls, config: LedgerConfig) -> Ledger:
@@ -188,6 +200,8 @@ class Ledger:
         self.records = db.get_collection(config.collection)
         self.sweeps = db.get_collection(config.sweeps_collection)
         self.locks = db.get_collection(config.locks_collection)
+        self.transitions = db.get_collection(config.transitions_collection)
+        self.states = db.get_collection(config.states_collection)
         self.retention = int(config.retention.total_seconds())
 
     def ensure_indexes(self) -> None:
@@ -201,6 +215,14 @@ class Ledger:
         ensure_index(self.records, [("name", 1), ("dag_id", 1)], "by_name")
         ensure_index(self.records, [("uid", 1), ("dag_id", 1)], "by_uid")
         ensure_index(self.sweeps, [("dag_id", 1), ("at", 1)], "timeline")
+        ensure_index(self.sweeps, [("run_id", 1)], "by_run")
+        # A resource's transitions, found by uid, name (or its prefix) and Kubernetes run; each DAG's states.
+        ensure_index(self.transitions, [(f, 1) for f in (*EXECUTION, "target", "uid")], "fence", unique=True)
+        ensure_index(self.transitions, [("at", 1)], "retention", ttl=self.retention)
+        for field in ("uid", "name", "group"):
+            ensure_index(self.transitions, [(field, 1)], f"by_{field}")
+        ensure_index(self.states, [(f, 1) for f in ("dag_id", "target", "scope", "part")], "scope", unique=True)
+        ensure_index(self.states, [("at", 1)], "retention", ttl=self.retention)
 
     def write(self, records: Iterable[dict[str, object]]) -> int:
         """Upsert records by their fence; returns how many. Raises if the write is not acknowledged."""
@@ -236,6 +258,40 @@ class Ledger:
         """Whether the ledger holds a record or summary of another execution of this DAG run."""
         other = {"dag_id": ids["dag_id"], "run_id": ids["run_id"], "lease": {"$ne": ids["lease"]}}
         return any(c.find_one(other, {"_id": 1}) is not None for c in (self.records, self.sweeps))
+
+    def record_transitions(self, ids: dict[str, object], plan: Plan, evidence: Evidence, run_label: str) -> int:
+        """Record what changed for each resource since this DAG's last sweep of its scope; returns how many.
+
+        Three round trips at most, whatever the sweep's size: the DAG's states of the plan's targets,
+        the transitions, and the states of the scopes that changed. Transitions first: a retry after
+        a failure between the two finds the same ones and rewrites them under their fence.
+        """
+        from reaper.transitions import joined, since, split
+
+        dag_id = ids["dag_id"]
+        targets = sorted({t for t, _ in evidence.swept})
+        before = joined(self.states.find({"dag_id": dag_id, "target": {"$in": targets}}, {"_id": 0}))
+        found, states = since(before, plan, evidence, run_label)
+        now = datetime.now(UTC)
+        fence = {f: ids[f] for f in EXECUTION}
+        ops = [
+            UpdateOne(
+                {**fence, "target": c.target, "uid": c.uid}, {"$set": {**ids, **c.record(), "at": now}}, upsert=True
+            )
+            for c in found
+        ]
+        if ops:
+            self.transitions.bulk_write(ops, ordered=False)
+        writes: list[UpdateOne | DeleteMany] = []
+        for key, scope_states in states.items():
+            docs = split(str(dag_id), key, scope_states)
+            writes += [UpdateOne(d.key, {"$set": {**d._asdict(), "at": now}}, upsert=True) for d in docs]
+            writes.append(
+                DeleteMany({"dag_id": dag_id, "target": key[0], "scope": key[1], "part": {"$gte": len(docs)}})
+            )
+        if writes:
+            self.states.bulk_write(writes, ordered=False)
+        return len(found)
 
     def summary(self, doc: dict[str, object]) -> None:
         """One summary per execution: a cleared run adds its own, the first one stays."""
@@ -336,18 +392,28 @@ class Ledger:
         found = self.records.find({"uid": {"$in": sorted(uids)}}, {"_id": 0, "evidence": 0}, batch_size=ONE_BATCH)
         return [r for r in found if r.get("dag_id") == dag_id and r.get("run_id") == run_id and r.get("kind") in wanted]
 
-    def history(self, term: str, dag_ids: Collection[str], limit: int = HISTORY_SHOWN) -> list[dict[str, object]]:
-        """Every record, of these DAGs, of the resources named ``term`` or with uid ``term``, newest first.
+    def history(self, term: str, dag_ids: Collection[str], limit: int = HISTORY_SHOWN) -> History:
+        """What the ledger knows of the resources ``term`` finds, of these DAGs: a name or its prefix, a uid,
+        a Kubernetes run's id (every object of the run), and the sweeps of an Airflow run of that id.
 
-        A name as the decision records it (an instance's or an object's own name); the intents and
-        outcomes of those resources come along by uid, whatever their name. Two round trips, each
-        answered by one index whole (``by_name``, ``by_uid``); the DAGs are narrowed here.
+        At most :data:`RESOURCES_FOUND` resources: a prefix that finds more says so (``more``). Five round
+        trips, each on an index (``by_name``, the transitions' ``by_name``/``by_uid``/``by_group``,
+        ``by_uid`` twice, ``by_run``); the DAGs are narrowed here.
         """
-        named = {"name": term, "kind": "decision"}
-        uids = {str(r["uid"]) for r in self.records.find(named, {"_id": 0, "uid": 1}).limit(limit)} | {term}
-        found = self.records.find({"uid": {"$in": sorted(uids)}}, {"_id": 0}, batch_size=ONE_BATCH)
-        mine = [r for r in found if r.get("dag_id") in dag_ids]
-        return sorted(mine, key=lambda r: str(r.get("at")), reverse=True)[:limit]
+        prefix = {"$regex": "^" + re.escape(term)}
+        named = self.records.find({"name": prefix, "kind": "decision"}, {"_id": 0, "uid": 1}).limit(limit)
+        told = self.transitions.find({"$or": [{"name": prefix}, {"uid": term}, {"group": term}]}, {"_id": 0, "uid": 1})
+        found = dict.fromkeys(str(r["uid"]) for r in [*named, *told.limit(limit)])
+        uids = sorted({term, *list(found)[:RESOURCES_FOUND]})
+        records = self.records.find({"uid": {"$in": uids}}, {"_id": 0}, batch_size=ONE_BATCH)
+        stories = self.transitions.find({"uid": {"$in": uids}}, {"_id": 0}, batch_size=ONE_BATCH)
+        runs = self.sweeps.find({"run_id": term}, {"_id": 0, **dict.fromkeys(SUMMARY_UNCHARTED, 0), "census": 0})
+
+        def newest(docs: Iterable[dict[str, object]]) -> list[dict[str, object]]:
+            mine = [r for r in docs if r.get("dag_id") in dag_ids]
+            return sorted(mine, key=lambda r: str(r.get("at")), reverse=True)[:limit]
+
+        return History(newest(records), newest(stories), newest(runs.limit(limit)), len(found) > RESOURCES_FOUND)
 
     def tally(self) -> Counter[tuple[str, str, str]]:
         """Every record counted by (target, action, why): why is its reason, else its result, else empty."""

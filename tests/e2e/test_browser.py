@@ -186,8 +186,10 @@ def test_the_audit_view_after_two_sweeps(gce, sweeper, tmp_path, chromium) -> No
     try:
         base = server.base
         # Anonymous: every kind of route refused before any data is read.
+        # A browser is sent to Airflow's login page, which will bring it back; a script gets the 401.
         driver.get(f"{base}/reaper/")
-        assert "Not authenticated" in driver.page_source
+        assert "/auth/login" in driver.current_url and quote(f"{base}/reaper/", safe="") in driver.current_url
+        assert "Not authenticated" not in driver.page_source
         for path in ("/reaper/api/sweeps", f"/reaper/sweeps/{ENFORCEMENT}/{quote(second.run_id, safe='')}/rows.csv"):
             assert requests.get(base + path, timeout=10).status_code == 401, path
 

@@ -6,17 +6,17 @@ normalized resources for the policy tests. Each name means one thing across the 
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from pathlib import Path
 
 from pymongo import monitoring
 
+from include.local_postgres import server_url
 from reaper.retry import Backoff
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
 # The local PostgreSQL's maintenance database: tests create (and drop) databases of their own there.
-POSTGRES_DSN = os.environ.get("REAPER_TEST_POSTGRES", "postgresql://postgres:postgres@127.0.0.1:5432/postgres")
+POSTGRES_DSN = f"{server_url()}/postgres"
 
 
 def fast_backoff(retries: int = 4) -> Backoff:

@@ -12,6 +12,7 @@ import pytest
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
+from reaper import audit
 from reaper.audit import READ_RUNS, app, ledger, limits, readable_dags
 from reaper.config import LedgerConfig
 from reaper.ledger import Ledger
@@ -135,6 +136,26 @@ def test_anonymous_requests_are_refused(led, path: str) -> None:
     assert response.status_code == 401
 
 
+class _Login:
+    def get_url_login(self, next_url: str) -> str:
+        return f"/auth/login?next={next_url}"
+
+
+@pytest.mark.parametrize("path", ROUTES)
+def test_an_anonymous_browser_is_sent_to_the_login_page(led, monkeypatch, path: str) -> None:
+    monkeypatch.setattr(audit, "get_auth_manager", _Login)
+    app.dependency_overrides[ledger] = lambda: led
+    try:
+        response = TestClient(app).get(path, headers={"Accept": "text/html,*/*"}, follow_redirects=False)
+    finally:
+        app.dependency_overrides.clear()
+    if "/api/" in path:  # a script's route: the 401 as it is
+        assert response.status_code == 401
+    else:
+        assert response.status_code == 302
+        assert response.headers["location"] == f"/auth/login?next=http://testserver{path}"
+
+
 @pytest.mark.parametrize("path", ["/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"])
 def test_generated_docs_are_not_served(path: str) -> None:
     # FastAPI serves these by default without any dependency: the API's shape to anyone who asks.
@@ -223,7 +244,7 @@ def test_only_the_dags_the_user_may_read(http) -> None:
     assert {s["dag_id"] for s in http.get("/api/sweeps").json()} == {GCE_DAG}
     for path in (K8S_SWEEP, f"/api{K8S_SWEEP}/rows", f"{K8S_SWEEP}/rows.csv", f"/?dag_id={K8S_DAG}"):
         assert http.get(path).status_code == 403, path
-    assert http.get("/api/history", params={"q": "sandbox-done-4"}).json() == []
+    assert http.get("/api/history", params={"q": "sandbox-done-4"}).json()["rows"] == []
 
 
 def test_history_follows_a_resource_across_sweeps(http, led) -> None:
@@ -233,17 +254,49 @@ def test_history_follows_a_resource_across_sweeps(http, led) -> None:
         later, "u-NetworkPolicy", "delete", resource_kind="NetworkPolicy", evidence=ORPHAN_FACTS, **SANDBOX
     )
     led.write([policy, *_deleted(later, "u-NetworkPolicy", "NetworkPolicy/ci/sandbox-done-4")])
-    rows = http.get("/api/history", params={"q": "sandbox-done-4"}).json()
+    rows = http.get("/api/history", params={"q": "sandbox-done-4"}).json()["rows"]
     assert len(rows) == 4 and {r["run_id"] for r in rows} == {RUN, "scheduled__2"}
     outcomes = [(r["run_id"], r["outcome"]) for r in rows if r["kind"] == "NetworkPolicy"]
     assert sorted(outcomes) == [(RUN, ""), ("scheduled__2", "deleted")]
-    by_uid = http.get("/api/history", params={"q": "u-Secret"}).json()
+    by_uid = http.get("/api/history", params={"q": "u-Secret"}).json()["rows"]
     assert [(r["kind"], r["outcome"]) for r in by_uid] == [("Secret", "deleted")]
     page = http.get("/history", params={"q": "sandbox-done-4"}).text
     assert "outcome deleted at" in page and "scheduled__2" in page
 
 
-def test_old_links_lead_to_the_sweep(http) -> None:
+def test_a_kept_vm_and_a_live_sandbox_tell_their_story_found_by_prefix_run_or_sweep(http, led) -> None:
+    """Transitions recorded by the real ledger for resources that were never deleted: the history finds
+    them by a name prefix, a uid, a Kubernetes run id, and an Airflow run id finds that run's sweeps."""
+    from reaper.model import Evidence, Phase, Plan
+    from tests.builders import inst, sandbox
+
+    opted = inst(name="keepme-7", project="p1", labels={"reaper_keep": "true"})
+    live = sandbox("run-77")
+    swept = frozenset({("gce", "p1"), ("k8s", live[0].cluster)})
+    first = Plan(Phase.ENFORCEMENT, 0.0, [], [("gce", "opt_out", [opted]), ("k8s", "lease_held", live)], [], {})
+    ids, label = {**GCE, "run_id": "scheduled__1"}, "iterion.io/run-id"
+    assert led.record_transitions(ids, first, Evidence(swept=swept), label) == 1 + len(live)
+    assert led.record_transitions({**ids, "run_id": "scheduled__2"}, first, Evidence(swept=swept), label) == 0
+    gone = Plan(Phase.ENFORCEMENT, 0.0, [], [("gce", "opt_out", [opted])], [], {})
+    later = {**ids, "run_id": "scheduled__3"}
+    assert led.record_transitions(later, gone, Evidence(swept=swept), label) == len(live)
+    led.summary({**later, "phase": "enforcement", "branch": "report_only", "why": "nothing to delete"})
+
+    found = http.get("/api/history", params={"q": "keepme"}).json()  # a prefix of the name
+    assert [(t["name"], t["state"], t["before"]) for t in found["transitions"]] == [("keepme-7", "keep:opt_out", "")]
+    assert found["rows"] == []  # never a decision worth a record: its story is its transitions
+    run = http.get("/api/history", params={"q": "run-77"}).json()["transitions"]
+    assert {t["resource_kind"] for t in run} == {o.kind for o in live}
+    assert sorted(t["state"] for t in run if t["uid"] == live[0].uid) == ["gone", "keep:lease_held"]
+    assert http.get("/api/history", params={"q": opted.uid}).json()["transitions"][0]["name"] == "keepme-7"
+    sweeps = http.get("/api/history", params={"q": "scheduled__3"}).json()["sweeps"]
+    assert [(s["dag_id"], s["run_id"]) for s in sweeps] == [(GCE_DAG, "scheduled__3")]
+    page = http.get("/history", params={"q": "run-77"}).text
+    assert "kept (lease_held), first seen" in page and "gone from its scope&#x27;s listing" in page
+    assert "UTC" in page
+
+
+def test_old_links_lead_to_the_sweep(http, led) -> None:
     response = http.get("/", params={"dag_id": GCE_DAG, "run_id": RUN}, follow_redirects=False)
     assert response.status_code == 307 and response.headers["location"].startswith(f"/sweeps/{GCE_DAG}/")
 

@@ -186,6 +186,18 @@ WANTED = {
         "sweep": (["dag_id", "run_id", "execution", "lease"], True, None),
         "retention": (["at"], False, 400 * DAY),
         "timeline": (["dag_id", "at"], False, None),
+        "by_run": (["run_id"], False, None),
+    },
+    "transitions": {
+        "fence": (["dag_id", "run_id", "execution", "lease", "target", "uid"], True, None),
+        "retention": (["at"], False, 400 * DAY),
+        "by_uid": (["uid"], False, None),
+        "by_name": (["name"], False, None),
+        "by_group": (["group"], False, None),
+    },
+    "resource_states": {
+        "scope": (["dag_id", "target", "scope", "part"], True, None),
+        "retention": (["at"], False, 400 * DAY),
     },
 }
 
@@ -214,7 +226,7 @@ def _indexes(led: Ledger) -> dict[str, dict[str, tuple[list[str], bool, int | No
             for name, info in c.index_information().items()
             if name != "_id_"
         }
-        for c in (led.records, led.sweeps)
+        for c in (led.records, led.sweeps, led.transitions, led.states)
     }
 
 
@@ -228,7 +240,7 @@ def test_a_retention_change_is_applied_in_place(ledger, mongo, mongo_server) -> 
     changed, commands = _watched(mongo_server.port, mongo[1], "30d")
     changed.ensure_indexes()
     ttl = {name: indexes["retention"][2] for name, indexes in _indexes(changed).items()}
-    assert ttl == {"ledger": 30 * DAY, "sweeps": 30 * DAY}
+    assert ttl == dict.fromkeys(WANTED, 30 * DAY)
     assert "collMod" in commands.names and not {"dropIndexes", "createIndexes"} & set(commands.names)
 
 
@@ -269,11 +281,11 @@ def test_a_refused_collmod_falls_back_to_a_rebuild() -> None:
             "configureFailPoint", "failCommand", mode={"times": 2}, data=unauthorized
         )
         changed.ensure_indexes()
-        assert {name: indexes["retention"][2] for name, indexes in _indexes(changed).items()} == {
-            "ledger": 30 * DAY,
-            "sweeps": 30 * DAY,
-        }
-        assert commands.names.count("collMod") == 2 and commands.names.count("dropIndexes") == 2
+        assert {name: indexes["retention"][2] for name, indexes in _indexes(changed).items()} == dict.fromkeys(
+            WANTED, 30 * DAY
+        )
+        # The first two refused and rebuilt, the other two changed in place.
+        assert commands.names.count("collMod") == 4 and commands.names.count("dropIndexes") == 2
     finally:
         daemon.stop()
 
@@ -339,8 +351,8 @@ def test_decision_page_of_one_run_ordered_filtered_and_counted(ledger) -> None:
     assert ledger.decision_page(dag, "manual__1", RowFilter(name=".*")) == ([], 0)
     assert ledger.decision_page("reaper_k8s_enforcement", "manual__1", every) == ([], 0)
     assert [r["uid"] for r in ledger.companions(dag, "manual__1")] == ["2"]
-    assert {r["run_id"] for r in ledger.history("runner-a", {dag})} == {"manual__1"}
-    assert ledger.history("runner-a", {"reaper_k8s_enforcement"}) == []
+    assert {r["run_id"] for r in ledger.history("runner-a", {dag}).records} == {"manual__1"}
+    assert ledger.history("runner-a", {"reaper_k8s_enforcement"}).records == []
 
 
 def test_tally_counts_records_by_target_action_and_why(ledger) -> None:

@@ -251,7 +251,7 @@ def postgres_login(postgres: str) -> Iterator[tuple[str, str, str, int]]:
     dsn = urlsplit(postgres)
     yield role, dsn.path.lstrip("/"), dsn.hostname or "127.0.0.1", dsn.port or 5432
     with psycopg.connect(postgres, autocommit=True) as admin:
-        admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+        admin.execute(sql.SQL("REVOKE ALL ON step_runs FROM {}").format(sql.Identifier(role)))  # owns nothing
         admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
 

@@ -115,7 +115,7 @@ def test_a_row_joins_its_own_executions_intent_and_outcome() -> None:
         "sb-4",
         "ci",
         "deleted",
-        "2026-11-30 12:04:21",
+        "2026-11-30 12:04:21 UTC",
     )
     assert row.why.startswith("run 4: lease absent")
     assert (

@@ -34,6 +34,7 @@ from reaper.retry import Stop
 from reaper.sweep import steps
 from reaper.sweep.deletes import STALE_PLAN, PlanRef, config_digest
 from reaper.sweep.targets import GceTarget
+from reaper.transitions import since
 from tests.builders import D, M, inst, settings
 
 LEASE = steps.Lease(holder="reaper_gce_enforcement/manual__1#0", token="tok", expires_at=time.time() + 3600)
@@ -48,6 +49,8 @@ class FakeLedger:
     summaries: list[dict[str, object]] = field(default_factory=list)
     rerun: bool = False
     released: list[str] = field(default_factory=list)
+    states: dict = field(default_factory=dict)
+    transitions: list[dict[str, object]] = field(default_factory=list)
 
     def ensure_indexes(self) -> None: ...
 
@@ -70,6 +73,12 @@ class FakeLedger:
 
     def summary(self, doc: dict[str, object]) -> None:
         self.summaries.append(doc)
+
+    def record_transitions(self, ids, plan, evidence, run_label):  # type: ignore[no-untyped-def]
+        found, states = since(self.states, plan, evidence, run_label)
+        self.states.update(states)
+        self.transitions += [{**ids, **c.record()} for c in found]
+        return len(found)
 
     def outcomes(self, ids, uids=None):  # type: ignore[no-untyped-def]
         return {
@@ -290,6 +299,28 @@ def test_inputs_read_under_another_lease_or_a_dry_run_give_no_batch(tmp_path: Pa
     assert steps.budget_check(planned.summary).branch == steps.REPORT_ONLY
     dry = plan_through(sweep(tmp_path / "dry", stale_fleet()), {"dry_run": True})
     assert dry.batches == [] and dry.summary.dry_run and not dry.summary.stale_inputs
+
+
+def test_a_kept_resource_has_its_story_recorded_once_per_change_never_per_sweep(tmp_path: Path) -> None:
+    fleet = stale_fleet()
+    s = sweep(tmp_path, fleet)
+    s.target.incomplete = {"p2": ["page 2: 503"]}  # type: ignore[attr-defined]
+    plan_through(s)
+    first = {t["name"]: (t["before"], t["state"]) for t in s.ledger().transitions}
+    assert first == {
+        fleet[0].name: ("", "delete:heartbeat_stale"),
+        fleet[1].name: ("", "keep:fresh"),  # a plain keep: no decision record, but its story
+        fleet[2].name: ("", "report:inventory_incomplete"),
+    }
+    plan_through(s)  # nothing changed: nothing written
+    assert len(s.ledger().transitions) == 3
+    s.target.fleet = [fleet[1]]  # type: ignore[attr-defined]  # p1's stale VM deleted; p2 still listed partially
+    plan_through(s)
+    gone = [(t["name"], t["before"], t["state"]) for t in s.ledger().transitions[3:]]
+    assert gone == [(fleet[0].name, "delete:heartbeat_stale", "gone")]  # p2's VM: absent from a partial answer
+    dry = sweep(tmp_path / "dry", stale_fleet())
+    plan_through(dry, {"dry_run": True})
+    assert dry.ledger().transitions == []  # a what-if is no part of any resource's story
 
 
 @pytest.mark.parametrize(

@@ -67,12 +67,12 @@ class Row(msgspec.Struct, frozen=True):
 
 
 def when(at: object) -> str:
-    """A ledger time for people: to the second, in UTC (``2026-11-30 12:04:21``)."""
+    """A ledger time for people: to the second, with its zone, always UTC (``2026-11-30 12:04:21 UTC``)."""
     if isinstance(at, datetime):
         at = at if at.tzinfo else at.replace(tzinfo=UTC)
-        return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+        return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     if isinstance(at, int | float):
-        return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     return ""
 
 

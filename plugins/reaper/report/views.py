@@ -15,10 +15,13 @@ from urllib.parse import quote
 from reaper.model import Action
 from reaper.report.charts import Column, stacked_bars
 from reaper.report.html import action, document, facts, link, query, table, text
+from reaper.report.reasons import explain
 from reaper.report.rows import Row, plan_row, when
 from reaper.report.timeline import Panel, census_counts, marks
+from reaper.transitions import described
 
 if TYPE_CHECKING:
+    from reaper.ledger import History
     from reaper.model import Decision, Plan
     from reaper.report.reasons import Limits
 
@@ -337,25 +340,67 @@ def config_error_page(why: str, urls: Urls) -> str:
     return document("Reaper: config error", body, urls.nav())
 
 
-def history_page(term: str, rows: list[Row], urls: Urls) -> str:
-    """Every decision about a resource across sweeps, newest first, with a one-line story."""
+def history_page(term: str, rows: list[Row], found: History | None, urls: Urls) -> str:
+    """A search of the history: each resource found with its story (its transitions, oldest first: first
+    seen, kept and why, reported, planned for delete, gone) and its decisions; the sweeps of a run so named."""
     form = (
-        f'<form class="filters" method="get"><label>name or uid<input name="q" value="{text(term)}" size="40"></label>'
-        "<button>Search</button></form>"
+        '<form class="filters" method="get"><label>name or its prefix, uid, Kubernetes run id or Airflow run id'
+        f'<input name="q" value="{text(term)}" size="50"></label><button>Search</button></form>'
     )
     parts = ["<h1>Resource history</h1>", form]
-    if term:
-        parts.append(f"<p id='story'>{text(story(rows)) if rows else 'No decision recorded about ' + text(term)}</p>")
-        headers = ["at", "DAG", "run", *ROW_HEADERS]
-        parts.append(
-            table(
-                headers,
-                (
-                    [text(r.at), text(r.dag_id), link(urls.sweep(r.dag_id, r.run_id), r.run_id), *row_cells(r, None)]
-                    for r in rows
-                ),
-            )
+    if found is None:
+        return document("Reaper: resource history", "".join(parts), urls.nav())
+    if found.sweeps:
+        links = (
+            link(urls.sweep(str(s["dag_id"]), str(s["run_id"])), f"{s['dag_id']} / {s['run_id']}") for s in found.sweeps
         )
+        parts.append("<h2>Sweeps of this run</h2><p>" + " · ".join(dict.fromkeys(links)) + "</p>")
+    by_uid: dict[str, list[dict[str, object]]] = {}
+    for t in sorted(found.transitions, key=lambda t: str(t.get("at"))):
+        by_uid.setdefault(str(t.get("uid")), []).append(t)
+    by_uid |= {r.uid: by_uid.get(r.uid, []) for r in rows}
+    if not by_uid:
+        parts.append(f"<p id='story'>Nothing recorded about {text(term)}</p>")
+    if found.more:
+        parts.append(f'<p class="muted">More resources match than the {len(by_uid)} shown: give more of the name.</p>')
+    for uid, story_of in by_uid.items():
+        mine = [r for r in rows if r.uid == uid]
+        last = story_of[-1] if story_of else {}
+        kind, name = (
+            last.get("resource_kind") or (mine[0].kind if mine else ""),
+            last.get("name") or (mine[0].name if mine else ""),
+        )
+        where = last.get("scope") or (mine[0].scope if mine else "")
+        run = f" · run {text(last['group'])}" if last.get("group") else ""
+        parts.append(
+            f'<h2 class="resource"><span class="chip">{text(kind)}</span> {text(name)} '
+            f'<code class="muted">{text(uid)}</code> <span class="muted">in {text(where)}{run}</span></h2>'
+        )
+        parts.append(f"<p class='story'>{text(story(mine)) if mine else 'no decision worth a record'}</p>")
+        if story_of:
+            parts.append(
+                table(
+                    ["at", "DAG", "run", "what changed", "why"],
+                    (
+                        [
+                            text(when(t.get("at"))),
+                            text(t.get("dag_id")),
+                            link(urls.sweep(str(t.get("dag_id")), str(t.get("run_id"))), t.get("run_id")),
+                            text(described(t)),
+                            text(explain(str(t.get("reason") or ""), t.get("evidence") or {})),  # type: ignore[arg-type]
+                        ]
+                        for t in story_of
+                    ),
+                    css="transitions",
+                )
+            )
+        if mine:
+            headers = ["at", "DAG", "run", *ROW_HEADERS]
+            cells = (
+                [text(r.at), text(r.dag_id), link(urls.sweep(r.dag_id, r.run_id), r.run_id), *row_cells(r, None)]
+                for r in mine
+            )
+            parts.append(table(headers, cells))
     return document("Reaper: resource history", "".join(parts), urls.nav())
 
 

@@ -518,6 +518,8 @@ def evaluate_policy(
     foreign = ids.lease == "" or set(sweep_input.tokens) != {ids.lease}
     plan_ref = PlanRef(ids.execution, ids.lease, config_digest(config))
     dry_run = bool(params.get("dry_run")) or (gate is not None and not confirmed)
+    if not (dry_run or foreign):  # a what-if changes no resource's story; inputs another execution read are its
+        ledger.record_transitions(ids.fields(), plan, data.evidence, config.k8s.run_label)
     deletes = [] if dry_run or plan.capped or foreign else plan.deletes()
     if deletes:  # one round trip, empty unless this execution planned before: what it recorded stands
         done = ledger.outcomes(ids.fields())
