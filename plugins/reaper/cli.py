@@ -103,6 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
     retire.add_argument("--config", help="config file (default: $REAPER_CONFIG, else include/reaper.yaml)")
     retire.add_argument("--target", choices=["gce", "k8s"], required=True)
     retire.add_argument("--scope", action="append", metavar="SCOPE", help="only these scopes (default: all)")
+    reference = commands.add_parser(
+        "config-reference", help="every config key with its type, default and description, as a Markdown table"
+    )
+    reference.add_argument(
+        "--write", metavar="FILE", help="replace the table between the markers in FILE (docs/reference.md) instead"
+    )
     return parser
 
 
@@ -150,6 +156,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
             return _check(args, out)
         if args.command == "diff":
             return _diff(args, out)
+        if args.command == "config-reference":
+            return _config_reference(args, out)
         config = load_config(config_path(args.config))
         data = _inputs(args, [config])
         plan = evaluate(data.resources, data.evidence, config, Phase(args.phase), data.now)
@@ -174,6 +182,21 @@ def _alert_rules(args: argparse.Namespace, out: TextIO) -> int:
     path = config_path(args.config)
     here = Path.cwd()
     out.write(render(load_config(path), str(path.relative_to(here) if path.is_relative_to(here) else path)))
+    return 0
+
+
+def _config_reference(args: argparse.Namespace, out: TextIO) -> int:
+    """The config reference generated from the model (:mod:`reaper.config_reference`), printed or written."""
+    from reaper import config_reference
+
+    if not args.write:
+        out.write(config_reference.table())
+        return 0
+    try:
+        config_reference.write(Path(args.write))
+    except (OSError, ValueError) as exc:
+        print(f"reaper: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from dataclasses import dataclass
 from datetime import timedelta
 from enum import IntEnum
 from pathlib import Path
@@ -83,28 +84,45 @@ def _group_selector(value: object) -> str:
     return value
 
 
-Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+@dataclass(frozen=True)
+class Shown:
+    """How the config reference names a type whose YAML form is not its Python one (a duration, a mode)."""
+
+    words: str
+
+
+Duration = Annotated[timedelta, BeforeValidator(parse_duration), Shown("duration")]
+
+
+@dataclass(frozen=True)
+class AtLeast:
+    """A lower bound of a duration whose zero (or a tiny value) would remove a safety margin without saying
+    so; ``least`` zero means more than zero. A record rather than a closure, so that the config reference
+    (:mod:`reaper.config_reference`) states the same bound and reason the error message does."""
+
+    least: timedelta
+    why: str
+
+    @property
+    def bound(self) -> str:
+        return f"at least {short(self.least)}" if self.least else "more than 0s"
+
+    def __call__(self, span: timedelta) -> timedelta:
+        if span < self.least or span <= timedelta(0):
+            raise ValueError(f"expected {self.bound} ({self.why}), got {short(span)}")
+        return span
 
 
 def _at_least(least: timedelta, why: str) -> AfterValidator:
-    """A lower bound of a duration whose zero (or a tiny value) would remove a safety margin without saying
-    so; ``least`` zero means more than zero."""
-
-    def check(span: timedelta) -> timedelta:
-        if span < least or span <= timedelta(0):
-            bound = f"at least {short(least)}" if least else "more than 0s"
-            raise ValueError(f"expected {bound} ({why}), got {short(span)}")
-        return span
-
-    return AfterValidator(check)
+    return AfterValidator(AtLeast(least, why))
 
 
 # Every external call has a timeout; 0 is none to some clients (MongoDB's wtimeout) and fails every call in others.
 Timeout = Annotated[
     Duration, _at_least(timedelta(seconds=1), "every call is bounded by it; 0 means no bound to some clients")
 ]
-RuleMode = Annotated[Mode, BeforeValidator(_mode)]
-LabelPair = Annotated[tuple[str, str], BeforeValidator(_label_pair)]
+RuleMode = Annotated[Mode, BeforeValidator(_mode), Shown('`"off"`, `report` or `delete`')]
+LabelPair = Annotated[tuple[str, str], BeforeValidator(_label_pair), Shown("label `key=value`")]
 
 
 def _report_at_most(value: object) -> Mode:
@@ -115,10 +133,11 @@ def _report_at_most(value: object) -> Mode:
     return mode
 
 
-Selector = Annotated[dict[str, str], Field(min_length=1)]
+Selector = Annotated[dict[str, str], Field(min_length=1), Shown("labels `{key: value}`")]
 
 
 class _Section(BaseModel):
+    # The string under a key is its description in the config reference (reaper.config_reference reads it).
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
@@ -126,17 +145,26 @@ class WriterHealthConfig(_Section):
     """Where the heartbeat writers' pass records come from (DESIGN.md section 4, writer health)."""
 
     source: Literal["prometheus", "none"] = "prometheus"
+    """Where heartbeat-writer health comes from; `none`: unknown, so heartbeat deletes are always held."""
     prometheus_url: str = "http://127.0.0.1:9090"
+    """Prometheus HTTP API base URL (logged without its credentials)."""
     last_pass_metric: str = "runner_manager_heartbeat_last_pass_timestamp_seconds"
+    """Gauge: the end of the manager's last fully successful heartbeat pass."""
     failed_passes_metric: str = "runner_manager_heartbeat_failed_passes_total"
-    passes_metric: str = "runner_manager_heartbeat_passes_total"  # every pass: the alerts' denominator
+    """Counter of heartbeat passes with a failed write."""
+    passes_metric: str = "runner_manager_heartbeat_passes_total"
+    """Counter of every heartbeat pass: the denominator of the `HeartbeatWriterFailing` alert."""
     manager_label: str = "manager"
+    """The metrics' label naming the runner manager."""
     project_label: str = "project"
+    """The metrics' label naming the manager's project (its id or its number)."""
     # increase() sees a failed pass only with two scrapes inside the window: shorter, a failing writer reads healthy.
     failing_window: Annotated[
         Duration, _at_least(timedelta(minutes=1), "a failed pass counts only with two scrapes within it")
     ] = timedelta(minutes=15)
+    """A manager with a failed pass within this window is failing."""
     timeout: Timeout = timedelta(seconds=10)
+    """Timeout of each Prometheus query."""
 
 
 class QuotaLimits(_Section):
@@ -147,9 +175,13 @@ class QuotaLimits(_Section):
     """
 
     list_requests: int = Field(1500, ge=1)
+    """List requests per minute: every page of the instance and instance-group listings."""
     read_requests: int = Field(1500, ge=1)
+    """Read requests per minute: `instances.get` (the re-read before each delete), `projects.get`."""
     mutation_requests: int = Field(1500, ge=1)
+    """Mutation requests per minute: `instances.delete` (the managers' label writes and creations count here too)."""
     operation_read_requests: int = Field(1500, ge=1)
+    """Operation reads per minute: `zoneOperations.wait` and `get`, the polls of a delete's operation."""
 
 
 QUOTA_WINDOW_ENV = "REAPER_EMULATOR_QUOTA_WINDOW"
@@ -182,7 +214,12 @@ class QuotaConfig(_Section):
     """
 
     limits: QuotaLimits = QuotaLimits()
+    """The project's Compute API rate quotas, requests per minute per quota group: the documented defaults;
+    set what the project's quota page says (a limit set too high makes the reaper spend more than its share)."""
     share: float = Field(0.2, gt=0.0, le=0.5)
+    """The share of each group's limit the reaper may spend per project and minute: every list page, get,
+    delete and operation poll counts, paced evenly; the runner managers (heartbeat label writes, machine
+    creations) keep the rest. It must leave at least one call of each group per minute."""
 
     @model_validator(mode="after")
     def _room_for_a_call(self) -> QuotaConfig:
@@ -208,39 +245,73 @@ class QuotaConfig(_Section):
 
 class GceConfig(_Section):
     enabled: bool = True
+    """Sweep GCE at all."""
     conn_id: str = "google_cloud_default"
+    """The Airflow connection of the Compute API (docs/gce.md, "Connection")."""
     projects: list[str] = []
+    """The projects (scopes) the DAGs sweep, each by its id or its number. Every sweep resolves each to its id
+    (`compute.projects.get`) and keys holds, protection, budgets, metrics and the ledger by the id; an id and its
+    number both listed are one project, listed once. A number that cannot be resolved is not listed and its scope
+    (named by the number) is held `inventory_incomplete` (docs/gce.md, "Projects by id")."""
     selector: Selector = {"ci_ephemeral": "true"}
+    """Label equalities an instance must all match to be in scope."""
     heartbeat_label: str = Field("runner_manager_heartbeat", min_length=1)
+    """The label the live runner manager stamps on each instance it tracks: unix seconds as a decimal string."""
     max_job_timeout: Annotated[Duration, _at_least(timedelta(0), "a dead manager's last job may run this long")] = (
         timedelta(hours=3)
     )
+    """The longest job; with `slack` it makes the quarantine `Q`."""
     slack: Annotated[
         Duration, _at_least(timedelta(0), "a live manager's beats are a heartbeat interval apart, its clock off")
     ] = timedelta(hours=1)
-    clock_skew: Duration = timedelta(minutes=5)  # 0 is stricter: more anomalies, more writers unhealthy
+    """`Q = max_job_timeout + slack`: a heartbeat older than `Q` is stale."""
+    clock_skew: Duration = timedelta(minutes=5)
+    """A heartbeat (or a creation time) further than this in the future is an anomaly: reported, never reaped by
+    the heartbeat or the age rule. 0 is stricter: more anomalies, more writers unhealthy."""
     terminated_grace: Annotated[
         Duration, _at_least(timedelta(0), "a VM just seen stopped may be its manager's stop-and-start or delete")
     ] = timedelta(minutes=10)
+    """How long an instance must have been `TERMINATED` (from `lastStopTimestamp`, else `creationTimestamp`)."""
     unlabeled_max_age: Duration = timedelta(days=3)  # at least the quarantine: Settings._margins
-    writer_stale_after: Duration = timedelta(minutes=30)  # 0 is stricter: every writer stale, every beat held
+    """Age after which an instance without a valid heartbeat label is reaped. At least `Q` (an unlabeled VM may
+    run a job of a manager that stamps no heartbeat yet)."""
+    writer_stale_after: Duration = timedelta(minutes=30)
+    """A manager whose last heartbeat pass is older than this holds heartbeat deletes in its project. 0 is
+    stricter: every writer stale, every heartbeat delete held."""
     opt_out_label: LabelPair = ("reaper_keep", "true")
+    """An instance carrying it is always kept; the same key with another value is reported, never deleted."""
     protected_projects: list[str] = []
+    """Projects where nothing is ever deleted, each by its id or its number: either protects the project. A
+    number the sweep cannot tie to a project (its `projects.get` is denied, or `reaper evaluate`, which knows no
+    numbers) protects every project whose number is unknown. Prefer ids."""
     list_concurrency: int = Field(8, ge=1, le=64)
+    """Projects listed at once."""
     delete_concurrency: int = Field(8, ge=1, le=64)
+    """Deletes in flight at once, all projects together."""
     delete_rate_per_project: float = Field(5.0, gt=0)
+    """Deletes per second per project (a token bucket of one), at most what the quota share allows (each delete
+    is a read, a mutation and an operation read)."""
     max_retries: int = Field(4, ge=0, le=10)
+    """Retries of a 5xx or timeout (exponential backoff and jitter) or of a used-up quota (403
+    `rateLimitExceeded`, 429: after the next minute begins), before that call fails; no retry is made that would
+    end past the run's deadline."""
     request_timeout: Timeout = timedelta(seconds=30)
-    # An accepted delete not DONE by then is failed (an operation still running when the run must stop is
-    # operation_pending): at least the two minutes one zoneOperations.wait may take.
+    """Timeout of every Compute API call."""
     operation_timeout: Annotated[
         Duration, _at_least(timedelta(minutes=2), "zoneOperations.wait alone may take two minutes")
     ] = timedelta(minutes=5)
+    """How long a delete operation may take before that delete counts as failed; one still running when the run
+    must stop is `operation_pending` (the next sweep's re-read settles it)."""
     quota: QuotaConfig = QuotaConfig()
+    """How much of each project's Compute API rate quotas the reaper may spend (docs/gce.md, "Rate quotas")."""
     writer_health: WriterHealthConfig = WriterHealthConfig()
-    # Fleeting runners' managed instance groups: a regex the whole group name must match, whose named
-    # group ``manager`` is the manager as writer health names it; empty: no group is listed.
-    group_selector: Annotated[str, BeforeValidator(_group_selector)] = ""
+    """Where the heartbeat writers' health comes from (docs/gce.md, "Writer health")."""
+    group_selector: Annotated[
+        str, BeforeValidator(_group_selector), Shown("regex with `(?P<manager>...)`, or empty")
+    ] = ""
+    """Fleeting runners' managed instance groups: a regex the whole group name must match, whose named group
+    `manager` is the group's runner manager as writer health names it (e.g. `"fleeting-(?P<manager>.+)"`);
+    empty: no group is listed (docs/gce.md, "Residual fleeting groups")."""
 
     @property
     def delete_rate(self) -> float:
@@ -266,31 +337,49 @@ class MongoRunStoreConfig(_Section):
     """The run store: one document per run, ``{key_field: run key, status_field: status}``."""
 
     conn_id: str = "mongo_default"
+    """The Airflow connection of the run store's MongoDB."""
     database: str = "iterion"
+    """The database the CI engine keeps its runs in (`iterion` is the engine the defaults follow)."""
     collection: str = "runs"
+    """The collection of run records."""
     key_field: str = "_id"
+    """The field holding the run key, a string (or, for 24 hex digits, its ObjectId)."""
     status_field: str = "status"
+    """The field holding the run's status, compared with `k8s.terminal_statuses`."""
     batch_size: int = Field(1000, ge=1, le=1000)
+    """Run keys per query (one `$in`, one round trip each)."""
     timeout: Timeout = timedelta(seconds=5)
+    """Timeout of each query."""
 
 
 class MongoLeaseConfig(_Section):
     """Leases as documents ``{_id: run key, expires_at: datetime or unix seconds}``."""
 
     conn_id: str = "mongo_default"
+    """The Airflow connection of the leases' MongoDB."""
     database: str = "iterion"
+    """The database of the lease collection."""
     collection: str = "run_leases"
+    """The lease collection; one with no document carrying `expires_at` (missing, empty, the wrong one) makes
+    every lease unknown."""
     batch_size: int = Field(1000, ge=1, le=1000)
+    """Run keys per query (one `$in` each)."""
     timeout: Timeout = timedelta(seconds=5)
+    """Timeout of each query."""
 
 
 class NatsLeaseConfig(_Section):
     """Leases as keys of a JetStream KV bucket; ``key_template`` maps a run key to a KV key."""
 
     conn_id: str = "nats_default"
+    """The Airflow connection of the NATS server: its host and port (or a `nats://` URL as host), login and
+    password or a `token` extra."""
     bucket: str = "run_leases"
+    """The runners' JetStream KV bucket of leases; the reaper never creates it (missing: every lease unknown)."""
     key_template: str = "{run}"
+    """The KV key of a run's lease, containing `{run}` exactly once."""
     timeout: Timeout = timedelta(seconds=5)
+    """Timeout of each NATS request."""
 
     @field_validator("key_template")
     @classmethod
@@ -304,46 +393,92 @@ class PostgresStepStoreConfig(_Section):
     """The step-run store: ``table (run_id, step, attempt, status, results)``, names configurable."""
 
     conn_id: str = "postgres_default"
+    """The Airflow connection of the step-run store's PostgreSQL."""
     table: str = Field("step_runs", pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$")
+    """The table (optionally `schema.table`; a table, partitioned table or view) of step attempts."""
     run_column: str = Field("run_id", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    """The run key column: `text`, `varchar(n)` or `char(n)`."""
     step_column: str = Field("step", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    """The step name column: `text`, `varchar(n)` or `char(n)`."""
     attempt_column: str = Field("attempt", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    """The attempt column: `smallint`, `integer`, `bigint` or `numeric`."""
     status_column: str = Field("status", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    """The attempt's status column: `text`, `varchar(n)` or `char(n)`."""
     results_column: str = Field("results", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    """The results column: `json` or `jsonb`; durable when neither SQL NULL nor JSON `null`."""
     batch_size: int = Field(1000, ge=1, le=10000)
+    """Runs per query."""
     timeout: Timeout = timedelta(seconds=5)
+    """Timeout of each query."""
 
 
 class K8sConfig(_Section):
     enabled: bool = True
+    """Sweep Kubernetes at all."""
     clusters: list[str] = ["kubernetes_default"]
-    # The sandbox namespaces, listed one by one (a namespaced Role suffices); empty: every namespace.
+    """The Airflow connection ids of the clusters (scopes) the DAGs sweep; each id is its scope's name."""
     namespaces: list[Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")]] = []
+    """The sandbox namespaces, each named once, so that a namespaced `Role` suffices
+    (`deploy/rbac-swept-cluster.yaml`); every object of a run must live in them (objects elsewhere are
+    invisible). Empty: every namespace, which needs a `ClusterRole`."""
     selector: Selector = {"iterion.io/managed": "true"}
+    """Label equalities of the managed Pods, Secrets and NetworkPolicies (the label the Iterion CI engine's
+    sandbox driver puts on them)."""
     run_label: str = Field("iterion.io/run-id", min_length=1)
+    """The label carrying the run key."""
     terminal_statuses: list[str] = Field(["succeeded", "failed", "cancelled"], min_length=1)
+    """Run-store statuses that mean the run is over (case-insensitive)."""
     min_age: Annotated[
         Duration, _at_least(timedelta(minutes=1), "a sandbox younger may not have its lease or run record yet")
     ] = timedelta(minutes=5)
-    lease_clock_skew: Duration = timedelta(seconds=30)  # 0 when the lease writers' clocks are the reaper's
+    """A run with any object younger than this is kept (creation races the lease)."""
+    lease_clock_skew: Duration = timedelta(seconds=30)
+    """A lease counts as held until this long after its expiry time; 0 when the lease writers' clocks are the
+    reaper's."""
     results_sidecar: str = "results-egress"
+    """Container name of the results-egress sidecar; while it has not terminated for good, the run is kept."""
     opt_out_label: LabelPair = ("reaper.io/keep", "true")
+    """An object carrying it is always kept, and with it every object of its run."""
     protected_namespaces: list[str] = ["kube-system"]
+    """Namespaces where nothing is ever deleted; an object of a run in one keeps the whole run."""
     lease_source: Literal["nats", "mongo", "none"] = "nats"
+    """The liveness authority; `none` requires `rules.sandbox_orphan` to be `report` or `off`."""
     run_store: Literal["mongo", "none"] = "mongo"
+    """The run store; `none`: every run's state is unknown."""
     step_store: Literal["postgres", "none"] = "none"
+    """The step-run store; `postgres` enables the results-durability guard (docs/design.md §5, row 7). With
+    `none`, step pods are reaped without it, and the sweep log, `reaper_config_check` and the summary's
+    `warnings` say so."""
     step_label: str = "iterion.io/step"
+    """The label of a step pod's step name."""
     attempt_label: str = "iterion.io/attempt"
+    """The label of a step pod's attempt (ASCII digits: `01` is attempt 1)."""
     step_failed_statuses: list[str] = ["failed"]
+    """Step statuses that are terminal without a results row."""
     mongo_run_store: MongoRunStoreConfig = MongoRunStoreConfig()
+    """The MongoDB run store (`run_store: mongo`). It must hold a document with `key_field` and
+    `status_field`, or every run is unknown (docs/kubernetes.md, "Evidence")."""
     mongo_leases: MongoLeaseConfig = MongoLeaseConfig()
+    """Leases as documents `{_id: run key, expires_at: date or unix seconds}` (`lease_source: mongo`)."""
     nats_leases: NatsLeaseConfig = NatsLeaseConfig()
+    """Leases as keys of a JetStream KV bucket (`lease_source: nats`)."""
     postgres_step_store: PostgresStepStoreConfig = PostgresStepStoreConfig()
+    """The step-run store (`step_store: postgres`): one row per (run, step, attempt), its schema checked once
+    per sweep (docs/kubernetes.md, "Evidence")."""
     delete_concurrency: int = Field(8, ge=1, le=64)
+    """Runs deleted at once (a run's objects go one after another)."""
     delete_rate_per_cluster: float = Field(20.0, gt=0)
+    """Deletes per second per cluster."""
     max_retries: int = Field(4, ge=0, le=10)
+    """Retries of a call answered 429 or 5xx (after its `Retry-After` when it gives seconds, at most 30 s, else
+    exponential backoff) or cut by a timeout or a dropped connection; before and after a delete, only a retry
+    that can begin before the deadline is made, else the run is left `not_attempted`."""
     request_timeout: Timeout = timedelta(seconds=10)
-    pod_gone_timeout: Duration = timedelta(seconds=10)  # 0: no wait; the run's Secrets wait for a later sweep
+    """Timeout of every Kubernetes API call, each one request (the client library's own retries are off); the
+    send margin leaves it for the last call started before the deadline."""
+    pod_gone_timeout: Duration = timedelta(seconds=10)
+    """How long a delete waits for a gracefully deleted Pod to go before it records `terminating` (its Secrets
+    and NetworkPolicy then wait for the next sweep); 0: no wait."""
 
     @field_validator("terminal_statuses", "step_failed_statuses")
     @classmethod
@@ -362,37 +497,57 @@ class K8sConfig(_Section):
 
 class BudgetConfig(_Section):
     min_stale: int = Field(3, ge=0)
+    """A scope's budget trips only with at least this many stale instances (or reapable runs)..."""
     max_stale_fraction: float = Field(0.5, ge=0.0, le=1.0)
+    """... and when more than this fraction of them are stale (`S / L`: docs/design.md §4); then the scope only
+    reports, and alerts."""
 
 
 class RulesConfig(_Section):
     """Configured mode per rule. Config can only restrict: the phase preset is the ceiling."""
 
     terminated: RuleMode = Mode.DELETE
+    """Mode of the GCE `TERMINATED` rule."""
     heartbeat_stale: RuleMode = Mode.DELETE
+    """Mode of the GCE stale-heartbeat rule."""
     unlabeled_age: RuleMode = Mode.DELETE
+    """Mode of the GCE unlabeled-age rule."""
     sandbox_orphan: RuleMode = Mode.DELETE
-    residual_group: Annotated[Mode, BeforeValidator(_report_at_most)] = Mode.REPORT
+    """Mode of the Kubernetes orphaned-sandbox rule."""
+    residual_group: Annotated[Mode, BeforeValidator(_report_at_most), Shown('`"off"` or `report`')] = Mode.REPORT
+    """Mode of the residual fleeting-group rule (`delete` is refused: it only ever reports)."""
 
 
 class LedgerConfig(_Section):
     """The audit trail (DESIGN.md section 7): MongoDB, acknowledged and fenced writes."""
 
     conn_id: str = "mongo_default"
+    """The Airflow connection of the ledger's MongoDB."""
     database: str = "reaper"
+    """The ledger's database."""
     collection: str = "ledger"
+    """One document per decision that is not keep, per delete intent and per outcome."""
     sweeps_collection: str = "sweeps"
+    """One summary per execution of a sweep."""
     locks_collection: str = "sweep_locks"
-    # Each resource's transitions (first seen, kept and why, reported, gone), and each DAG's last states.
+    """The per-target sweep lease."""
     transitions_collection: str = "transitions"
+    """Each resource's transitions: first seen, kept and why, reported, planned for delete, gone."""
     states_collection: str = "resource_states"
-    notices_collection: str = "sweep_notices"  # what each notification channel was last told, per target
+    """Each DAG's last state of every resource per scope, which a sweep compares to record only the changes."""
+    notices_collection: str = "sweep_notices"
+    """What each notification channel was last told, per target (docs/notifications.md)."""
     retention: Duration = timedelta(days=400)  # at least the longest run timeout + rerun_window: Settings._margins
-    # How old a run an operator may still clear or re-run: the ledger must still know what it sent and lifted.
+    """How long ledger records, summaries, transitions and resource states are kept (a change is applied to the TTL
+    indexes in place). At least the longest run timeout plus `ledger.rerun_window`: a retried or cleared task must
+    still find its intents, outcomes and override, or it re-sends and re-applies them."""
     rerun_window: Annotated[Duration, _at_least(timedelta(days=1), "a run may be cleared at least the day it ran")] = (
         timedelta(days=7)
     )
+    """How old a run operators may still clear or re-run. Clearing an older one may find the ledger has forgotten
+    what it sent and which override it used."""
     timeout: Timeout = timedelta(seconds=10)
+    """Timeout of each ledger read and write."""
 
 
 def _schedule(value: object) -> timedelta:
@@ -402,14 +557,16 @@ def _schedule(value: object) -> timedelta:
     return parse_duration(value)
 
 
-Schedule = Annotated[timedelta, BeforeValidator(_schedule)]
+Schedule = Annotated[timedelta, BeforeValidator(_schedule), Shown("duration, or `0`")]
 
 
 class AlertsConfig(_Section):
     """Where a failed sweep is announced: always the log; also mail when ``email`` lists addresses."""
 
     email: list[str] = []
+    """Addresses a failed task or run is mailed to, in addition to the ERROR log line it always gets."""
     smtp_conn_id: str = "smtp_default"
+    """The Airflow connection those mails go through."""
 
 
 NOTIFY_EVENTS = ("held", "failed", "deleted")
@@ -424,14 +581,21 @@ class NotifyChannel(_Section):
     """
 
     kind: Literal["smtp", "slack", "slack_webhook"]
-    # The Airflow connection; empty: the provider's default (smtp_default, slack_api_default, slack_default).
+    """Which of Airflow's notifiers tells this channel: `SmtpNotifier`, `SlackNotifier` or `SlackWebhookNotifier`."""
     conn_id: str = ""
-    to: list[str] = []  # smtp only: the addresses mailed
-    from_email: str = ""  # smtp only; empty: the connection's from_email extra
-    channel: str = ""  # slack only: the channel posted to (#name or its id)
-    # What this channel is told: held (a scope's deletes are held), failed (deletes failed), deleted (the digest).
+    """The Airflow connection it sends through; empty: the provider's default (`smtp_default`,
+    `slack_api_default`, `slack_default`)."""
+    to: list[str] = []
+    """smtp only: the addresses mailed."""
+    from_email: str = ""
+    """smtp only: the sender; empty: the connection's `from_email` extra."""
+    channel: str = ""
+    """slack only: the channel posted to (`#name` or its id)."""
     events: list[Literal["held", "failed", "deleted"]] = Field(list(NOTIFY_EVENTS), min_length=1)
-    targets: list[Literal["gce", "k8s"]] = Field(["gce", "k8s"], min_length=1)  # whose sweeps it hears of
+    """What this channel is told: `held` (a scope's deletes are held), `failed` (deletes failed), `deleted`
+    (the digest of what was deleted)."""
+    targets: list[Literal["gce", "k8s"]] = Field(["gce", "k8s"], min_length=1)
+    """Whose sweeps it hears of."""
 
     @model_validator(mode="after")
     def _addressed(self) -> NotifyChannel:
@@ -465,16 +629,19 @@ class NotificationsConfig(_Section):
     """
 
     channels: list[NotifyChannel] = []
-    # A scope that stays held (or whose deletes keep failing) is told again after this long; a change is told at once.
+    """Where owners are told; empty (the default): nobody is."""
     remind_after: Annotated[
         Duration, _at_least(timedelta(minutes=10), "a hold lasting hours would otherwise be told every sweep")
     ] = timedelta(hours=24)
-    # The deleted digest covers windows of this length, aligned to UTC (24h: UTC days), sent by the first sweep
-    # after each window ends; 0: each sweep's own deletes, after it.
+    """A scope that stays held (or whose deletes keep failing) is told again after this long; a change is told
+    at once."""
     digest_every: Schedule = timedelta(hours=24)
-    max_listed: int = Field(50, ge=1, le=1000)  # resources named per notice; the rest are counted by scope
-    # All of a sweep's notices together wait at most this long (and never past the run's timeout).
+    """The deleted digest covers windows of this length, aligned to UTC (24h: UTC days), sent by the first sweep
+    after each window ends; 0: each sweep's own deletes, after it."""
+    max_listed: int = Field(50, ge=1, le=1000)
+    """Resources named per notice; the rest are counted by scope."""
     timeout: Timeout = timedelta(seconds=30)
+    """All of a sweep's notices together wait at most this long (and never past the run's timeout)."""
 
     @model_validator(mode="after")
     def _once_each(self) -> NotificationsConfig:
@@ -500,7 +667,10 @@ class RolloutConfig(_Section):
     """
 
     gce: Literal["telemetry", "terminated-cleanup", "report-only", "enforcement"] = "telemetry"
+    """The GCE target's active phase: only its DAG runs on the schedule and pushes metrics; a manual run of
+    another phase is a dry run unless its trigger confirms the phase (`confirm_phase`)."""
     k8s: Literal["telemetry", "report-only", "enforcement"] = "telemetry"
+    """The Kubernetes target's active phase, as `rollout.gce` (Kubernetes has no `terminated-cleanup`)."""
 
 
 class MetricsConfig(_Section):
@@ -512,30 +682,54 @@ class MetricsConfig(_Section):
     """
 
     pushgateway_url: str = ""
+    """The Prometheus Pushgateway the active phase's sweeps push their metrics to; empty: no push."""
     timeout: Timeout = timedelta(seconds=5)
+    """Timeout of each push."""
     runbook_url: str = "docs/runbook.md"
-    # The Prometheus that evaluates the reaper's alert rules: the audit overview lists those firing ("" none).
+    """The runbook's address as your team reads it (a wiki page, the file on your forge): each alert's
+    `runbook_url` annotation, which Alertmanager, Grafana and PagerDuty templates link, is it plus `#` and the
+    alert's name in lower case (its section in `docs/runbook.md`). Generate the rules again after changing it
+    (`reaper alert-rules`). The audit overview links each thing that needs a human to its section here."""
     prometheus_url: str = ""
+    """The Prometheus that evaluates the reaper's alert rules: the audit overview lists the reaper's alerts
+    firing there (an unreachable one is said so); empty: the overview shows no alerts."""
 
 
 class AirflowConfig(_Section):
     """How the DAGs run: schedules per target, sharding of the listing, where sweeps keep their files."""
 
     gce_schedule: Schedule = timedelta(minutes=10)
+    """How often the GCE sweep DAG of the active phase runs; `0`: manual triggers only."""
     k8s_schedule: Schedule = timedelta(minutes=1)
+    """How often the Kubernetes sweep DAG of the active phase runs; `0`: manual triggers only."""
     shards: int = Field(8, ge=1, le=64)
+    """At most this many mapped `list_inventory` tasks, whatever the number of scopes."""
     sweep_store: str = "file:///tmp/reaper-sweeps"
+    """Where a sweep's inventory and evidence files go (an ObjectStoragePath URL: `gs://CONN_ID@BUCKET/PATH`,
+    `s3://...`); a local path with an executor that runs tasks on other machines (anything but the Local and
+    Sequential executors, also in a list) is an import error naming this key."""
     retries: int = Field(2, ge=0, le=10)
+    """Task retries, with exponential backoff."""
     retry_delay: Duration = timedelta(seconds=30)
+    """The first retry's delay; each next one waits longer (exponential backoff), at most a quarter of the run
+    timeout."""
     delete_batch_size: int = Field(200, ge=1, le=5000)
-    # At most this many delete tasks per sweep (larger batches if need be): see deletes.cut_batches.
+    """Resources of any one scope (project or cluster) per mapped `delete` task: a task's length is set by its
+    scopes' rate limits, which run side by side, so a plan within this size in every scope is one task (a
+    Kubernetes run is never split: a larger one is a batch of its own)."""
+    # See deletes.cut_batches.
     max_delete_batches: int = Field(8, ge=1, le=256)
-    # A sweep run's timeout; 0 (the default): 90% of the target's schedule, an hour for manual triggers only.
+    """At most this many `delete` tasks per sweep, with larger batches if need be: a batch still queued at the
+    run's deadline costs a task start inside the send margin, and an incident-scale plan at 200 a batch would
+    queue dozens."""
     run_timeout: Schedule = timedelta(0)
-    # How long a run waits for another sweep of its target to end before it ends as skipped
-    # (at most a third of its run timeout: Settings.lease_wait).
-    lease_wait: Duration = timedelta(minutes=1)
+    """A sweep run's timeout; `0`: 90% of the target's schedule, an hour for manual triggers only. It must leave
+    twice the send margin (`<target>.request_timeout` + `ledger.timeout` + 5 s)."""
+    lease_wait: Duration = timedelta(minutes=1)  # at most a third of its run timeout: Settings.lease_wait
+    """How long a run waits for another sweep of its target to end before it ends as skipped; at most a third of
+    its run timeout (Kubernetes default: 18 s)."""
     alerts: AlertsConfig = AlertsConfig()
+    """Failure mails, in addition to the log alert."""
 
 
 LABEL_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"  # a Prometheus label name
@@ -557,7 +751,7 @@ def _matchers(value: object) -> dict[str, str]:
     return value  # type: ignore[return-value]
 
 
-Matchers = Annotated[dict[str, str], BeforeValidator(_matchers), Field(min_length=1)]
+Matchers = Annotated[dict[str, str], BeforeValidator(_matchers), Field(min_length=1), Shown("`{label: regex}`")]
 
 
 class BurnWindow(_Section):
@@ -565,16 +759,22 @@ class BurnWindow(_Section):
     (so the alert stops soon after the errors do) both above ``burn_rate`` times the error budget."""
 
     window: Annotated[Duration, _at_least(timedelta(minutes=1), "a twelfth of it must still hold two scrapes")]
+    """The long window; the short one is a twelfth of it. A window given in the config needs both its keys."""
     burn_rate: float = Field(gt=0)
+    """How many times the error budget both windows' error ratios must exceed."""
 
 
 class MachineCreationConfig(_Section):
     """The ``machine_creation`` SLI: the share of docker+machine creations that fail, against ``objective``."""
 
     objective: float = Field(0.99, gt=0.0, lt=1.0)
+    """Share of docker+machine creations that must succeed; the error budget is the rest."""
     group_by: list[LabelName] = ["shard"]
+    """Labels the SLI is computed and alerted per."""
     fast: BurnWindow = BurnWindow(window=timedelta(hours=1), burn_rate=14.4)
+    """`MachineCreationBudgetBurn` with `window="fast"`: a page."""
     slow: BurnWindow = BurnWindow(window=timedelta(hours=6), burn_rate=6.0)
+    """`MachineCreationBudgetBurn` with `window="slow"`: a ticket."""
 
 
 class CauseAlertsConfig(_Section):
@@ -586,7 +786,10 @@ class CauseAlertsConfig(_Section):
     """
 
     enabled: bool = True
+    """Generate the runner managers' cause alerts."""
     runner_managers: Matchers = {"cluster": "runner-managers-.*"}
+    """The one selector of the managers' series (kube-state-metrics' restarts and the runners' own metrics):
+    label name to a PromQL regex, all must match."""
     # The gitlab-runner chart names the manager's container after its release (`gitlab-runner`,
     # `<release>-gitlab-runner`); the simulated managers' is `runner`.
     manager_pods: Matchers = {"container": ".*runner"}
@@ -594,24 +797,42 @@ class CauseAlertsConfig(_Section):
     (`namespace`, `pod`, `container`) to a PromQL regex, all must match. A logging agent or any other pod
     in the same cluster does not raise `RunnerManagerCrashLooping`."""
     crash_loop_restarts: int = Field(3, ge=1)
+    """`RunnerManagerCrashLooping`: that many container restarts, of any reason, within `crash_loop_window`."""
     crash_loop_window: Annotated[
         Duration, _at_least(timedelta(minutes=1), "a restart counts only with two scrapes within it")
     ] = timedelta(minutes=30)
+    """The window `crash_loop_restarts` counts in."""
     machine_creation: MachineCreationConfig = MachineCreationConfig()
+    """The `machine_creation` SLI (gitlab-runner's `gitlab_runner_autoscaling_actions_total`): the error ratio
+    over each arm's window and over a twelfth of it both above `burn_rate` times the budget."""
 
 
 class Settings(_Section):
     gce: GceConfig = GceConfig()
+    """The GCE target: VM instances of docker+machine runner managers (docs/gce.md)."""
     k8s: K8sConfig = K8sConfig()
+    """The Kubernetes target: sandbox Pods, Secrets and NetworkPolicies of CI runs (docs/kubernetes.md)."""
     budget: BudgetConfig = BudgetConfig()
+    """The staleness budget each scope of both targets is held by (docs/design.md §4)."""
     rules: RulesConfig = RulesConfig()
+    """Each rule's configured mode. Its effective mode is the lower of its rollout phase's preset and this: the
+    config can restrict a phase, never extend it (docs/design.md §3). Quote `"off"`: YAML reads a bare off as
+    false, which is refused."""
     max_deletions_per_sweep: int = Field(500, ge=0)
+    """Per target and sweep; a plan with more deletes deletes nothing and reports everything."""
     ledger: LedgerConfig = LedgerConfig()
+    """The audit trail in MongoDB (docs/operating.md, "The ledger")."""
     airflow: AirflowConfig = AirflowConfig()
+    """How the DAGs run: schedules, sharding, the sweep store, retries, delete batches (docs/operating.md)."""
     metrics: MetricsConfig = MetricsConfig()
+    """Sweep metrics, and the runbook the alerts link (docs/operating.md, "Metrics and alerts")."""
     rollout: RolloutConfig = RolloutConfig()
+    """The active rollout phase of each target (docs/operating.md, "Moving through the rollout")."""
     cause_alerts: CauseAlertsConfig = CauseAlertsConfig()
+    """The runner managers' cause alerts (docs/operating.md, "Metrics and alerts")."""
     notifications: NotificationsConfig = NotificationsConfig()
+    """Optional notices to resource owners when a scope is held, deletes fail, and a digest of what was deleted
+    (docs/notifications.md); off by default."""
 
     @model_validator(mode="after")
     def _room_to_delete(self) -> Settings:

@@ -1,7 +1,7 @@
-"""The README's "Trying a deployment against the emulators", followed literally: its own ``sh`` blocks
-(those after ``<!-- guide: emulators -->``, in order, in one bash), on a fresh ``AIRFLOW_HOME`` and a
-fresh PostgreSQL database, with no variable of the test's own Airflow, up to one report-only sweep per
-target; then its ``<!-- guide: stop -->`` block.
+"""The deployment guide's "Trying a deployment against the emulators" (docs/deploy.md), followed literally:
+its own ``sh`` blocks (those after ``<!-- guide: emulators -->``, in order, in one bash), on a fresh
+``AIRFLOW_HOME`` and a fresh PostgreSQL database, with no variable of the test's own Airflow, up to one
+report-only sweep per target; then its ``<!-- guide: stop -->`` block.
 
 Only the placeholders the guide itself reads as ``${NAME:-default}`` are set: every ``*_PORT`` to a free
 port, ``TRIAL`` to a temporary directory, ``TRIAL_DB`` to a database name of this test's own.
@@ -24,15 +24,16 @@ import pytest
 from include.emulators.http import free_port
 from tests.helpers import POSTGRES_DSN, ROOT
 
+GUIDE = ROOT / "docs" / "deploy.md"
 GUIDE_BLOCK = re.compile(r"^<!-- guide: (\w+) -->\n```sh\n(.*?)^```$", re.S | re.M)
 PLACEHOLDER = re.compile(r"\$\{(\w+):-")
 SWEEPS = ("reaper_gce_report_only", "reaper_k8s_report_only")
 
 
 def guide(kind: str) -> str:
-    """The README's blocks of ``kind``, in order, as one script."""
-    blocks = [body for k, body in GUIDE_BLOCK.findall((ROOT / "README.md").read_text()) if k == kind]
-    assert blocks, f"README.md has no <!-- guide: {kind} --> block"
+    """The guide's blocks of ``kind``, in order, as one script."""
+    blocks = [body for k, body in GUIDE_BLOCK.findall(GUIDE.read_text()) if k == kind]
+    assert blocks, f"{GUIDE.relative_to(ROOT)} has no <!-- guide: {kind} --> block"
     return "\n".join(blocks)
 
 
