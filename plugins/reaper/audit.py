@@ -114,16 +114,24 @@ def _expected(config: Settings, dags: frozenset[str]) -> dict[str, timedelta]:
 
 
 def _alerts(config: Settings) -> tuple[list[oncall.Need], str]:
-    """The reaper's firing alerts from ``metrics.prometheus_url`` (none configured: none), or why they are unknown."""
+    """The reaper's firing alerts in ``metrics.prometheus_url`` (none configured: none), or why they are unknown.
+
+    Read from its alerting rules (``/api/v1/rules?type=alert``), not its list of alerts: a Prometheus that
+    answers but has none of the reaper's rules loaded (another server, the rules file not mounted) would
+    list no alert, which must not read as "nothing fires".
+    """
     url = config.metrics.prometheus_url.rstrip("/")
     if not url:
         return [], ""
     try:
-        with urlopen(f"{url}/api/v1/alerts", timeout=config.metrics.timeout.total_seconds()) as answer:
-            alerts = json.load(answer)["data"]["alerts"]
+        with urlopen(f"{url}/api/v1/rules?type=alert", timeout=config.metrics.timeout.total_seconds()) as answer:
+            groups = json.load(answer)["data"]["groups"]
+        rules = [r for g in groups for r in g["rules"] if oncall.reapers(r, config.metrics.runbook_url)]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return [], f"Prometheus at {url} did not say which alerts fire ({exc}): look there"
-    return oncall.firing(alerts, config.metrics.runbook_url), ""
+    if not rules:
+        return [], f"Prometheus at {url} has none of the reaper's alert rules loaded: no alert can fire there"
+    return oncall.firing((a for r in rules for a in r.get("alerts") or []), config.metrics.runbook_url), ""
 
 
 @router.get("/", response_class=HTMLResponse, response_model=None)

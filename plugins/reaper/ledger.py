@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 from pymongo import DeleteMany, MongoClient, ReadPreference, ReturnDocument, UpdateOne, WriteConcern
 from pymongo.collection import Collection as MongoCollection
-from pymongo.errors import DuplicateKeyError, OperationFailure
+from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
 from pymongo.read_concern import ReadConcern
 
 from reaper.config import LedgerConfig
@@ -61,6 +61,7 @@ ROW_ORDER = ("scope", "name", "uid", "execution")
 # The parts of a sweep summary no chart of the overview reads.
 SUMMARY_UNCHARTED = ("kept", "hygiene", "warnings", "incomplete", "plan")
 TTL = "expireAfterSeconds"
+DUPLICATE_KEY = 11000  # MongoDB's error code of a unique index refusing a second document with its key
 # What listIndexes reports besides the definition: the format version, and fields of old servers.
 _NOT_DEFINITION = ("v", "ns", "background")
 
@@ -266,7 +267,7 @@ class Ledger:
 
         Three round trips at most, whatever the sweep's size: the DAG's states of the plan's targets,
         the transitions, and the states of the scopes that changed. Transitions first: a retry after
-        a failure between the two finds the same ones and rewrites them under their fence.
+        a failure between the two finds the same ones, which their fence (the unique index) refuses.
         """
         from reaper.transitions import joined, since, split
 
@@ -275,15 +276,13 @@ class Ledger:
         before = joined(self.states.find({"dag_id": dag_id, "target": {"$in": targets}}, {"_id": 0}))
         found, states = since(before, plan, evidence, run_label)
         now = datetime.now(UTC)
-        fence = {f: ids[f] for f in EXECUTION}
-        ops = [
-            UpdateOne(
-                {**fence, "target": c.target, "uid": c.uid}, {"$set": {**ids, **c.record(), "at": now}}, upsert=True
-            )
-            for c in found
-        ]
-        if ops:
-            self.transitions.bulk_write(ops, ordered=False)
+        if found:  # inserts, not upserts (a first sweep writes one per resource); a retry's are there already
+            try:
+                self.transitions.insert_many([{**ids, **c.record(), "at": now} for c in found], ordered=False)
+            except BulkWriteError as exc:
+                refused = {e.get("code") for e in exc.details.get("writeErrors", [])}
+                if refused - {DUPLICATE_KEY} or exc.details.get("writeConcernErrors"):
+                    raise
         writes: list[UpdateOne | DeleteMany] = []
         for key, scope_states in states.items():
             docs = split(str(dag_id), key, scope_states)

@@ -4,7 +4,8 @@ its own ``sh`` blocks (those after ``<!-- guide: emulators -->``, in order, in o
 report-only sweep per target; then its ``<!-- guide: stop -->`` block.
 
 Only the placeholders the guide itself reads as ``${NAME:-default}`` are set: every ``*_PORT`` to a free
-port, ``TRIAL`` to a temporary directory, ``TRIAL_DB`` to a database name of this test's own.
+port, ``TRIAL`` to a temporary directory, ``TRIAL_DB`` to a database name of this test's own, ``PG_URL`` to
+the local PostgreSQL server as the tests reach it.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ def placeholders(script: str, trial: Path) -> dict[str, str]:
             values[name] = str(trial)
         elif name == "TRIAL_DB":
             values[name] = f"reaper_guide_{uuid.uuid4().hex[:8]}"
+        elif name == "PG_URL":
+            values[name] = POSTGRES_DSN.rsplit("/", 1)[0]  # the local server, as the tests reach it
         else:
             raise AssertionError(f"the guide reads ${{{name}}}, which this test does not know how to set")
     return values

@@ -252,39 +252,36 @@ def test_overview_charts_the_fleet_and_drills_down_to_a_scope_with_holds_and_ove
 
 @pytest.fixture
 def alerting():  # type: ignore[no-untyped-def]
-    """A Prometheus answering ``/api/v1/alerts`` as its HTTP API documents it
-    (https://prometheus.io/docs/prometheus/latest/querying/api/#alerts): one reaper alert firing, one pending,
-    and another team's."""
+    """A Prometheus answering ``/api/v1/rules?type=alert`` as its HTTP API documents it
+    (https://prometheus.io/docs/prometheus/latest/querying/api/#rules): the reaper's rules, one firing and one
+    pending, and another team's rule firing; ``/other/api/v1/rules`` is a Prometheus without the reaper's rules."""
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    def alert(name: str, state: str, runbook: str) -> dict[str, object]:
-        return {
-            "labels": {"alertname": name, "severity": "page", "target": "gce", "scope": "p2"},
-            "annotations": {"summary": f"{name} says so", "runbook_url": f"{runbook}#{name.lower()}"},
-            "state": state,
-            "activeAt": "2026-12-01T10:00:00Z",
-            "value": "1e+00",
-        }
+    def rule(name: str, state: str, runbook: str) -> dict[str, object]:
+        notes = {"summary": f"{name} says so", "runbook_url": f"{runbook}#{name.lower()}"}
+        labels = {"alertname": name, "severity": "page", "target": "gce", "scope": "p2"}
+        alert = {"labels": labels, "annotations": notes, "state": state, "activeAt": "2026-12-01T10:00:00Z"}
+        return {"type": "alerting", "name": name, "annotations": notes, "state": state, "alerts": [alert]}
 
-    body = {
-        "status": "success",
-        "data": {
-            "alerts": [
-                alert("ReaperBudgetHold", "firing", "https://wiki/reaper"),
-                alert("ReaperCapped", "pending", "https://wiki/reaper"),
-                alert("DiskFull", "firing", "https://wiki/disks"),
-            ]
-        },
+    def answer(*rules: dict[str, object]) -> bytes:
+        return json.dumps({"status": "success", "data": {"groups": [{"name": "g", "rules": list(rules)}]}}).encode()
+
+    bodies = {
+        "/api/v1/rules?type=alert": answer(
+            rule("ReaperBudgetHold", "firing", "https://wiki/reaper"),
+            rule("ReaperCapped", "pending", "https://wiki/reaper"),
+            rule("DiskFull", "firing", "https://wiki/disks"),
+        ),
+        "/other/api/v1/rules?type=alert": answer(rule("DiskFull", "firing", "https://wiki/disks")),
     }
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            data = json.dumps(body).encode() if self.path == "/api/v1/alerts" else b"{}"
-            self.send_response(200 if self.path == "/api/v1/alerts" else 404)
+            self.send_response(200 if self.path in bodies else 404)
             self.send_header("Content-Type", "application/json")
             self.end_headers()
-            self.wfile.write(data)
+            self.wfile.write(bodies.get(self.path, b"{}"))
 
         def log_message(self, *args: object) -> None: ...
 
@@ -313,8 +310,12 @@ def test_the_first_screen_says_what_needs_a_human_with_its_one_action(http, aler
     assert 'href="https://wiki/reaper#reaperbudgethold"' in first
     # The Kubernetes sweep in the fixture deleted 2 and failed none: nothing of it needs a human.
     assert K8S_DAG not in first
+    # Never silently "no alert": a Prometheus that does not answer, or has none of the reaper's rules.
     app.dependency_overrides[settings] = lambda: config(rollout=active, metrics={"prometheus_url": alerting + "/x"})
-    assert "did not say which alerts fire" in http.get("/").text  # never silently "no alert"
+    assert "did not say which alerts fire" in http.get("/").text
+    other = {"prometheus_url": alerting + "/other", "runbook_url": "https://wiki/reaper"}
+    app.dependency_overrides[settings] = lambda: config(rollout=active, metrics=other)
+    assert "has none of the reaper&#x27;s alert rules loaded" in http.get("/").text
 
 
 def test_a_sweep_that_is_missing_or_failed_or_failing_needs_a_human(http, led) -> None:

@@ -401,3 +401,18 @@ def test_one_client_per_process_and_connection(monkeypatch, mongo_server, mongo)
     assert len(built) == 3 and child.records.database.client is not first.records.database.client
     assert {key[0] for key in reaper.ledger._clients} == {pid + 1}  # the parent's are dropped, not used
     assert child.summaries() == []
+
+
+def test_a_retry_after_the_transitions_were_written_but_not_the_states_writes_each_once(ledger) -> None:
+    from reaper.model import Evidence, Phase, Plan
+    from tests.builders import inst
+
+    vms = [inst(project="p1") for _ in range(3)]
+    plan = Plan(Phase.ENFORCEMENT, 0.0, [], [("gce", "fresh", vms)], [], {})
+    ids = {"dag_id": "reaper_gce_enforcement", "run_id": "scheduled__1", "execution": 0, "lease": "t"}
+    evidence = Evidence(swept=frozenset({("gce", "p1")}))
+    assert ledger.record_transitions(ids, plan, evidence, "run") == 3
+    ledger.states.delete_many({})  # the task died between its two writes
+    assert ledger.record_transitions(ids, plan, evidence, "run") == 3  # the same ones, refused by their fence
+    assert ledger.transitions.count_documents({}) == 3
+    assert ledger.record_transitions(ids, plan, evidence, "run") == 0  # and now the states are there

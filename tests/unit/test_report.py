@@ -166,24 +166,31 @@ def _summary(at: datetime, run: str, stale: int, deleted: int, holds: tuple[str,
     }  # fmt: skip
 
 
-def test_overview_panels_per_scope_with_holds_marked() -> None:
+def test_overview_panels_chart_the_fleet_and_one_scope_on_demand_with_holds_marked() -> None:
     t0 = datetime(2026, 11, 30, tzinfo=UTC)
     sweeps = [_summary(t0, "r1", 2, 2), _summary(t0 + timedelta(minutes=10), "r2", 6, 0, ("budget_exceeded",))]
-    dag, scope = panels(sweeps, {("reaper_gce_enforcement", "r2", 0): "/s/r2"})
-    assert dag.scope == "" and [c.values for c in dag.charts[0][1]] == [{"deleted": 2}, {}]
+    sweeps[1]["scopes"][0]["blocking"] = ["budget_exceeded"]  # type: ignore[index]
+    (fleet,) = panels(sweeps, {("reaper_gce_enforcement", "r2", 0): "/s/r2"})  # no scope asked for: the fleet only
+    found, deleted, held = (columns for _, columns in fleet.charts)
+    assert fleet.scope == "" and [c.values for c in deleted] == [{"deleted": 2}, {}]
+    assert [c.values for c in found] == [{"heartbeat_stale": 2}, {"heartbeat_stale": 6}]
+    assert [c.values for c in held] == [{}, {"budget_exceeded": 1}]
+    _, scope = panels(sweeps, {("reaper_gce_enforcement", "r2", 0): "/s/r2"}, "p1")
     census, findings, reports = (columns for _, columns in scope.charts)
     assert [c.values for c in census] == [{"RUNNING": 8, "TERMINATED": 2}, {"RUNNING": 4, "TERMINATED": 6}]
     assert [c.values for c in findings] == [{"heartbeat_stale": 2}, {"heartbeat_stale": 6}]
     assert [c.values for c in reports] == [{}, {"budget_exceeded": 6}]
-    assert reports[0].marks == () and reports[1].marks == ("11-30 00:10 hold budget_exceeded on p1, S 6 / L 10",)
+    assert reports[0].marks == ()
+    assert reports[1].marks == ("11-30 00:10 hold budget_exceeded on p1 (blocks deletes), S 6 / L 10",)
     assert census[1].href == "/s/r2" and census[0].href == ""
+    assert len(panels(sweeps, {}, "no-such-scope")) == 1  # a scope the sweeps never had: no panel
 
 
 def test_many_sweeps_share_columns_levels_from_the_latest_deletions_summed() -> None:
     t0 = datetime(2026, 11, 16, tzinfo=UTC)
     sweeps = [_summary(t0 + timedelta(minutes=10 * i), f"r{i}", i % 5, 1) for i in range(2016)]  # 14 days
-    dag, scope = panels(sweeps, {})
-    deletions = dag.charts[0][1]
+    fleet, scope = panels(sweeps, {}, "p1")
+    deletions = fleet.charts[1][1]
     assert len(deletions) <= MAX_COLUMNS and sum(c.values["deleted"] for c in deletions) == 2016
     census = scope.charts[0][1]
     assert census[-1].values == {"RUNNING": 10 - 2015 % 5, "TERMINATED": 2015 % 5}

@@ -110,13 +110,19 @@ def needs(
     return found
 
 
+def reapers(rule: Mapping[str, object], runbook_url: str) -> bool:
+    """Whether an alerting rule (or an alert) is the reaper's: its runbook_url is the reaper's runbook."""
+    notes = rule.get("annotations")
+    return isinstance(notes, dict) and str(notes.get("runbook_url", "")).startswith(f"{runbook_url}#")
+
+
 def firing(alerts: Iterable[dict[str, object]], runbook_url: str) -> list[Need]:
-    """The reaper's alerts Prometheus says are firing (those whose runbook_url is the reaper's runbook)."""
+    """The reaper's alerts that fire (not those pending), each with its labels and summary."""
     found = []
     for a in alerts:
-        labels, notes = dict(a.get("labels") or {}), dict(a.get("annotations") or {})  # type: ignore[call-overload]
-        if a.get("state") != "firing" or not str(notes.get("runbook_url", "")).startswith(runbook_url):
+        if a.get("state") != "firing" or not reapers(a, runbook_url):
             continue
+        labels, notes = dict(a.get("labels") or {}), dict(a.get("annotations") or {})  # type: ignore[call-overload]
         name = str(labels.get("alertname", ""))
         where = ", ".join(f"{k}={v}" for k, v in sorted(labels.items()) if k not in ("alertname", "severity"))
         why = f"{labels.get('severity', '')} {notes.get('summary', '')}".strip() + (f" ({where})" if where else "")
