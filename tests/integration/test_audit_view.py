@@ -355,6 +355,20 @@ def test_a_kubernetes_sweep_shows_one_row_per_run_with_its_objects_inside(http, 
     assert 'class="runs"' not in flat and flat.count("<code>run-") == 6  # one row per object, by default
 
 
+def test_a_sweep_page_says_what_the_owners_were_told_and_what_failed(http, led) -> None:
+    told = {
+        "sent": 1,
+        "failed": 1,
+        "notices": [
+            {"channel": "smtp:default:sre@example.com", "event": "held", "ok": True, "error": ""},
+            {"channel": "slack:default:#ci", "event": "deleted", "ok": False, "error": "channel_not_found"},
+        ],
+    }
+    led.summary({**GCE, "run_id": "scheduled__n", "phase": "enforcement", "notifications": told})
+    page = http.get(f"/sweeps/{GCE_DAG}/scheduled__n").text
+    assert "<dt>notifications</dt><dd>sent 1, failed 1<br>slack:default:#ci deleted: channel_not_found</dd>" in page
+
+
 def test_only_the_dags_the_user_may_read(http) -> None:
     assert K8S_DAG not in http.get("/").text
     assert {s["dag_id"] for s in http.get("/api/sweeps").json()} == {GCE_DAG}

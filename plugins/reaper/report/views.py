@@ -278,6 +278,7 @@ def summary_facts(s: dict[str, object], urls: Urls | None) -> str:
         "stale_inputs",
         "warnings",
         "phase_gate",
+        "notifications",
     }
     pairs = [
         ("execution", f"{text(s.get('execution', 0))} <span class='muted'>lease {text(s.get('lease'))}</span>"),
@@ -297,6 +298,14 @@ def summary_facts(s: dict[str, object], urls: Urls | None) -> str:
             ),
         ),  # type: ignore[union-attr]
     ]
+    told = s.get("notifications")
+    if isinstance(told, dict):  # what the owners were told (docs/notifications.md), and what failed
+        failed = [n for n in told.get("notices") or [] if isinstance(n, dict) and not n.get("ok")]
+        why = "".join(f"<br>{text(n.get('channel'))} {text(n.get('event'))}: {text(n.get('error'))}" for n in failed)
+        error = f"<br>{text(told['error'])}" if told.get("error") else ""
+        pairs.append(
+            ("notifications", f"sent {text(told.get('sent', 0))}, failed {text(told.get('failed', 0))}{why}{error}")
+        )
     gate = s.get("phase_gate")
     if isinstance(gate, dict):
         confirmed = f"confirmed by {gate.get('user')}: {gate.get('reason')}"
