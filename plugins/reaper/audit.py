@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Annotated
-from urllib.request import urlopen
 
 from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
@@ -26,6 +24,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 
 from reaper.config import ConfigError, Settings, load_config
 from reaper.model import Phase, dag_id_of
+from reaper.redact import error_for_log, url_for_log
 from reaper.report import oncall, views
 from reaper.report.reasons import Limits
 from reaper.report.rows import COLUMNS, Row, ledger_rows
@@ -117,21 +116,30 @@ def _alerts(config: Settings) -> tuple[list[oncall.Need], str]:
     """The reaper's firing alerts in ``metrics.prometheus_url`` (none configured: none), or why they are unknown.
 
     Read from its alerting rules (``/api/v1/rules?type=alert``), not its list of alerts: a Prometheus that
-    answers but has none of the reaper's rules loaded (another server, the rules file not mounted) would
-    list no alert, which must not read as "nothing fires".
+    answers but has none of the reaper's rules loaded (another server, the rules file not mounted), or whose
+    rule cannot be evaluated (``health`` not ``ok``: it lists no alert), must not read as "nothing fires".
+    Credentials in the URL are sent as basic auth and never shown.
     """
+    import requests
+
     url = config.metrics.prometheus_url.rstrip("/")
     if not url:
         return [], ""
+    shown = url_for_log(url)
     try:
-        with urlopen(f"{url}/api/v1/rules?type=alert", timeout=config.metrics.timeout.total_seconds()) as answer:
-            groups = json.load(answer)["data"]["groups"]
+        answer = requests.get(
+            f"{url}/api/v1/rules", params={"type": "alert"}, timeout=config.metrics.timeout.total_seconds()
+        )
+        answer.raise_for_status()
+        groups = answer.json()["data"]["groups"]
         rules = [r for g in groups for r in g["rules"] if oncall.reapers(r, config.metrics.runbook_url)]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        return [], f"Prometheus at {url} did not say which alerts fire ({exc}): look there"
+    except (requests.RequestException, ValueError, KeyError, TypeError) as exc:
+        return [], f"Prometheus at {shown} did not say which alerts fire ({error_for_log(exc)}): look there"
     if not rules:
-        return [], f"Prometheus at {url} has none of the reaper's alert rules loaded: no alert can fire there"
-    return oncall.firing((a for r in rules for a in r.get("alerts") or []), config.metrics.runbook_url), ""
+        return [], f"Prometheus at {shown} has none of the reaper's alert rules loaded: no alert can fire there"
+    broken = [f"{r.get('name')}: {r.get('lastError', '')}" for r in rules if r.get("health", "ok") != "ok"]
+    unknown = f"Prometheus at {shown} cannot evaluate {'; '.join(broken)}: those alerts cannot fire" if broken else ""
+    return oncall.firing((a for r in rules for a in r.get("alerts") or []), config.metrics.runbook_url), unknown
 
 
 @router.get("/", response_class=HTMLResponse, response_model=None)
@@ -153,12 +161,13 @@ def overview(
     if dag_id:
         _readable(dag_id, dags)
     summaries = _window(led, dags, days)
-    latest: dict[str, dict[str, object]] = {}
-    for s in summaries:  # oldest first: the last one of a DAG stays
-        latest[str(s["dag_id"])] = s
+    by_dag: dict[str, list[dict[str, object]]] = {}
+    for s in summaries:  # oldest first
+        by_dag.setdefault(str(s["dag_id"]), []).append(s)
+    latest = {dag: sweeps[-1] for dag, sweeps in by_dag.items()}
     expected = _expected(config, dags)  # type: ignore[arg-type]
     alerts, unknown = _alerts(config)  # type: ignore[arg-type]
-    needs = [*oncall.needs(latest, expected), *alerts]
+    needs = [*oncall.needs(by_dag, expected), *alerts]
     charted = {t: views.charted_dag(t, latest, expected, dag_id) for t in ("gce", "k8s")}
     shown = [s for s in summaries if s["dag_id"] in charted.values()]
     hrefs = {

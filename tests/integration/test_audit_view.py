@@ -274,6 +274,13 @@ def alerting():  # type: ignore[no-untyped-def]
             rule("DiskFull", "firing", "https://wiki/disks"),
         ),
         "/other/api/v1/rules?type=alert": answer(rule("DiskFull", "firing", "https://wiki/disks")),
+        "/broken/api/v1/rules?type=alert": answer(
+            {
+                **rule("ReaperBudgetHold", "inactive", "https://wiki/reaper"),
+                "health": "err",
+                "lastError": "many-to-many",
+            }
+        ),
     }
 
     class Handler(BaseHTTPRequestHandler):
@@ -316,6 +323,15 @@ def test_the_first_screen_says_what_needs_a_human_with_its_one_action(http, aler
     other = {"prometheus_url": alerting + "/other", "runbook_url": "https://wiki/reaper"}
     app.dependency_overrides[settings] = lambda: config(rollout=active, metrics=other)
     assert "has none of the reaper&#x27;s alert rules loaded" in http.get("/").text
+    broken = {"prometheus_url": alerting + "/broken", "runbook_url": "https://wiki/reaper"}
+    app.dependency_overrides[settings] = lambda: config(rollout=active, metrics=broken)
+    assert "cannot evaluate ReaperBudgetHold: many-to-many: those alerts cannot fire" in http.get("/").text
+    # Credentials in the URL are basic auth, never shown (review finding): answered, and refused.
+    for where in (alerting.replace("http://", "http://reaper:s3cret@"), "http://reaper:s3cret@127.0.0.1:1"):
+        creds = {"prometheus_url": where, "runbook_url": "https://wiki/reaper"}
+        app.dependency_overrides[settings] = lambda creds=creds: config(rollout=active, metrics=creds)
+        page = http.get("/").text
+        assert "s3cret" not in page and "reaper:" not in page
 
 
 def test_a_sweep_that_is_missing_or_failed_or_failing_needs_a_human(http, led) -> None:

@@ -9,6 +9,8 @@ stand-in (the Mongo ledger is tested against the server elsewhere), so many exam
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -90,7 +92,7 @@ def test_pod_first_whatever_the_batches_and_their_order(
     target = K8sTarget(config)
     target.api_for = lambda _: api  # type: ignore[method-assign]
     # Every run's lease absent and its run over, when read again before its delete.
-    target.__dict__["leases"] = lambda keys: Keyed(complete=True)
+    target.__dict__["_lease_source"] = SimpleNamespace(read=lambda keys: Keyed(complete=True))
     target.__dict__["runs"] = lambda keys: Keyed(known=dict.fromkeys(keys, "failed"), complete=True)
     objects = list_cluster(api, "c1", MANAGED, fast_backoff(0), 10).resources
     batches = cut_batches(objects, size, target.unit)

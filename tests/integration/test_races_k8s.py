@@ -85,7 +85,7 @@ class World:
     def target(self) -> K8sTarget:
         target = K8sTarget(self.config)
         target.api_for = lambda _: self.api  # type: ignore[method-assign]
-        target.__dict__["leases"] = NatsLeases(self.nats_url, self.config.k8s.nats_leases).read
+        target.__dict__["_lease_source"] = NatsLeases(self.nats_url, self.config.k8s.nats_leases)
         target.__dict__["runs"] = MongoRunStore(self.mongo, self.config.k8s.mongo_run_store).read
         return target
 
@@ -201,7 +201,7 @@ def first_try_then_killed(world_args: tuple, batch: list[dict], token: str, q) -
     api = kconfig.new_client_from_config_dict(kubeconfig)
     target = K8sTarget(cfg)
     target.api_for = lambda _: api  # type: ignore[method-assign]
-    target.__dict__["leases"] = NatsLeases(nats_url, cfg.k8s.nats_leases).read
+    target.__dict__["_lease_source"] = NatsLeases(nats_url, cfg.k8s.nats_leases)
     target.__dict__["runs"] = MongoRunStore(mongo, cfg.k8s.mongo_run_store).read
     q.put(os.getpid())
     resources = [msgspec.convert(r, K8sObject) for r in batch]

@@ -478,3 +478,28 @@ def test_a_store_lookup_has_a_record_or_the_state_its_absence_means(
         else Keyed({k: (v, True) for k, v in source.known.items()}, source.failed, source.complete)
     )
     assert step_state("r1", steps, settings()) == state  # "failed" with results is terminal, "running" active
+
+
+def test_a_run_label_every_sandbox_shares_deletes_nothing_as_the_live_runs_leases_expose_it() -> None:
+    # Review finding: k8s.run_label naming a label all sandboxes share folds every live sandbox into one
+    # "run" that no lease and no run record knows: lease absent, run not found, row 8. The leases held by runs
+    # the listing does not name, and a store that knows none of its runs, say the label is not the runs' id.
+    objects = [o for r in ("r1", "r2", "r3") for o in sandbox(r, labels={"app": "sandbox"})]
+    evidence = Evidence(leases=leases(["r1", "r2", "r3"]), runs=runs({k: "running" for k in ("r1", "r2", "r3")}))
+    wrong = plan(objects, evidence, settings(rollout={"k8s": "enforcement"}, k8s={"run_label": "app"}))
+    assert not wrong.deletes()
+    assert {d.reason for d in wrong.decisions} <= {"store_unknown", "run_label_missing"}
+    (verdict,) = wrong.scopes
+    assert any("k8s.run_label (app)" in why for why in verdict.details["unknown_evidence"])  # type: ignore[union-attr]
+
+
+def test_runs_no_store_knows_are_still_orphans_when_no_other_run_holds_a_lease() -> None:
+    # The check needs live runs elsewhere: a cluster of orphans whose records are gone, with no lease held
+    # anywhere, is still reaped (row 8), and so is one with a live run the listing names.
+    gone = [o for r in ("g1", "g2") for o in sandbox(r)]
+    alone = plan(gone, Evidence(leases=leases(), runs=runs()), settings(rollout={"k8s": "enforcement"}))
+    assert {d.reason for d in alone.deletes()} == {"sandbox_orphan"} and len(alone.deletes()) == len(gone)
+    live = sandbox("live-1")
+    beside = Evidence(leases=leases(["live-1", "elsewhere"]), runs=runs({"live-1": "running"}))
+    mixed = plan([*gone, *live], beside, settings(rollout={"k8s": "enforcement"}))
+    assert len(mixed.deletes()) == len(gone)

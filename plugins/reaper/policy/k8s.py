@@ -67,16 +67,33 @@ def lease_state(key: str, leases: Keyed[float | None] | None, now: float, skew: 
 
 
 def cross_checked(keys: Iterable[str], evidence: Evidence, config: Settings, now: float) -> Keyed[str] | None:
-    """The run store's answer, no longer complete when a run holds a live lease but is absent from it.
+    """The run store's answer, no longer complete when a run holds a live lease but is absent from it, or when
+    the listed runs (``keys``) are names neither the store nor the leases know.
 
     A run is recorded (queued) before a runner claims it and takes its lease, so such a run means the
     run store read is not the one the runners write to (docs/design.md §5): none of its ``not_found`` is proof this
-    sweep. Its records stand. A single run read again before its delete cannot be cross-checked.
+    sweep. Its records stand. Nor does it when it knows none of the listed runs while none of them holds a lease
+    and other runs do (a lease source that lists every lease): the listing's run label is then not the runs'
+    id. A single run read again before its delete cannot be cross-checked.
     """
     runs = evidence.runs
     if runs is None or not runs.complete:
         return runs
+    keys = set(keys)
     skew = config.k8s.lease_clock_skew.total_seconds()
+    elsewhere = evidence.leases.known.keys() - keys if evidence.leases is not None else set()
+    live = [key for key in elsewhere if lease_state(key, evidence.leases, now, skew) is LeaseState.HELD]
+    if keys and live and not any(key in runs.known or key in runs.failed for key in keys):
+        # Runs are alive (their leases are held), yet the listing names none of them, and the store knows none
+        # of the runs it names: the run label is not the runs' id (a label every sandbox shares folds them all
+        # into one "run" nobody knows), so the store's silence about those names proves nothing.
+        problem = (
+            f"run store: none of the {len(keys)} runs the listing names by k8s.run_label "
+            f"({config.k8s.run_label}) has a record in it, and none of them holds a lease while "
+            f"{len(live)} other runs do: that label is not the runs' id, so no run missing from the store counts as "
+            "gone this sweep"
+        )
+        return Keyed(known=runs.known, failed=runs.failed, complete=False, problem=problem)
     contradicting = sorted(
         key
         for key in keys

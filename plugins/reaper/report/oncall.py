@@ -64,43 +64,54 @@ class Need(NamedTuple):
     at: object = None
 
 
+def counts(summary: Mapping[str, object]) -> bool:
+    """Whether a summary is of a sweep that ran for real: not a dry run, not a run skipped because another
+    sweep held the lease. Only such a sweep says what holds, fails or is missing."""
+    return summary.get("state") != "skipped" and not summary.get("dry_run")
+
+
 def needs(
-    latest: Mapping[str, dict[str, object]], expected: Mapping[str, timedelta], now: datetime | None = None
+    sweeps: Mapping[str, list[dict[str, object]]], expected: Mapping[str, timedelta], now: datetime | None = None
 ) -> list[Need]:
-    """Everything that needs a human in the latest sweep of each DAG of ``expected`` (the active phases' DAG ids
-    and their schedule intervals; ``0``: triggered by hand only, never missing)."""
+    """Everything that needs a human in the sweeps of each DAG of ``expected`` (the active phases' DAG ids and
+    their schedule intervals; ``0``: triggered by hand only, never missing). ``sweeps``: each DAG's summaries
+    in the window, oldest first.
+
+    Read from the sweeps that :func:`counts`, so a later dry run or skipped run hides nothing: each scope's
+    verdict from the latest of them that swept it (a run of some scopes only leaves the others' standing),
+    the failures, the cap and the state from the latest of them, and a sweep missing measured from it.
+    """
     now = now or datetime.now(UTC)
     found: list[Need] = []
     for dag_id, every in expected.items():
-        s = latest.get(dag_id)
-        if s is None:
+        real = [s for s in sweeps.get(dag_id, []) if counts(s)]
+        skipped = [s for s in sweeps.get(dag_id, []) if s.get("state") == "skipped"]
+        since_skip = f"; the latest run was skipped: {skipped[-1].get('why')}" if skipped else ""
+        if not real:
             if every:
-                found.append(Need("no sweep", dag_id, "", "", "no sweep recorded in the window shown", MISSING))
+                why = "no sweep recorded in the window shown" + since_skip
+                found.append(Need("no sweep", dag_id, "", "", why, MISSING))
             continue
+        s = real[-1]
         run, at = str(s.get("run_id")), s.get("at")
         ended = at if isinstance(at, datetime) else None
         if ended is not None and ended.tzinfo is None:
             ended = ended.replace(tzinfo=UTC)
         if every and ended is not None and now - ended > LATE * every:
-            why = f"the latest sweep is {_ago(now - ended)} old; the schedule is every {_ago(every)}"
+            why = f"the latest sweep is {_ago(now - ended)} old; the schedule is every {_ago(every)}{since_skip}"
             found.append(Need("sweep missing", dag_id, run, "", why, MISSING, at))
         if s.get("state") == "failed":
             found.append(Need("sweep failed", dag_id, run, "", str(s.get("why") or "a task failed"), FAILED_RUN, at))
-        for v in s.get("scopes") or []:  # type: ignore[union-attr]
-            blocking = [str(h) for h in v.get("blocking") or []]
+        verdicts: dict[str, tuple[dict[str, object], Mapping[str, object]]] = {}
+        for sweep in real:  # oldest first: the latest verdict of each scope stays
+            for v in sweep.get("scopes") or []:  # type: ignore[union-attr]
+                verdicts[str(v.get("scope"))] = (v, sweep)
+        for scope, (v, by) in verdicts.items():
+            blocking = [str(h) for h in v.get("blocking") or []]  # type: ignore[union-attr]
             if blocking:
                 why = "deletes held: " + ", ".join(blocking)
-                found.append(
-                    Need(
-                        "scope held",
-                        dag_id,
-                        run,
-                        str(v.get("scope")),
-                        why,
-                        HOLD_ACTIONS.get(blocking[0], OTHER_HOLD),
-                        at,
-                    )
-                )
+                hold = HOLD_ACTIONS.get(blocking[0], OTHER_HOLD)
+                found.append(Need("scope held", dag_id, str(by.get("run_id")), scope, why, hold, by.get("at")))
         failed = int((s.get("outcomes") or {}).get("failed", 0))  # type: ignore[union-attr]
         if failed:
             found.append(Need("deletions failing", dag_id, run, "", f"{failed} deletes failed", FAILED, at))

@@ -109,10 +109,19 @@ class NatsLeases:
         self.prefix, self.suffix = config.key_template.split("{run}")
 
     def read(self, keys: list[str] | None = None) -> Keyed[float | None] | None:
-        """Every held lease: one listing answers for all runs. For a single run (the re-read right
-        before its delete) only that run's key is read, with the same rules."""
+        """Every held lease: one listing answers for all runs, whichever ``keys`` the sweep asks about.
+
+        The whole bucket, also for one key: a sweep whose listing names a single run must still see the other
+        runs' leases (a run label every sandbox shares names one run, which only the others' leases expose:
+        reaper.policy.k8s ``cross_checked``) and a bucket whose keys are not of the template."""
+        return self._read(None)
+
+    def read_one(self, keys: list[str]) -> Keyed[float | None] | None:
+        """The re-read right before a run's delete: only that run's key (``keys``: that one), with the same rules."""
+        return self._read(self.config.key_template.replace("{run}", keys[0]) if len(keys) == 1 else None)
+
+    def _read(self, only: str | None) -> Keyed[float | None] | None:
         timeout = self.config.timeout.total_seconds()
-        only = self.config.key_template.replace("{run}", keys[0]) if keys and len(keys) == 1 else None
         try:
             listed = asyncio.run(asyncio.wait_for(self._keys(timeout, only), read_timeout(self.config)))
         except Exception as exc:
@@ -122,7 +131,7 @@ class NatsLeases:
         problem = self.template_problem(listed) if only is None else ""
         if problem:
             log.warning("%s", problem)
-            return Keyed(failed=frozenset(keys or ()), complete=False, problem=problem)
+            return Keyed(complete=False, problem=problem)  # every lease unknown
         runs = {run: live for key, live in listed.items() if (run := self._run(key)) is not None}
         known = {run: None for run, live in runs.items() if live}
         return Keyed(known=known, failed=frozenset(run for run, live in runs.items() if live is None), complete=True)

@@ -240,19 +240,29 @@ class K8sTarget:
         ]
 
     @cached_property
-    def leases(self) -> Callable[[list[str]], Keyed[float | None] | None] | None:
-        """The configured liveness authority's reader, or None (every lease unknown)."""
+    def _lease_source(self) -> object | None:
         k8s = self.config.k8s
         if k8s.lease_source == "nats":
             from reaper.stores.nats import NatsLeases, nats_options
 
-            return NatsLeases(nats_options(k8s.nats_leases.conn_id), k8s.nats_leases).read
+            return NatsLeases(nats_options(k8s.nats_leases.conn_id), k8s.nats_leases)
         if k8s.lease_source == "mongo":
             from reaper.stores.mongo import MongoLeases, mongo_client
 
             cfg = k8s.mongo_leases
-            return MongoLeases(mongo_client(cfg.conn_id, cfg.timeout.total_seconds()), cfg).read
+            return MongoLeases(mongo_client(cfg.conn_id, cfg.timeout.total_seconds()), cfg)
         return None
+
+    @property
+    def leases(self) -> Callable[[list[str]], Keyed[float | None] | None] | None:
+        """The configured liveness authority's reader for the sweep, or None (every lease unknown)."""
+        return getattr(self._lease_source, "read", None)
+
+    @property
+    def lease_of(self) -> Callable[[list[str]], Keyed[float | None] | None] | None:
+        """Its reader of one run's lease, the re-read right before that run's delete (NATS: that key alone)."""
+        source = self._lease_source
+        return getattr(source, "read_one", None) or getattr(source, "read", None)
 
     @cached_property
     def runs(self) -> Callable[[list[str]], Keyed[str]] | None:
@@ -287,7 +297,7 @@ class K8sTarget:
         """Right before a run's first delete: its lease still absent and its run still over, or why not."""
         from reaper.k8s.evidence import still_reapable
 
-        return still_reapable(run, self.config, self.leases, self.runs)
+        return still_reapable(run, self.config, self.lease_of, self.runs)
 
     def delete(self, resources: list[Resource], guard: SendGuard) -> list[Outcome]:
         from reaper.k8s.deleter import K8sDeleter
