@@ -355,7 +355,7 @@ def _diff(args: argparse.Namespace, out: TextIO) -> int:
     old, new = load_config(args.old), load_config(args.new)
     data = _inputs(args, [old, new])
     phase = None if args.phase == "active" else Phase(args.phase)
-    result = diff(data.resources, data.evidence, old, new, phase, data.now)
+    result = diff(data.resources, data.evidence, old, new, phase, data.now, recorded=bool(args.recorded))
     paths = (args.old, args.new)
     limits = {"old": Limits.of(old), "new": Limits.of(new)}
     if args.format == "json":
@@ -367,7 +367,7 @@ def _diff(args: argparse.Namespace, out: TextIO) -> int:
         out.write(diff_page(result, paths, limits))
     else:
         write_diff(result, paths, limits, out)
-    return DANGEROUS if result.dangerous else 0
+    return DANGEROUS if result.fails else 0
 
 
 def diff_json(result: ConfigDiff, paths: tuple[str, str]) -> dict[str, object]:
@@ -380,6 +380,7 @@ def diff_json(result: ConfigDiff, paths: tuple[str, str]) -> dict[str, object]:
         },
         "changes": [change_json(c) for c in result.changes],
         "dangerous": len(result.dangerous),
+        "unlisted": result.unlisted,
     }
 
 
@@ -404,6 +405,12 @@ def write_diff(result: ConfigDiff, paths: tuple[str, str], limits: dict[str, Lim
     for name, side in (("old", old), ("new", new)):
         for target, would_delete in side.capped.items():
             out.write(f"{name}: {target}: {would_delete} deletions exceed max_deletions_per_sweep; all reported\n")
+    if result.unlisted:
+        out.write(
+            f"\nthe recorded input was listed under the old config's selection; the new config also takes in "
+            f"(exit {DANGEROUS}, diff on exports listed without these limits to see what it would delete):\n"
+        )
+        out.writelines(f"  {what}\n" for what in result.unlisted)
     if not result.changes:
         out.write("\nno decision changes\n")
         return

@@ -33,6 +33,9 @@ TARGET_OF: dict[type, str] = {GceInstance: "gce", GceGroup: "gce", K8sObject: "k
 TARGETS = ("gce", "k8s")
 Key = tuple[str, str, str]  # (target, scope, uid): one resource, whichever config decides it
 _ALIVE = list(Liveness)  # most alive first
+# The keeps that are a person's or the config's word, not evidence: an opt-out label (or a malformed one),
+# a protected project or namespace, GCE's deletion protection. Deleting past one is never proof-driven.
+GUARDS = frozenset({"opt_out", "opt_out_malformed", "protected_scope", "deletion_protection"})
 
 
 def key(target: str, resource: Resource) -> Key:
@@ -87,8 +90,17 @@ class Change:
     @property
     def dangerous(self) -> bool:
         """It widens deletion against evidence that the owner may be alive, or none either way (no reading
-        counts as none)."""
-        return self.widens and (self.liveness is None or self.liveness.state is not Liveness.STALE)
+        counts as none); or against what kept the resource whatever its evidence: an opt-out or a protection
+        the old config honoured (the new one renamed the label, emptied the list); or it deletes a VM the old
+        config did not select on proof that holds only for the runner managers' VMs (TERMINATED, no heartbeat
+        label and old), where only a stale heartbeat label says a manager owned it."""
+        if not self.widens:
+            return False
+        if self.liveness is None or self.liveness.state is not Liveness.STALE:
+            return True
+        if self.old is not None and self.old.reason in GUARDS:
+            return True
+        return self.old is None and self.target == "gce" and self.liveness.reason != "heartbeat_stale"
 
 
 def _deletes(decision: Decision | None) -> bool:
@@ -134,18 +146,47 @@ def _order(c: Change) -> tuple[bool, str, str, str, str, str]:
     return (not c.dangerous, c.target, r.scope, r.location, r.kind, r.name)
 
 
+def unlisted(old: Settings, new: Settings) -> list[str]:
+    """What the new config takes in that a sweep listed under the old one never read: a recorded input (the
+    listing filters by selector, projects, clusters and namespaces on the server) cannot show what it would
+    delete, so such a diff proves nothing there."""
+    found = []
+    for target in TARGETS:
+        before, after = getattr(old, target), getattr(new, target)
+        if not after.enabled:
+            continue
+        if not before.enabled:
+            found.append(f"{target}: the target, disabled in the old config")
+            continue
+        if not set(before.selector.items()) <= set(after.selector.items()):
+            found.append(f"{target}.selector: {after.selector} selects beyond {before.selector}")
+        scopes = "projects" if target == "gce" else "clusters"
+        if extra := sorted(set(getattr(after, scopes)) - set(getattr(before, scopes))):
+            found.append(f"{target}.{scopes}: {', '.join(extra)}")
+    if old.k8s.namespaces and (not new.k8s.namespaces or set(new.k8s.namespaces) - set(old.k8s.namespaces)):
+        found.append(f"k8s.namespaces: {new.k8s.namespaces or 'all'} beyond {old.k8s.namespaces}")
+    return found
+
+
 @dataclass(frozen=True)
 class ConfigDiff:
-    """``reaper diff``'s answer: both sides and what changed between them."""
+    """``reaper diff``'s answer: both sides, what changed between them, and (a recorded input) what the new
+    config would take in that the input never listed (:func:`unlisted`)."""
 
     old: Side
     new: Side
     now: datetime
     changes: list[Change]
+    unlisted: list[str] = field(default_factory=list)
 
     @property
     def dangerous(self) -> list[Change]:
         return [c for c in self.changes if c.dangerous]
+
+    @property
+    def fails(self) -> bool:
+        """Whether the change must not ship as it is: a dangerous change, or one the input cannot show."""
+        return bool(self.dangerous or self.unlisted)
 
 
 def diff(
@@ -155,8 +196,10 @@ def diff(
     new: Settings,
     phase: Phase | None,
     now: datetime,
+    recorded: bool = False,
 ) -> ConfigDiff:
-    """Evaluate both configs on the same input (each target in ``phase``, or in each config's active phase).
+    """Evaluate both configs on the same input (each target in ``phase``, or in each config's active phase);
+    ``recorded``: the input is a sweep's own, listed under the old config's selection.
 
     Liveness is read for what changed only: a changed instance on its own, every Kubernetes object (a run is
     read from all its objects, and a Pod outside it may use it).
@@ -169,4 +212,6 @@ def diff(
         name: {key(t, r): x for t, r, x in liveness(read, evidence, side.config, now, side.verdicts)}
         for name, side in (("old", before), ("new", after))
     }
-    return ConfigDiff(before, after, now, compare(before, after, keys, readings))
+    return ConfigDiff(
+        before, after, now, compare(before, after, keys, readings), unlisted(old, new) if recorded else []
+    )

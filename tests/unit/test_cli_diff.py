@@ -220,3 +220,13 @@ def test_a_recorded_input_in_a_shared_store_is_copied_first(tmp_path: Path, caps
     assert code == 2 and "copy it from the sweep store first" in capsys.readouterr().err
     recorded = sample_gce_input(tmp_path, None)
     assert run_cli("diff", old, new, "--now", NOW, "--recorded", f"file://{recorded}")[0] == 0
+
+
+def test_a_recorded_input_fails_a_selector_that_takes_in_more_than_it_listed(tmp_path: Path) -> None:
+    recorded = sample_gce_input(tmp_path, datetime.fromisoformat(NOW).timestamp())
+    old, new = configs(tmp_path, ENFORCE, ENFORCE + "gce: {selector: {env: ci}}\n")
+    code, out = run_cli("diff", old, new, "--recorded", recorded)
+    assert code == 3 and "the recorded input was listed under the old config's selection" in out
+    assert "gce.selector" in out
+    code, out = run_cli("diff", old, new, "--recorded", recorded, "--format", "json")
+    assert code == 3 and json.loads(out)["unlisted"][0].startswith("gce.selector")

@@ -132,3 +132,47 @@ def test_dangerous_changes_come_first() -> None:
     old = cfg(rules={"heartbeat_stale": "report"})
     result = run_diff(fleet, old, cfg(gce={"max_job_timeout": "30m", "slack": "30m"}, budget={"min_stale": 3}))
     assert [(c.resource.name, c.dangerous) for c in result.changes] == [("z-fresh", True), ("a-stale", False)]
+
+
+# --- review findings: what kept a resource whatever its evidence, and what the old selection never took in -----
+
+
+def test_renaming_an_opt_out_label_that_deletes_an_opted_out_vm_is_dangerous() -> None:
+    fleet = [inst("kept-by-human", hb_age=5 * H, labels={"reaper_keep": "true"})]
+    result = run_diff(fleet, cfg(), cfg(gce={"opt_out_label": "reaper_do_not_reap=true"}))
+    assert changed(result) == {"kept-by-human": ("keep", "delete", True)}  # stale, but a person said keep
+
+
+def test_dropping_a_kubernetes_opt_out_or_a_protected_namespace_is_dangerous() -> None:
+    ev = Evidence(leases=leases(), runs=runs({"r1": "succeeded"}))
+    opted = sandbox("r1", labels={"reaper.io/keep": "true"})
+    assert run_diff(opted, cfg(), cfg(k8s={"opt_out_label": "reaper.io/hold=true"}), ev).dangerous
+    protected = sandbox("r1", namespace="kube-system")
+    assert run_diff(protected, cfg(), cfg(k8s={"protected_namespaces": []}), ev).dangerous
+
+
+def test_a_wider_selector_that_deletes_vms_no_manager_owned_is_dangerous_but_a_stale_heartbeat_is_proof() -> None:
+    # TERMINATED and "no heartbeat label and old" prove a runner manager's VM gone, not a bastion's.
+    fleet = [
+        inst("bastion", created_age=30 * D, selector=False, labels={"env": "ci"}),
+        inst("stopped-dev-vm", status="TERMINATED", stop_age=2 * D, selector=False, labels={"env": "ci"}),
+        inst("stale-runner", hb_age=5 * H, selector=False, labels={"env": "ci"}),
+    ]
+    result = run_diff(fleet, cfg(), cfg(gce={"selector": {"env": "ci"}}))
+    assert changed(result) == {
+        "bastion": (None, "delete", True),
+        "stopped-dev-vm": (None, "delete", True),
+        "stale-runner": (None, "delete", False),  # its manager's heartbeat label, stale: proof
+    }
+
+
+def test_a_recorded_input_cannot_show_what_a_wider_selection_takes_in() -> None:
+    from reaper.diff import unlisted
+
+    assert unlisted(cfg(), cfg()) == []
+    assert unlisted(cfg(), cfg(gce={"selector": {"ci_ephemeral": "true", "pool": "a"}})) == []  # narrower
+    wider = unlisted(cfg(), cfg(gce={"selector": {"env": "ci"}}, k8s={"clusters": ["kubernetes_default", "c2"]}))
+    assert [w.split(":")[0] for w in wider] == ["gce.selector", "k8s.clusters"]
+    assert unlisted(cfg(k8s={"namespaces": ["ci"]}), cfg())[0].startswith("k8s.namespaces: all")
+    recorded = diff([], Evidence(), cfg(), cfg(gce={"selector": {"env": "ci"}}), None, NOW_DT, recorded=True)
+    assert recorded.changes == [] and recorded.fails  # no change seen, and still no pass

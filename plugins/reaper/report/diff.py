@@ -73,9 +73,10 @@ def diff_page(result: ConfigDiff, paths: tuple[str, str], limits: dict[str, Limi
         f"<h1>Config review: {text(paths[0])} → {text(paths[1])}</h1>",
         facts(
             [
-                ("evaluated as of", text(when(result.now.timestamp())) + " UTC"),
+                ("evaluated as of", text(when(result.now.timestamp()))),
                 ("phases", text(", ".join(f"{t} {old.phases[t].value} → {new.phases[t].value}" for t in old.phases))),
-                ("verdict", f'<span class="{"a-delete" if dangerous else "a-keep"}">{text(verdict)}</span>'),
+                ("verdict", f'<span class="{"a-delete" if result.fails else "a-keep"}">{text(verdict)}</span>'),
+                *(("not listed by the recorded input", text(what) + " (exit 3)") for what in result.unlisted),
                 *(
                     (f"{name} config capped", text(f"{t}: {n} deletes over max_deletions_per_sweep"))
                     for name, side in (("old", old), ("new", new))

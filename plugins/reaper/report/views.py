@@ -571,7 +571,7 @@ def whatif_page(plan: Plan, limits: Limits | None) -> str:
         f"<h1>What phase {text(plan.phase.value)} would do</h1>",
         facts(
             [
-                ("evaluated as of", text(when(plan.now)) + " UTC"),
+                ("evaluated as of", text(when(plan.now))),
                 ("would delete", text(sum(1 for d in acted if d.action is Action.DELETE))),
                 ("would report", text(sum(1 for d in acted if d.action is Action.REPORT))),
                 ("cap", text(capped or "not reached")),
