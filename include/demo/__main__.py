@@ -410,7 +410,7 @@ def services() -> Services:
 
     fresh_databases()
     fleet_argv = [sys.executable, "-m", "include.demo.fleet", "--state", str(STATE), "--mongo-url", mongo_url]
-    fleet_argv += ["--postgres-dsn", f"{POSTGRES}/{DATABASES[1]}"]
+    fleet_argv += ["--postgres-db", DATABASES[1]]
     fleet_argv += ["--nats-url", f"nats://127.0.0.1:{nats_port}"] if nats else []
     start("fleet", fleet_argv, "the fleet", lambda: (STATE / "fleet.json").exists())
     world = json.loads((STATE / "fleet.json").read_text())

@@ -34,6 +34,7 @@ from include.emulators.http import free_port
 from include.emulators.k8s import RESOURCE_OF_KIND, K8sEmulator
 from include.emulators.runs import Runs, write_runs
 from include.emulators.shapes import gcloud_instance, kube_pod, kube_run
+from include.local_postgres import server_url
 
 log = logging.getLogger("demo.fleet")
 HOUR, DAY = 3600.0, 86400.0
@@ -157,7 +158,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--state", required=True, type=Path, help="where fleet.json and the kubeconfig go")
     parser.add_argument("--mongo-url", required=True)
-    parser.add_argument("--postgres-dsn", required=True)
+    # A database of the local server (include/local_postgres.py): its password never on a command line.
+    parser.add_argument("--postgres-db", required=True, help="the step store's database on the local PostgreSQL")
     parser.add_argument("--nats-url", help="NATS with JetStream for run leases (else leases live in MongoDB)")
     parser.add_argument("--heartbeat-interval", type=float, default=5.0)
     args = parser.parse_args()
@@ -168,7 +170,7 @@ def main() -> None:
     tracked = seed_gce(gce.fleet, now)
     kube = K8sEmulator(port=free_port()).start()
     seed_k8s(kube, now)
-    seed_stores(args.mongo_url, args.postgres_dsn)
+    seed_stores(args.mongo_url, f"{server_url()}/{args.postgres_db}")
     if args.nats_url:
         Runners(args.nats_url).start()
     else:  # leases in MongoDB: a document per held lease, renewed by the same loop's logic

@@ -549,6 +549,19 @@ class LedgerConfig(_Section):
     timeout: Timeout = timedelta(seconds=10)
     """Timeout of each ledger read and write."""
 
+    @model_validator(mode="after")
+    def _collections_apart(self) -> LedgerConfig:
+        """Two kinds of document in one collection would collide on its unique indexes at every sweep."""
+        seen: dict[str, str] = {}
+        for field in ("collection", *(f for f in type(self).model_fields if f.endswith("_collection"))):
+            name = getattr(self, field)
+            if name in seen:
+                raise _CrossFieldError(
+                    ("ledger", field), f"expected a collection of its own, got {name!r}, which is ledger.{seen[name]}"
+                )
+            seen[name] = field
+        return self
+
 
 def _schedule(value: object) -> timedelta:
     """A schedule interval; ``0`` (or ``off``) means manual triggers only."""

@@ -32,10 +32,17 @@ def error_for_log(exc: BaseException) -> str:
 
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
-_USERINFO = re.compile(r"[^\s/@'\"]+:[^\s/@'\"]*@")
+# A URL's userinfo up to its last @, whatever the password holds (``/``, ``:``, ``@``): ``https://***@host``.
+_URL_USERINFO = re.compile(r"://[^\s'\"<>]*@")
+# A bare ``user:password@`` (the password may hold @): ``u:p@ss@host`` is ``***@host``.
+_USERINFO = re.compile(r"[^\s/@'\"<>]+:[^\s/'\"<>]*@")
+# Tokens that are no userinfo: a bearer token, and a Slack webhook's path (its secret).
+_TOKENS = re.compile(r"(?i)(bearer\s+)[^\s'\"<>]+|(hooks\.slack\.com/)[^\s'\"<>]+")
 
 
 def text_for_log(text: str) -> str:
     """Free text (an API's error message) with every URL as :func:`url_for_log` gives it (no credentials, no
     query) and any other ``user:password@`` masked: for text that leaves the reaper, such as a notice."""
-    return _USERINFO.sub("***@", _URL.sub(lambda m: url_for_log(m.group(0)), text))
+    masked = _TOKENS.sub(lambda m: f"{m.group(1) or m.group(2)}***", text)
+    masked = _URL.sub(lambda m: url_for_log(_URL_USERINFO.sub("://***@", m.group(0))), masked)
+    return _USERINFO.sub("***@", masked)

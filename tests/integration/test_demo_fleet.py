@@ -33,7 +33,8 @@ def test_without_nats_the_demo_fleet_keeps_leases_in_mongodb(tmp_path, postgres)
     store = start_secantusdb()
     mongo_url = f"mongodb://127.0.0.1:{store.port}/"
     argv = [sys.executable, "-m", "include.demo.fleet", "--state", str(tmp_path), "--mongo-url", mongo_url]
-    fleet = subprocess.Popen([*argv, "--postgres-dsn", postgres], cwd=ROOT, stdout=subprocess.DEVNULL)
+    database = postgres.rsplit("/", 1)[1]  # of the local server, which the fleet reaches as the tests do
+    fleet = subprocess.Popen([*argv, "--postgres-db", database], cwd=ROOT, stdout=subprocess.DEVNULL)
     try:
         wait_until(lambda: (tmp_path / "fleet.json").exists(), "the demo fleet", 60, fleet)
         world = json.loads((tmp_path / "fleet.json").read_text())

@@ -297,3 +297,11 @@ def test_the_quota_share_is_at_most_half_and_the_window_is_no_config_key(monkeyp
         parse_settings({"gce": {"quota": {"window": "10s"}}}, "reaper.yaml")
     monkeypatch.delenv("REAPER_EMULATOR_QUOTA_WINDOW", raising=False)  # the API's minute
     assert parse_settings({}, "reaper.yaml").gce.quota.deletes_per_second == 5.0  # 300 a minute
+
+
+def test_each_kind_of_ledger_document_has_a_collection_of_its_own() -> None:
+    # Review finding: one name for two kinds validated, then collided on a unique index at every sweep.
+    with pytest.raises(ConfigError, match=r"ledger\.states_collection: expected a collection of its own, got "
+                       r"'transitions', which is ledger\.transitions_collection"):  # fmt: skip
+        parse_settings({"ledger": {"states_collection": "transitions"}}, "x.yaml")
+    assert parse_settings({"ledger": {"states_collection": "states"}}, "x.yaml").ledger.states_collection == "states"

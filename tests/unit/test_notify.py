@@ -128,6 +128,14 @@ def test_a_row_names_the_resource_and_its_reason_in_words_never_evidence_it_was_
 def test_text_for_log_masks_credentials_in_urls_and_bare_userinfo() -> None:
     text = "GET https://u:p@h.example:8443/a?key=K failed; retry via admin:pw@10.0.0.1"
     assert text_for_log(text) == "GET https://***@h.example:8443/a failed; retry via ***@10.0.0.1"
+    # Review finding: a password holding / or @, a bearer token, a Slack webhook's secret path.
+    assert text_for_log("https://bot:12/34xyz@h/x") == "https://***@h/x"
+    assert text_for_log("via u:p@ss@host") == "via ***@host"
+    assert text_for_log("Authorization: Bearer abc.def") == "Authorization: Bearer ***"
+    assert text_for_log("POST https://hooks.slack.com/services/T0/B0/s3cr3t failed") == (
+        "POST https://hooks.slack.com/*** failed"
+    )
+    assert text_for_log("503 Service Unavailable") == "503 Service Unavailable"
 
 
 # --- held ----------------------------------------------------------------------------------------

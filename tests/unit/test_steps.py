@@ -337,6 +337,20 @@ def test_a_kept_resource_has_its_story_recorded_once_per_change_never_per_sweep(
     assert dry.ledger().transitions == []  # a what-if is no part of any resource's story
 
 
+def test_transitions_the_ledger_refuses_are_a_warning_and_the_deletes_go_on(tmp_path: Path, monkeypatch) -> None:
+    from pymongo.errors import OperationFailure
+
+    s = sweep(tmp_path, stale_fleet())
+
+    def refuse(*args: object) -> int:
+        raise OperationFailure('not authorized on reaper to execute command { insert: "transitions" }', 13)
+
+    monkeypatch.setattr(s.ledger(), "record_transitions", refuse)
+    planned = plan_through(s)
+    assert sum(len(batch.resources) for batch in planned.batches) == 2  # both stale VMs, as without the refusal
+    assert any(w.startswith("transitions not recorded this sweep: OperationFailure") for w in planned.summary.warnings)
+
+
 @pytest.mark.parametrize(
     ("changes", "branch", "why"),
     [

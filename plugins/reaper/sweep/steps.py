@@ -26,6 +26,7 @@ from reaper.config import Mode, Settings, config_path
 from reaper.fence import NOT_ATTEMPTED, SendGuard
 from reaper.model import (
     Action,
+    Evidence,
     Override,
     Phase,
     Plan,
@@ -526,8 +527,9 @@ def evaluate_policy(
     foreign = ids.lease == "" or set(sweep_input.tokens) != {ids.lease}
     plan_ref = PlanRef(ids.execution, ids.lease, config_digest(config))
     dry_run = bool(params.get("dry_run")) or (gate is not None and not confirmed)
+    warnings = list(sweep_input.warnings)
     if not (dry_run or foreign):  # a what-if changes no resource's story; inputs another execution read are its
-        ledger.record_transitions(ids.fields(), plan, data.evidence, config.k8s.run_label)
+        warnings += record_stories(ledger, ids, plan, data.evidence, config)
     deletes = [] if dry_run or plan.capped or foreign else plan.deletes()
     if deletes:  # one round trip, empty unless this execution planned before: what it recorded stands
         done = ledger.outcomes(ids.fields())
@@ -544,8 +546,25 @@ def evaluate_policy(
     units = cut_batches(fits, config.airflow.delete_batch_size, target.unit, config.airflow.max_delete_batches)
     return Planned(
         batches=[Batch(plan_ref, unit, confirmed) for unit in units],
-        summary=summarize(plan, plan_ref, sweep_input, overrides, len(left), triggered_by, dry_run, foreign, gate),
+        summary=summarize(
+            plan, plan_ref, sweep_input, overrides, len(left), triggered_by, dry_run, foreign, gate, warnings
+        ),
     )
+
+
+def record_stories(ledger: Ledger, ids: Ids, plan: Plan, evidence: Evidence, config: Settings) -> list[str]:
+    """Record each resource's transitions (:meth:`reaper.ledger.Ledger.record_transitions`); a warning for the
+    summary when the ledger refuses them. The audit of keeps does not stop the deletes: their own intents and
+    outcomes are separate records, written (or refused) on their own."""
+    from pymongo.errors import PyMongoError
+
+    try:
+        ledger.record_transitions(ids.fields(), plan, evidence, config.k8s.run_label)
+    except PyMongoError as exc:
+        why = f"transitions not recorded this sweep: {error_for_log(exc)}"
+        log.warning("%s", why)
+        return [why]
+    return []
 
 
 def summarize(
@@ -558,6 +577,7 @@ def summarize(
     dry_run: bool,
     stale_inputs: bool,
     phase_gate: dict[str, object] | None = None,
+    warnings: list[str] | None = None,
 ) -> Summary:
     """The plan in numbers: decisions counted by (target, scope, rule, reason, action), keeps by reason."""
     counts = Counter((d.target, d.scope, d.rule or "", d.reason, d.action.value) for d in plan.acted)
@@ -575,7 +595,7 @@ def summarize(
         triggered_by=triggered_by,
         dry_run=dry_run,
         stale_inputs=stale_inputs,
-        warnings=sweep_input.warnings,
+        warnings=sweep_input.warnings if warnings is None else warnings,
         hygiene=sweep_input.hygiene,
         incomplete=sweep_input.incomplete,
         deletes=len(plan.deletes()),
