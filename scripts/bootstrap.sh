@@ -42,8 +42,9 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # A PostgreSQL server on 127.0.0.1:5432. The postgres role is left as it is: the tests and the demo log in
-# as a role of their own, reaper_dev (may create databases and roles; no superuser), with a password made here and
-# kept in var/postgres-url (only its owner may read it; include/local_postgres.py reads it).
+# as a role of their own, reaper_dev (may create databases and roles; no superuser), whose password is made
+# here and kept where libpq looks for passwords, the user's ~/.pgpass (or $PGPASSFILE; only its owner may read
+# it): no URL, command line or file of the checkout holds it (include/local_postgres.py).
 if ! "$PYTHON" - <<'PY' 2>/dev/null
 import socket; socket.create_connection(("127.0.0.1", 5432), timeout=2).close()
 PY
@@ -54,8 +55,9 @@ then
     $sudo pg_ctlcluster --skip-systemctl-redirect "$version" main start
   fi
 fi
-url_file="$(dirname "$0")/../var/postgres-url"
-if [ ! -s "$url_file" ] && id postgres >/dev/null 2>&1 && command -v psql >/dev/null 2>&1; then
+pgpass="${PGPASSFILE:-$HOME/.pgpass}"
+if ! grep -qs '^127\.0\.0\.1:5432:\*:reaper_dev:' "$pgpass" && id postgres >/dev/null 2>&1 \
+  && command -v psql >/dev/null 2>&1; then
   password=$("$PYTHON" -c 'import secrets; print(secrets.token_hex(24))')
   if $sudo runuser -u postgres -- psql -q -v ON_ERROR_STOP=1 >/dev/null 2>&1 <<SQL
 SELECT format('%s ROLE reaper_dev LOGIN CREATEDB CREATEROLE PASSWORD %L',
@@ -63,8 +65,8 @@ SELECT format('%s ROLE reaper_dev LOGIN CREATEDB CREATEROLE PASSWORD %L',
               '$password') \gexec
 SQL
   then
-    mkdir -p "$(dirname "$url_file")"
-    (umask 077 && echo "postgresql://reaper_dev:$password@127.0.0.1:5432" > "$url_file")
-    echo "bootstrap: PostgreSQL role reaper_dev made; its URL is in var/postgres-url"
+    (umask 077 && echo "127.0.0.1:5432:*:reaper_dev:$password" >> "$pgpass")
+    chmod 600 "$pgpass"
+    echo "bootstrap: PostgreSQL role reaper_dev made; its password is in $pgpass"
   fi
 fi

@@ -13,6 +13,7 @@ import psycopg
 import requests
 
 from include.emulators.http import free_port
+from include.local_postgres import password_file
 from reaper.gce.clients import compute_clients
 from tests.helpers import POSTGRES_DSN, ROOT
 
@@ -42,6 +43,7 @@ def test_demo_sweeps_every_phase_reaps_the_orphans_and_stops_everything(tmp_path
     state, db = tmp_path / "demo", f"reaper_demotest_{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "REAPER_DEMO_STATE": str(state), "REAPER_DEMO_DB": db, "REAPER_DEMO_PORT": str(free_port())}
     env.pop("AIRFLOW_HOME")  # as a user runs it: the demo keeps Airflow's files in its own state, never ~/airflow
+    env["PGPASSFILE"] = str(password_file())  # the local role's password, where bootstrap left it, HOME aside
     env["HOME"] = str(tmp_path / "home")
     demo = [sys.executable, "-m", "include.demo"]
     try:
