@@ -306,6 +306,17 @@ def _matchers(selector: dict[str, str]) -> str:
     return ",".join(f'{name}=~"{pattern}"' for name, pattern in quoted.items())
 
 
+def cause_series(config: Settings) -> dict[str, str]:
+    """The series each cause alert reads, by the config key that selects them: a selector that matches none
+    validates, and its alert can then never fire (the preflight counts them, :mod:`reaper.preflight`)."""
+    causes = config.cause_alerts
+    managers, pods = _matchers(causes.runner_managers), _matchers(causes.manager_pods)
+    return {
+        "cause_alerts.manager_pods": f"{RESTARTS}{{{managers},{pods}}}",
+        "cause_alerts.runner_managers": f"{ACTIONS}{{{managers},{CREATION}}}",
+    }
+
+
 def _causes(config: Settings) -> list[dict[str, object]]:
     """The runner managers' cause alerts (seed 004): the events that produce orphans, hours before the quota
     alerts. A crash loop counts restarts of any reason; ``increase()`` only extrapolates upwards, so
@@ -314,12 +325,13 @@ def _causes(config: Settings) -> list[dict[str, object]]:
     causes = config.cause_alerts
     if not causes.enabled:
         return []
-    managers, pods = _matchers(causes.runner_managers), _matchers(causes.manager_pods)
+    managers = _matchers(causes.runner_managers)
+    restarts, attempted = cause_series(config).values()
     window = prom_duration(causes.crash_loop_window)
     crash_loop = _rule(
         "RunnerManagerCrashLooping",
         # A runner-managers cluster runs other pods too (a logging agent): only the managers' containers.
-        f"increase({RESTARTS}{{{managers},{pods}}}[{window}]) >= {causes.crash_loop_restarts}",
+        f"increase({restarts}[{window}]) >= {causes.crash_loop_restarts}",
         PAGE,
         "Runner manager {{ $labels.namespace }}/{{ $labels.pod }} (container {{ $labels.container }}) restarted "
         f"{causes.crash_loop_restarts} times or more in {window}: each restart fails the jobs it ran and can "
@@ -333,7 +345,7 @@ def _causes(config: Settings) -> list[dict[str, object]]:
         w = prom_duration(span)
         return (
             f"sum by ({by}) (rate({ACTIONS}{{{managers},{CREATION_FAILED}}}[{w}])) "
-            f"/ sum by ({by}) (rate({ACTIONS}{{{managers},{CREATION}}}[{w}]))"
+            f"/ sum by ({by}) (rate({attempted}[{w}]))"
         )
 
     burns = []
@@ -343,7 +355,7 @@ def _causes(config: Settings) -> list[dict[str, object]]:
         # The floor: a shard that attempted fewer creations over the window than one failure alone takes
         # above the threshold (7 an hour for 14.4 x a 1% budget) has no ratio worth an alert yet.
         floor = math.ceil(round(1 / float(threshold), 6))
-        attempts = f"sum by ({by}) (increase({ACTIONS}{{{managers},{CREATION}}}[{prom_duration(burn.window)}]))"
+        attempts = f"sum by ({by}) (increase({attempted}[{prom_duration(burn.window)}]))"
         rule = _rule(
             "MachineCreationBudgetBurn",
             f"({ratio(burn.window)} > {threshold}) and ({ratio(burn.window / 12)} > {threshold}) "

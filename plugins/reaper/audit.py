@@ -24,7 +24,6 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 
 from reaper.config import ConfigError, Settings, load_config
 from reaper.model import Phase, dag_id_of
-from reaper.redact import error_for_log, url_for_log
 from reaper.report import oncall, views
 from reaper.report.reasons import Limits
 from reaper.report.rows import COLUMNS, Row, ledger_rows
@@ -113,33 +112,21 @@ def _expected(config: Settings, dags: frozenset[str]) -> dict[str, timedelta]:
 
 
 def _alerts(config: Settings) -> tuple[list[oncall.Need], str]:
-    """The reaper's firing alerts in ``metrics.prometheus_url`` (none configured: none), or why they are unknown.
+    """The reaper's firing alerts in ``metrics.prometheus_url`` (none configured: none), or why they are unknown:
+    read from its alerting rules, so a Prometheus without them, or with one it cannot evaluate, says so
+    (:mod:`reaper.alerting`) instead of reading as "nothing fires"."""
+    from reaper import alerting
 
-    Read from its alerting rules (``/api/v1/rules?type=alert``), not its list of alerts: a Prometheus that
-    answers but has none of the reaper's rules loaded (another server, the rules file not mounted), or whose
-    rule cannot be evaluated (``health`` not ``ok``: it lists no alert), must not read as "nothing fires".
-    Credentials in the URL are sent as basic auth and never shown.
-    """
-    import requests
-
-    url = config.metrics.prometheus_url.rstrip("/")
-    if not url:
+    if not config.metrics.prometheus_url:
         return [], ""
-    shown = url_for_log(url)
     try:
-        answer = requests.get(
-            f"{url}/api/v1/rules", params={"type": "alert"}, timeout=config.metrics.timeout.total_seconds()
-        )
-        answer.raise_for_status()
-        groups = answer.json()["data"]["groups"]
-        rules = [r for g in groups for r in g["rules"] if oncall.reapers(r, config.metrics.runbook_url)]
-    except (requests.RequestException, ValueError, KeyError, TypeError) as exc:
-        return [], f"Prometheus at {shown} did not say which alerts fire ({error_for_log(exc)}): look there"
-    if not rules:
-        return [], f"Prometheus at {shown} has none of the reaper's alert rules loaded: no alert can fire there"
-    broken = [f"{r.get('name')}: {r.get('lastError', '')}" for r in rules if r.get("health", "ok") != "ok"]
-    unknown = f"Prometheus at {shown} cannot evaluate {'; '.join(broken)}: those alerts cannot fire" if broken else ""
-    return oncall.firing((a for r in rules for a in r.get("alerts") or []), config.metrics.runbook_url), unknown
+        found = alerting.rules(config)
+    except alerting.AlertingError as exc:
+        return [], f"{exc}: look there"
+    broken = alerting.unhealthy(found)
+    unknown = f"Prometheus at {alerting.shown(config)} cannot evaluate {'; '.join(broken)}: those alerts cannot fire"
+    alerts = (a for r in found for a in r.get("alerts") or [])  # type: ignore[attr-defined]
+    return oncall.firing(alerts, config.metrics.runbook_url), unknown if broken else ""
 
 
 @router.get("/", response_class=HTMLResponse, response_model=None)

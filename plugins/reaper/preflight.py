@@ -11,7 +11,8 @@ Checked: the ledger's MongoDB answers; GCE: the connection builds, each configur
 to its id and one page of its listing is readable, and writer health has series for each project
 (last passes and failed-pass counters); Kubernetes: each cluster lists Pods, the NATS bucket of the
 leases exists or the Mongo lease collection proves itself, the run store proves itself, the step-run
-table has the documented schema; the Pushgateway answers.
+table has the documented schema; the Pushgateway answers; the Prometheus of ``metrics.prometheus_url`` has the
+reaper's alert rules loaded and evaluable, and the cause alerts' selectors match series there.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ def preflight(config: Settings) -> list[Check]:
         checks += _k8s(config)
     if config.metrics.pushgateway_url:
         checks += _pushgateway(config)
+    if config.metrics.prometheus_url:
+        checks += _guarded("metrics.prometheus_url", lambda: _alerting(config))
     return checks
 
 
@@ -262,3 +265,30 @@ def _pushgateway(config: Settings) -> Iterator[Check]:
         yield Check("metrics.pushgateway_url", True, f"{url_for_log(url)} answers")
 
     return _guarded("metrics.pushgateway_url", check)
+
+
+def _alerting(config: Settings) -> Iterator[Check]:
+    """The Prometheus of ``metrics.prometheus_url`` has the reaper's alert rules loaded and can evaluate them,
+    and each cause alert's selector matches series there (else that alert can never fire)."""
+    from reaper import alerting
+    from reaper.alert_rules import cause_series
+
+    try:
+        found = alerting.rules(config)
+    except alerting.AlertingError as exc:
+        yield Check("metrics.prometheus_url", False, str(exc))
+        return
+    broken = alerting.unhealthy(found)
+    where = alerting.shown(config)
+    yield Check(
+        "metrics.prometheus_url",
+        not broken,
+        f"{where}: cannot evaluate {'; '.join(broken)}" if broken else f"{where}: {len(found)} reaper alert rules",
+    )
+    if config.cause_alerts.enabled:
+        for key, selector in cause_series(config).items():
+            n = alerting.series(config, selector)
+            found_words = (
+                f"{n} series match {selector}" if n else f"no series matches {selector}: its alert can never fire"
+            )
+            yield Check(key, n > 0, found_words)

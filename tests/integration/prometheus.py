@@ -1,4 +1,5 @@
-"""Starts a real Prometheus (Debian's ``prometheus``) on loopback for a test, scraping given targets."""
+"""Starts a real Prometheus (Debian's ``prometheus``) on loopback for a test, scraping given targets (and
+evaluating a rules file, when given one)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from include.emulators.http import free_port, wait_until
 
 
 class Prometheus:
-    def __init__(self, workdir: Path, targets: list[str], scrape_interval: str = "1s") -> None:
+    def __init__(
+        self, workdir: Path, targets: list[str], scrape_interval: str = "1s", rules: Path | None = None
+    ) -> None:
         binary = shutil.which("prometheus")
         if binary is None:
             raise RuntimeError("prometheus is not installed: run scripts/bootstrap.sh (make test does)")
@@ -23,6 +26,7 @@ class Prometheus:
         config.write_text(
             f"global: {{scrape_interval: {scrape_interval}, evaluation_interval: {scrape_interval}}}\n"
             f"scrape_configs:\n  - job_name: managers\n    static_configs:\n      - targets: {targets!r}\n"
+            + (f"rule_files: [{str(rules)!r}]\n" if rules else "")
         )
         self.process = subprocess.Popen(
             [

@@ -319,7 +319,7 @@ def test_the_first_screen_says_what_needs_a_human_with_its_one_action(http, aler
     assert K8S_DAG not in first
     # Never silently "no alert": a Prometheus that does not answer, or has none of the reaper's rules.
     app.dependency_overrides[settings] = lambda: config(rollout=active, metrics={"prometheus_url": alerting + "/x"})
-    assert "did not say which alerts fire" in http.get("/").text
+    assert "did not answer /api/v1/rules" in http.get("/").text
     other = {"prometheus_url": alerting + "/other", "runbook_url": "https://wiki/reaper"}
     app.dependency_overrides[settings] = lambda: config(rollout=active, metrics=other)
     assert "has none of the reaper&#x27;s alert rules loaded" in http.get("/").text

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
+from reaper.alerting import reapers
+
 
 class Runbook(NamedTuple):
     """Where docs/runbook.md says what to do (an alert's section), and that one action in a sentence."""
@@ -119,12 +121,6 @@ def needs(
             why = f"{target}: {planned} deletes planned, over max_deletions_per_sweep: nothing deleted"
             found.append(Need("cap reached", dag_id, run, "", why, CAPPED, at))
     return found
-
-
-def reapers(rule: Mapping[str, object], runbook_url: str) -> bool:
-    """Whether an alerting rule (or an alert) is the reaper's: its runbook_url is the reaper's runbook."""
-    notes = rule.get("annotations")
-    return isinstance(notes, dict) and str(notes.get("runbook_url", "")).startswith(f"{runbook_url}#")
 
 
 def firing(alerts: Iterable[dict[str, object]], runbook_url: str) -> list[Need]:
