@@ -28,6 +28,7 @@ from reaper.model import (
     ScopeVerdict,
 )
 from reaper.policy import CAPPED, evaluate, liveness
+from reaper.policy.k8s import object_guard
 
 TARGET_OF: dict[type, str] = {GceInstance: "gce", GceGroup: "gce", K8sObject: "k8s"}
 TARGETS = ("gce", "k8s")
@@ -81,6 +82,7 @@ class Change:
     new: Decision | None
     liveness: Reading | None
     read_by: str  # "old" or "new": whose reading ``liveness`` is
+    old_guard: str | None = None  # what the old config would have kept it by, had it selected it
 
     @property
     def widens(self) -> bool:
@@ -98,7 +100,7 @@ class Change:
             return False
         if self.liveness is None or self.liveness.state is not Liveness.STALE:
             return True
-        if self.old is not None and self.old.reason in GUARDS:
+        if (self.old is not None and self.old.reason in GUARDS) or self.old_guard is not None:
             return True
         return self.old is None and self.target == "gce" and self.liveness.reason != "heartbeat_stale"
 
@@ -128,8 +130,25 @@ def compare(old: Side, new: Side, changed: Iterable[Key], readings: dict[str, di
         before, after = old.decisions.get(k), new.decisions.get(k)
         decided = after if after is not None else old.decisions[k]
         reading, read_by = _more_alive(readings["old"].get(k), readings["new"].get(k))
-        changes.append(Change(decided.target, decided.resource, before, after, reading, read_by))
+        guard = guard_of(decided.resource, old.config) if before is None else None
+        changes.append(Change(decided.target, decided.resource, before, after, reading, read_by, guard))
     return sorted(changes, key=_order)
+
+
+def guard_of(resource: Resource, config: Settings) -> str | None:
+    """The guard ``config`` would keep ``resource`` by, whatever its evidence, had it selected it: its opt-out
+    label (or a malformed one), GCE's deletion protection, a protected project or namespace (by name: an
+    offline input has no project numbers). A wider selector that also drops the opt-out must still fail."""
+    if isinstance(resource, GceInstance):
+        key, value = config.gce.opt_out_label
+        if key in resource.labels:
+            return "opt_out" if resource.labels[key] == value else "opt_out_malformed"
+        if resource.deletion_protection:
+            return "deletion_protection"
+        return "protected_scope" if resource.project in config.gce.protected_projects else None
+    if isinstance(resource, K8sObject):
+        return object_guard(resource, config)
+    return None
 
 
 def changed(old: Side, new: Side) -> set[Key]:

@@ -32,17 +32,20 @@ def error_for_log(exc: BaseException) -> str:
 
 
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
-# A URL's userinfo up to its last @, whatever the password holds (``/``, ``:``, ``@``): ``https://***@host``.
-_URL_USERINFO = re.compile(r"://[^\s'\"<>]*@")
 # A bare ``user:password@`` (the password may hold @): ``u:p@ss@host`` is ``***@host``.
 _USERINFO = re.compile(r"[^\s/@'\"<>]+:[^\s/'\"<>]*@")
-# Tokens that are no userinfo: a bearer token, and a Slack webhook's path (its secret).
-_TOKENS = re.compile(r"(?i)(bearer\s+)[^\s'\"<>]+|(hooks\.slack\.com/)[^\s'\"<>]+")
+# Secrets that are no userinfo: a bearer, basic or token authorization, a key=value or "key": "value" whose key
+# names a secret (libpq's password=, a JSON access_token), and a Slack webhook's path.
+_TOKENS = re.compile(
+    r"(?i)(\b(?:bearer|basic|token)\s+)[^\s'\"<>,;]+"
+    r"|(\b(?:password|passwd|pwd|token|access_token|refresh_token|api[_-]?key|secret|client_secret)"
+    r"[\"']?\s*[=:]\s*[\"']?)[^\s'\"<>,;&]+"
+    r"|(hooks\.slack\.com/)[^\s'\"<>]+"
+)
 
 
 def text_for_log(text: str) -> str:
     """Free text (an API's error message) with every URL as :func:`url_for_log` gives it (no credentials, no
     query) and any other ``user:password@`` masked: for text that leaves the reaper, such as a notice."""
-    masked = _TOKENS.sub(lambda m: f"{m.group(1) or m.group(2)}***", text)
-    masked = _URL.sub(lambda m: url_for_log(_URL_USERINFO.sub("://***@", m.group(0))), masked)
-    return _USERINFO.sub("***@", masked)
+    masked = _TOKENS.sub(lambda m: f"{m.group(1) or m.group(2) or m.group(3)}***", text)
+    return _USERINFO.sub("***@", _URL.sub(lambda m: url_for_log(m.group(0)), masked))

@@ -176,3 +176,15 @@ def test_a_recorded_input_cannot_show_what_a_wider_selection_takes_in() -> None:
     assert unlisted(cfg(k8s={"namespaces": ["ci"]}), cfg())[0].startswith("k8s.namespaces: all")
     recorded = diff([], Evidence(), cfg(), cfg(gce={"selector": {"env": "ci"}}), None, NOW_DT, recorded=True)
     assert recorded.changes == [] and recorded.fails  # no change seen, and still no pass
+
+
+def test_an_old_opt_out_on_a_resource_the_old_config_did_not_select_still_fails() -> None:
+    # Second review: a wider selector that also renames the opt-out deleted opted-out resources with exit 0.
+    vm = inst("kept-by-human", hb_age=5 * H, selector=False, labels={"env": "ci", "reaper_keep": "true"})
+    wider = cfg(gce={"selector": {"env": "ci"}, "opt_out_label": "reaper_do_not_reap=true"})
+    assert changed(run_diff([vm], cfg(), wider)) == {"kept-by-human": (None, "delete", True)}
+    objects = [o for o in sandbox("r1", labels={"reaper.io/keep": "true", "team": "ci"})]
+    ev = Evidence(leases=leases(), runs=runs({"r1": "succeeded"}))
+    moved = cfg(k8s={"selector": {"team": "ci"}, "opt_out_label": "reaper.io/hold=true"})
+    result = run_diff([o for o in objects if o.kind == "Pod"], cfg(k8s={"selector": {"team": "none"}}), moved, ev)
+    assert result.dangerous and result.dangerous[0].old is None and result.dangerous[0].old_guard == "opt_out"

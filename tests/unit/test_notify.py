@@ -128,10 +128,17 @@ def test_a_row_names_the_resource_and_its_reason_in_words_never_evidence_it_was_
 def test_text_for_log_masks_credentials_in_urls_and_bare_userinfo() -> None:
     text = "GET https://u:p@h.example:8443/a?key=K failed; retry via admin:pw@10.0.0.1"
     assert text_for_log(text) == "GET https://***@h.example:8443/a failed; retry via ***@10.0.0.1"
-    # Review finding: a password holding / or @, a bearer token, a Slack webhook's secret path.
-    assert text_for_log("https://bot:12/34xyz@h/x") == "https://***@h/x"
+    # Review findings: a password holding @, authorizations, secrets as key=value or JSON, a Slack webhook's
+    # secret path; and an @ in a URL's path is no userinfo (RFC 3986: the authority ends at the first /).
     assert text_for_log("via u:p@ss@host") == "via ***@host"
+    assert text_for_log("https://u:p%40ss@h/x") == "https://***@h/x"
     assert text_for_log("Authorization: Bearer abc.def") == "Authorization: Bearer ***"
+    assert text_for_log("Authorization: Basic dXNlcjpwdw==") == "Authorization: Basic ***"
+    assert text_for_log("host=db password=hunter2 user=x") == "host=db password=*** user=x"
+    assert text_for_log('{"access_token": "ya29.abc", "x": 1}') == '{"access_token": "***", "x": 1}'
+    iam = "https://iam.googleapis.com/v1/projects/p/serviceAccounts/r@p.iam.gserviceaccount.com:getIamPolicy"
+    assert text_for_log(f"403 on {iam}") == f"403 on {iam}"  # which account was refused stays said
+    assert text_for_log("GET https://k8s.example/a/b@ci") == "GET https://k8s.example/a/b@ci"
     assert text_for_log("POST https://hooks.slack.com/services/T0/B0/s3cr3t failed") == (
         "POST https://hooks.slack.com/*** failed"
     )

@@ -24,7 +24,7 @@ POLICY = Path(__file__).resolve().parents[2] / "plugins" / "reaper" / "policy"
 SWEEP = POLICY.parent / "sweep"
 # Snake-case strings of the policy that are not reason codes: evidence, census and verdict keys, states.
 NOT_REASONS = {
-    "beats", "buckets", "by_finding", "by_kind", "by_reason", "by_status", "count", "deletion_protection",
+    "beats", "pods", "buckets", "by_finding", "by_kind", "by_reason", "by_status", "count", "deletion_protection",
     "duplicated", "failing", "finding", "findings", "heartbeat", "heartbeat_absent", "heartbeat_age_s",
     "heartbeat_age_seconds", "holds", "instances", "kept_by", "labeled", "last_pass", "last_pass_in_future",
     "lease", "listed", "managed_runs", "manager", "max_deletions_per_sweep", "objects", "opt_out_label", "opted",

@@ -83,7 +83,7 @@ def cross_checked(keys: Iterable[str], evidence: Evidence, config: Settings, now
     skew = config.k8s.lease_clock_skew.total_seconds()
     elsewhere = evidence.leases.known.keys() - keys if evidence.leases is not None else set()
     live = [key for key in elsewhere if lease_state(key, evidence.leases, now, skew) is LeaseState.HELD]
-    if keys and live and not any(key in runs.known or key in runs.failed for key in keys):
+    if keys and live and not any(key in runs.known for key in keys):  # a failed lookup is no record
         # Runs are alive (their leases are held), yet the listing names none of them, and the store knows none
         # of the runs it names: the run label is not the runs' id (a label every sandbox shares folds them all
         # into one "run" nobody knows), so the store's silence about those names proves nothing.
@@ -252,7 +252,7 @@ def _evaluate_cluster(cluster: str, objects: list[K8sObject], sweep: _Sweep) -> 
             facts = {**facts, "holds": list(holds)}
         acted += [_member_decision(obj, action, reason, facts) for obj in members]
     for obj in unlabeled:
-        reason = _object_guard(obj, sweep.config) or "run_label_missing"
+        reason = object_guard(obj, sweep.config) or "run_label_missing"
         by_reason[reason] += 1
         acted.append(_member_decision(obj, _row_action(reason, sweep.mode), reason, {"run_label": k8s.run_label}))
 
@@ -292,7 +292,7 @@ def _member_decision(obj: K8sObject, action: Action, reason: str, facts: dict[st
     return Decision(TARGET, obj, action, ORPHAN, reason, facts)
 
 
-def _object_guard(obj: K8sObject, config: Settings) -> str | None:
+def object_guard(obj: K8sObject, config: Settings) -> str | None:
     """Why this object alone keeps its run (opt-out label, protected namespace), or None."""
     opt_key, opt_value = config.k8s.opt_out_label
     if obj.labels.get(opt_key) == opt_value:
@@ -313,7 +313,7 @@ def _run_guards(objects: Iterable[K8sObject], config: Settings) -> dict[str, tup
     found: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     run_label = config.k8s.run_label
     for obj in objects:
-        guard = _object_guard(obj, config)
+        guard = object_guard(obj, config)
         key = obj.labels.get(run_label)
         if guard and key:
             found[key][guard].append(f"{obj.kind} {obj.cluster}/{obj.namespace}/{obj.name}")
@@ -412,6 +412,9 @@ def evidence_row(
     k8s = config.k8s
     facts: dict[str, object] = {"run": key}
     pods = [obj for obj in members if obj.kind == "Pod"]
+    if shared := _not_one_run(pods, config):
+        facts["pods"] = shared
+        return "run_key_shared", facts  # the run label is not this run's id: no store's answer is about it
     youngest = max(obj.created for obj in members)
     facts["youngest_age_s"] = now - youngest
     if now - youngest < k8s.min_age.total_seconds():
@@ -439,6 +442,19 @@ def evidence_row(
     return ORPHAN, facts  # row 8
 
 
+def _not_one_run(pods: list[K8sObject], config: Settings) -> list[str]:
+    """The Pods that say a run key is not one run's id, or none: one run has one sandbox Pod (no step label) and
+    one Pod per step attempt. A label every sandbox shares (``k8s.run_label: app``, a release that stamps a
+    constant) folds many runs into one "run" no lease or record knows, which rows 2 to 8 would read as gone."""
+    k8s = config.k8s
+    sandboxes = sorted(p.name for p in pods if not p.deleting and not p.labels.get(k8s.step_label))
+    attempts = [(p.labels.get(k8s.step_label), p.labels.get(k8s.attempt_label)) for p in pods if not p.deleting]
+    stepped = [a for a in attempts if a[0]]
+    if len(sandboxes) > 1 or len(stepped) != len(set(stepped)):
+        return sorted(p.name for p in pods if not p.deleting)[:5]
+    return []
+
+
 # What each row says of the run's owner (``reaper diff``): only row 8 is proof it is gone. A run too young for
 # its lease to count, or whose results are not proven durable, is unknown; a held lease, an active run or a
 # running results sidecar says it may be alive.
@@ -448,6 +464,7 @@ ROW_LIVENESS = {
     "lease_unknown": Liveness.UNKNOWN,
     "lease_absent_run_active": Liveness.FRESH,
     "store_unknown": Liveness.UNKNOWN,
+    "run_key_shared": Liveness.UNKNOWN,
     "results_egress_in_progress": Liveness.FRESH,
     "results_not_durable": Liveness.UNKNOWN,
     ORPHAN: Liveness.STALE,

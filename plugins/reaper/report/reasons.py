@@ -142,6 +142,11 @@ SENTENCES: dict[str, Sentence] = {
     "store_unknown": lambda ev, lim: (
         f"{_run(ev)}lease absent, run store unknown (unreadable, or not proven the right one)"
     ),
+    "run_key_shared": lambda ev, lim: (
+        f"{_run(ev)}more than one sandbox Pod (or step attempt) carries this run id "
+        f"({', '.join(map(str, ev.get('pods') or []))}): k8s.run_label is not one run's id here, so nothing "
+        "proves the run gone"
+    ),
     "results_egress_in_progress": lambda ev, lim: (
         f"{_run(ev)}lease absent, {_store(ev)}, results-egress sidecar still running"
     ),
