@@ -488,15 +488,15 @@ def test_a_run_label_every_sandbox_shares_deletes_nothing_as_the_live_runs_lease
     evidence = Evidence(leases=leases(["r1", "r2", "r3"]), runs=runs({k: "running" for k in ("r1", "r2", "r3")}))
     wrong = plan(objects, evidence, settings(rollout={"k8s": "enforcement"}, k8s={"run_label": "app"}))
     assert not wrong.deletes()
-    assert {d.reason for d in wrong.decisions} <= {"run_key_shared", "run_label_missing"}
+    assert {d.reason for d in wrong.decisions} <= {"run_key_shared", "store_unknown", "run_label_missing"}
     (verdict,) = wrong.scopes
     assert any("k8s.run_label (app)" in why for why in verdict.details["unknown_evidence"])  # type: ignore[union-attr]
 
 
 def test_a_run_key_several_sandboxes_share_is_no_run_whatever_the_lease_source_and_the_other_runs() -> None:
     # Second review: the sweep-wide rule needs a lease source that lists every lease (NATS; MongoDB leases
-    # answer only the keys asked) and no listed run with a record. One run has one sandbox Pod and one Pod per
-    # step attempt: more under one key means the label is not a run id, whatever else the sweep holds.
+    # answer only the keys asked) and no listed run with a record. One run has one NetworkPolicy and one Pod
+    # per step attempt: more under one key means the label is not a run id, whatever else the sweep holds.
     shared = [obj(kind, "undefined") for _ in range(2) for kind in ("Pod", "Secret", "Secret", "NetworkPolicy")]
     real = sandbox("old-1")  # a runner of the previous release, its run over: an orphan indeed
     only_asked = Evidence(leases=leases(), runs=runs({"old-1": "succeeded"}))
@@ -513,7 +513,12 @@ def test_a_run_key_several_sandboxes_share_is_no_run_whatever_the_lease_source_a
     steps = [*sandbox("r4"), obj("Pod", "r4", labels={"iterion.io/step": "build", "iterion.io/attempt": "1"}),
              obj("Pod", "r4", labels={"iterion.io/step": "test", "iterion.io/attempt": "1"})]  # fmt: skip
     one = plan(steps, Evidence(leases=leases(), runs=runs()), settings(rollout={"k8s": "enforcement"}))
-    assert {d.reason for d in one.decisions} != {"run_key_shared"}  # one sandbox and distinct attempts: one run
+    assert {d.reason for d in one.decisions} != {"run_key_shared"}  # distinct attempts: one run
+    two_pods = [*sandbox("r5"), obj("Pod", "r5")]  # a run of two Pods, one NetworkPolicy: one run, reaped
+    both = plan(
+        two_pods, Evidence(leases=leases(), runs=runs({"r5": "failed"})), settings(rollout={"k8s": "enforcement"})
+    )
+    assert len(both.deletes()) == len(two_pods)
 
 
 def test_runs_no_store_knows_are_still_orphans_when_no_other_run_holds_a_lease() -> None:

@@ -412,7 +412,7 @@ def evidence_row(
     k8s = config.k8s
     facts: dict[str, object] = {"run": key}
     pods = [obj for obj in members if obj.kind == "Pod"]
-    if shared := _not_one_run(pods, config):
+    if shared := _not_one_run(members, config):
         facts["pods"] = shared
         return "run_key_shared", facts  # the run label is not this run's id: no store's answer is about it
     youngest = max(obj.created for obj in members)
@@ -442,16 +442,21 @@ def evidence_row(
     return ORPHAN, facts  # row 8
 
 
-def _not_one_run(pods: list[K8sObject], config: Settings) -> list[str]:
-    """The Pods that say a run key is not one run's id, or none: one run has one sandbox Pod (no step label) and
-    one Pod per step attempt. A label every sandbox shares (``k8s.run_label: app``, a release that stamps a
-    constant) folds many runs into one "run" no lease or record knows, which rows 2 to 8 would read as gone."""
+def _not_one_run(members: list[K8sObject], config: Settings) -> list[str]:
+    """The objects that say a run key is not one run's id, or none: a run has one NetworkPolicy (its
+    isolation) and one Pod per step attempt. A label every sandbox shares (a release stamping a constant)
+    folds many runs into one "run" no lease or record knows, which rows 2 to 8 would read as gone. (A run may
+    have several Pods: their count alone proves nothing.)"""
     k8s = config.k8s
-    sandboxes = sorted(p.name for p in pods if not p.deleting and not p.labels.get(k8s.step_label))
-    attempts = [(p.labels.get(k8s.step_label), p.labels.get(k8s.attempt_label)) for p in pods if not p.deleting]
-    stepped = [a for a in attempts if a[0]]
-    if len(sandboxes) > 1 or len(stepped) != len(set(stepped)):
-        return sorted(p.name for p in pods if not p.deleting)[:5]
+    live = [o for o in members if not o.deleting]
+    policies = [o.name for o in live if o.kind == "NetworkPolicy"]
+    stepped = [
+        (o.labels.get(k8s.step_label), o.labels.get(k8s.attempt_label))
+        for o in live
+        if o.kind == "Pod" and o.labels.get(k8s.step_label)
+    ]
+    if len(policies) > 1 or len(stepped) != len(set(stepped)):
+        return sorted(f"{o.kind} {o.name}" for o in live if o.kind in ("Pod", "NetworkPolicy"))[:6]
     return []
 
 

@@ -143,7 +143,7 @@ SENTENCES: dict[str, Sentence] = {
         f"{_run(ev)}lease absent, run store unknown (unreadable, or not proven the right one)"
     ),
     "run_key_shared": lambda ev, lim: (
-        f"{_run(ev)}more than one sandbox Pod (or step attempt) carries this run id "
+        f"{_run(ev)}more than one NetworkPolicy, or one step attempt twice, carries this run id "
         f"({', '.join(map(str, ev.get('pods') or []))}): k8s.run_label is not one run's id here, so nothing "
         "proves the run gone"
     ),
