@@ -81,7 +81,9 @@ def test_the_deployment_guide_sweeps_each_target_report_only(tmp_path: Path) -> 
             code = bash.wait(timeout=240)
         except subprocess.TimeoutExpired:
             code = None
-        logs = "\n".join(f"--- {p.name}\n{tail(p, 30)}" for p in sorted((trial / "logs").glob("reaper_*.log")))
+        logs = "\n".join(
+            f"--- {p.name}\n{tail(p, 30)}" for p in sorted((trial / "logs").glob("*.log"))
+        )  # the managers' too
         assert code == 0, f"the guide exited {code}:\n{tail(log)}\n{logs}"
 
         with psycopg.connect(database_dsn(values["TRIAL_DB"])) as db:
