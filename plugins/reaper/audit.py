@@ -36,12 +36,21 @@ READ_RUNS = requires_access_dag(method="GET", access_entity=DagAccessEntity.RUN)
 MAX_PAGE_SIZE = 500  # rows of a page at most: a bigger read is an export
 
 
-def ledger() -> Ledger:
+def settings() -> Settings:
+    """The deployment's config, as the DAGs read it: read once per request, whichever dependencies need it
+    (a dependency, so tests can swap it)."""
+    return load_config()
+
+
+SettingsDep = Annotated[object, Depends(settings)]
+
+
+def ledger(config: SettingsDep) -> Ledger:
     """The ledger of the configured deployment, on this process's one client of its connection
     (a dependency, so tests can swap it)."""
     from reaper.ledger import Ledger
 
-    return Ledger.connect(load_config().ledger)
+    return Ledger.connect(config.ledger)  # type: ignore[attr-defined]
 
 
 def limits() -> Limits | None:
@@ -91,14 +100,6 @@ def _window(led: Ledger, dags: frozenset[str], days: int) -> list[dict[str, obje
 
 
 # --- the overview -------------------------------------------------------------------------------
-
-
-def settings() -> Settings:
-    """The deployment's config, as the DAGs read it (a dependency, so tests can swap it)."""
-    return load_config()
-
-
-SettingsDep = Annotated[object, Depends(settings)]
 
 
 def _expected(config: Settings, dags: frozenset[str]) -> dict[str, timedelta]:
@@ -165,7 +166,16 @@ def overview(
     }
     newest = sorted(summaries, key=lambda s: s["at"], reverse=True)[:50]  # type: ignore[arg-type,return-value]
     return views.overview_page(
-        views.Overview(needs, unknown, charted, panels(shown, hrefs, scope), scopes_of(shown), scope, latest, days),
+        views.Overview(
+            needs,
+            unknown,
+            charted,
+            panels(shown, hrefs, scope),
+            {d: scopes_of(by_dag[d]) for d in charted.values() if d},
+            scope,
+            latest,
+            days,
+        ),
         newest,
         urls,
         config.metrics.runbook_url,  # type: ignore[attr-defined]

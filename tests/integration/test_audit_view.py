@@ -236,11 +236,17 @@ def _values(page: str) -> list[dict[str, int]]:
     return [json.loads(html.unescape(v)) for v in re.findall(r'data-values="([^"]*)"', page)]
 
 
-def test_overview_charts_the_fleet_and_drills_down_to_a_scope_with_holds_and_overrides_marked(http) -> None:
+def test_overview_charts_the_fleet_and_drills_down_to_a_scope_with_holds_and_overrides_marked(http, led) -> None:
     page = http.get("/").text
     # The fleet: orphans found by rule over both scopes, deletions by outcome, scopes held by hold.
     assert _values(page) == [{"heartbeat_stale": 2}, {"deleted": 1}, {"budget_exceeded": 1}]
     assert "<h3>scope" not in page and '<option value="p2">p2</option>' in page  # one chart set, not one per scope
+    _as_reader_of(GCE_DAG, K8S_DAG)
+    led.summary({**K8S, "run_id": "scheduled__k", "phase": "enforcement", "scopes": [{"scope": "kube", "holds": []}]})
+    both = http.get("/").text
+    gce_form = both[both.index("<h2>GCE") : both.index("<h2>Kubernetes")]
+    assert '<option value="p2">p2</option>' in gce_form and '"kube"' not in gce_form  # each DAG's own scopes
+    assert '<option value="kube">kube</option>' in both[both.index("<h2>Kubernetes") :]
     drilled = http.get("/", params={"dag_id": GCE_DAG, "scope": "p1"}).text
     assert {"RUNNING": 4, "TERMINATED": 1} in _values(drilled)  # p1's census
     assert {"budget_exceeded": 1} not in _values(drilled)[3:]  # p2's reports are p2's
@@ -347,7 +353,7 @@ def test_a_sweep_that_is_missing_or_failed_or_failing_needs_a_human(http, led) -
     first = page[: page.index("<h2>Latest sweeps")]
     found = re.findall(r"<tr><td><b>([^<]+)</b></td><td>(.*?)</td><td>(.*?)</td>", first)
     assert {(what, why) for what, _, why in found} >= {
-        ("sweep missing", "the latest sweep is 1 h 0 min old; the schedule is every 10 min"),
+        ("sweep missing", "the latest sweep is 1 h old; the schedule is every 10 min"),
         ("sweep failed", "list_inventory failed"),
         ("deletions failing", "3 deletes failed"),
         ("no sweep", "no sweep recorded in the window shown"),  # the Kubernetes DAG, every minute

@@ -1,6 +1,6 @@
 """What needs a human now: the overview's first screen, from the latest sweep of each DAG that deletes.
 
-Only the active phase's DAG of each target deletes on its schedule (DESIGN.md section 8), so only its
+Only the active phase's DAG of each target deletes on its schedule (docs/design.md §8), so only its
 latest sweep can say that deletes are held, failing or capped, and only its absence is a missing
 sweep; another phase's holds are information, charted below. Each item carries the one action
 docs/runbook.md gives for it, under the section (an alert's name) it links to. Pure: the routes in
@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
 from reaper.alerting import reapers
+from reaper.report.reasons import duration
 
 
 class Runbook(NamedTuple):
@@ -100,7 +101,8 @@ def needs(
         if ended is not None and ended.tzinfo is None:
             ended = ended.replace(tzinfo=UTC)
         if every and ended is not None and now - ended > LATE * every:
-            why = f"the latest sweep is {_ago(now - ended)} old; the schedule is every {_ago(every)}{since_skip}"
+            age, interval = duration((now - ended).total_seconds()), duration(every.total_seconds())
+            why = f"the latest sweep is {age} old; the schedule is every {interval}{since_skip}"
             found.append(Need("sweep missing", dag_id, run, "", why, MISSING, at))
         if s.get("state") == "failed":
             found.append(Need("sweep failed", dag_id, run, "", str(s.get("why") or "a task failed"), FAILED_RUN, at))
@@ -136,8 +138,3 @@ def firing(alerts: Iterable[dict[str, object]], runbook_url: str) -> list[Need]:
         see = Runbook(name, f"Follow the runbook's {name} entry.")
         found.append(Need("alert firing", "", "", str(labels.get("scope", "")), why, see, a.get("activeAt")))
     return found
-
-
-def _ago(d: timedelta) -> str:
-    minutes = int(d.total_seconds() // 60)
-    return f"{minutes // 60} h {minutes % 60} min" if minutes >= 60 else f"{max(minutes, 1)} min"

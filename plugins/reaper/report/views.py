@@ -128,7 +128,7 @@ class Overview(NamedTuple):
     alerts_unknown: str
     charted: dict[str, str | None]
     panels: list[Panel]
-    scopes: list[str]
+    scopes: dict[str, list[str]]  # each charted DAG's scopes: what its drill-down offers
     scope: str
     latest: dict[str, dict[str, object]]
     days: int
@@ -210,15 +210,15 @@ def overview_page(view: Overview, newest: list[dict[str, object]], urls: Urls, r
             if panel.scope:
                 parts.append(f"<h3>scope {text(panel.scope)}</h3>")
             parts.append('<div class="charts">' + "".join(stacked_bars(t, c) for t, c in panel.charts) + "</div>")
-        scopes = [s for s in view.scopes if any(p.dag_id == dag_id for p in view.panels)]
-        options = "".join(
-            f'<option value="{text(s)}"{" selected" if s == view.scope else ""}>{text(s)}</option>' for s in scopes
+        drill = _select(
+            "scope",
+            "drill down to a scope",
+            view.scope,
+            [("", "the whole fleet"), *((s, s) for s in view.scopes[dag_id])],
         )
         parts.append(
             f'<form class="filters" method="get"><input type="hidden" name="days" value="{days}">'
-            f'<input type="hidden" name="dag_id" value="{text(dag_id)}"><label>drill down to a scope'
-            f'<select name="scope"><option value="">the whole fleet</option>{options}</select></label>'
-            "<button>Show</button></form>"
+            f'<input type="hidden" name="dag_id" value="{text(dag_id)}">{drill}<button>Show</button></form>'
         )
     if not view.latest:
         parts.append('<p class="muted">No sweep recorded in this window.</p>')
