@@ -25,7 +25,7 @@ import msgspec
 
 from reaper import __version__, exports
 from reaper.config import ConfigError, Settings, config_path, load_config
-from reaper.model import Action, Decision, Evidence, K8sObject, Phase, Plan, Resource
+from reaper.model import Action, Decision, Evidence, K8sObject, Phase, Plan, Resource, place
 from reaper.policy import evaluate
 from reaper.report.reasons import Limits
 
@@ -298,8 +298,7 @@ def decision_json(d: Decision) -> dict[str, object]:
 
 
 def _order(d: Decision) -> tuple[str, str, str, str, str]:
-    r = d.resource
-    return (d.target, r.scope, r.location, r.kind, r.name)
+    return place(d.target, d.resource)
 
 
 def plan_json(plan: Plan) -> dict[str, object]:

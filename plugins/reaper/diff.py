@@ -26,6 +26,7 @@ from reaper.model import (
     Reading,
     Resource,
     ScopeVerdict,
+    place,
 )
 from reaper.policy import CAPPED, evaluate, liveness
 from reaper.policy.k8s import object_guard
@@ -161,8 +162,7 @@ def changed(old: Side, new: Side) -> set[Key]:
 
 
 def _order(c: Change) -> tuple[bool, str, str, str, str, str]:
-    r = c.resource
-    return (not c.dangerous, c.target, r.scope, r.location, r.kind, r.name)
+    return (not c.dangerous, *place(c.target, c.resource))
 
 
 def unlisted(old: Settings, new: Settings) -> list[str]:

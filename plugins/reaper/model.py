@@ -163,6 +163,11 @@ class GceGroup(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="gro
 Resource = GceInstance | GceGroup | K8sObject
 
 
+def place(target: str, resource: Resource) -> tuple[str, str, str, str, str]:
+    """Where a resource is, as people read a list of them: target, scope, zone or namespace, kind, name."""
+    return (target, resource.scope, resource.location, resource.kind, resource.name)
+
+
 @dataclass
 class ScopeListing:
     """What listing one scope (a GCE project, a Kubernetes cluster) found.

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import quote
 
-from reaper.model import Action
+from reaper.model import Action, place
 from reaper.report.charts import Column, stacked_bars
 from reaper.report.html import action, document, facts, link, query, table, text
 from reaper.report.oncall import Need
@@ -23,7 +23,7 @@ from reaper.transitions import described
 
 if TYPE_CHECKING:
     from reaper.ledger import History
-    from reaper.model import Decision, Plan
+    from reaper.model import Plan
     from reaper.report.reasons import Limits
 
 FILTERS = ("scope", "kind", "rule", "reason", "action", "outcome", "name")
@@ -555,7 +555,9 @@ def chart_of(scopes: Mapping[str, Mapping[str, int]], title: str) -> str:
 
 def whatif_page(plan: Plan, limits: Limits | None) -> str:
     """``reaper evaluate --format html``: one self-contained page of what a phase would do, for review."""
-    acted = sorted((d for d in plan.decisions if d.action is not Action.KEEP), key=lambda d: _order(d))
+    acted = sorted(
+        (d for d in plan.decisions if d.action is not Action.KEEP), key=lambda d: place(d.target, d.resource)
+    )
     kept = Counter((d.target, d.scope, d.reason) for d in plan.decisions if d.action is Action.KEEP)
     findings: dict[str, Counter[str]] = {}
     reports: dict[str, Counter[str]] = {}
@@ -592,8 +594,3 @@ def whatif_page(plan: Plan, limits: Limits | None) -> str:
         ),
     ]
     return document(f"Reaper what-if: {plan.phase.value}", "".join(parts))
-
-
-def _order(d: Decision) -> tuple[str, str, str, str, str]:
-    r = d.resource
-    return (d.target, r.scope, r.location, r.kind, r.name)
