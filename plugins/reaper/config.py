@@ -548,6 +548,18 @@ class LedgerConfig(_Section):
     what it sent and which override it used."""
     timeout: Timeout = timedelta(seconds=10)
     """Timeout of each ledger read and write."""
+    commit_interval: Duration = timedelta(milliseconds=10)
+    """How long a delete's record waits for those of the other deletes, to go to the ledger in one write (a group
+    commit: docs/design.md §7). At most 1s: every send waits for its intent's write."""
+    commit_records: int = Field(64, ge=1, le=10_000)
+    """As many records waiting go to the ledger at once, before `ledger.commit_interval` has passed."""
+
+    @field_validator("commit_interval")
+    @classmethod
+    def _commit_interval_short(cls, value: timedelta) -> timedelta:
+        if value > timedelta(seconds=1):
+            raise ValueError(f"expected at most 1s (every send waits for its intent's write), got {short(value)}")
+        return value
 
     @model_validator(mode="after")
     def _collections_apart(self) -> LedgerConfig:

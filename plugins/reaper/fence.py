@@ -15,6 +15,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator
+from typing import Protocol
 
 from reaper.model import Resource
 
@@ -28,6 +29,16 @@ class Halted(Exception):
     """Raised inside a send when the guard no longer permits it; never retried."""
 
 
+class Ack(Protocol):
+    """A record queued for a group commit (:class:`reaper.commits.Pending`): ``wait`` raises if not durable."""
+
+    def wait(self) -> object: ...
+
+
+# A sink of intents, sent marks and outcomes: writes at once (returns None) or queues and returns its Ack.
+Sink = Callable[..., "Ack | None"]
+
+
 class SendGuard:
     """The conditions of one delete task's sends, and the sink of its intents and outcomes.
 
@@ -39,15 +50,21 @@ class SendGuard:
     - ``outcome(resource, result, detail)``: records one outcome as it is observed.
     - ``sent_before``: uids whose delete call an earlier try of this execution made (it recorded
       ``sent``): a 404 for one of those is this sweep's own delete, so ``deleted``.
+
+    The three sinks either write before they return, or queue the record for a group commit
+    (:mod:`reaper.commits`) and return its :class:`Ack`. Then the guard waits for each where what
+    follows depends on it: an intent before its send (:meth:`ready`), a sent mark before the
+    outcome of its resource, every outcome before the batch's counts (:meth:`settle`). A failed
+    record halts the task as a failed write does.
     """
 
     def __init__(
         self,
         deadline: float | None = None,
         lease: Callable[[], str | None] | None = None,
-        intent: Callable[[Resource], None] | None = None,
-        outcome: Callable[[Resource, str, str], None] | None = None,
-        sent: Callable[[Resource], None] | None = None,
+        intent: Sink | None = None,
+        outcome: Sink | None = None,
+        sent: Sink | None = None,
         sent_before: Collection[str] = frozenset(),
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -57,6 +74,10 @@ class SendGuard:
         self._stop = threading.Event()
         self._why = ""
         self._lock = threading.Lock()
+        # Records queued and not yet waited for: intents and sent marks by uid, outcomes in order.
+        self._intents: dict[str, Ack] = {}
+        self._sent_marks: dict[str, Ack] = {}
+        self._outcomes: list[Ack] = []
 
     def halt(self, why: str) -> None:
         """Stop sending at once (SIGTERM, a failed ledger write); the first reason is kept."""
@@ -99,28 +120,53 @@ class SendGuard:
         return UNCONFIRMED if resource.uid in self.sent_before else NOT_ATTEMPTED
 
     def before_send(self, resource: Resource, lease: bool = True) -> str | None:
-        """Check, then make the intent durable. None: send now. A failed intent write halts the task.
+        """Check (the lease too), then make the intent durable. None: send now. A failed intent write halts
+        the task; no intent is written without the lease.
 
-        ``lease=False`` where a re-read comes between this and the send, and the lease is checked
-        after it, right before the send (:meth:`check`): one lease read per send either way.
+        ``lease=False`` where a re-read comes between this and the send: the intent is then only
+        queued (its write overlaps the re-read), and :meth:`ready`, right before the send, reads the
+        lease and waits for it. One lease read per send either way.
         """
         why = self.check(lease)
         if why:
             return why
         if self._intent:
             try:
-                self._intent(resource)
+                ack = self._intent(resource)
             except Exception as exc:
                 self.halt(f"ledger: intent not recorded ({type(exc).__name__})")
                 return self._why
-            # The write may have taken until past the deadline (or a SIGTERM came): nothing is sent then.
-            return self.check(lease=False)
-        return None
+            if ack is not None:
+                with self._lock:
+                    self._intents[resource.uid] = ack
+        return self._written(resource) if lease else None
+
+    def ready(self, resource: Resource) -> str | None:
+        """Right before the send: its intent durable, the lease read now, the deadline not passed; or why not.
+
+        The lease read is asked for first: a group commit answers it in the cycle that writes the intent
+        queued before it (or a later one). The write or the wait may have taken until past the deadline
+        (or a SIGTERM came): nothing is sent then.
+        """
+        why = self.check()
+        return self._written(resource) or why
+
+    def _written(self, resource: Resource) -> str | None:
+        """The resource's queued intent acknowledged (else the task halts), then the deadline and a stop."""
+        with self._lock:
+            ack = self._intents.pop(resource.uid, None)
+        if ack is not None and not self._settled(ack, "intent"):
+            return self._why
+        return self.check(lease=False)
 
     def retry(self, resource: Resource) -> None:
         """Before a retry of a send whose answer was lost: the first try may have been applied (it is
         recorded as sent), and the retry is a new send (raise :class:`Halted` unless it may go out now)."""
         self.sent(resource)
+        with self._lock:
+            ack = self._sent_marks.pop(resource.uid, None)
+        if ack is not None:
+            self._settled(ack, "delete call")
         why = self.check()
         if why:
             raise Halted(why)
@@ -129,17 +175,54 @@ class SendGuard:
         """The delete call was accepted: a later 404 for this resource is this sweep's own doing."""
         if self._sent:
             try:
-                self._sent(resource)
+                ack = self._sent(resource)
             except Exception as exc:
                 self.halt(f"ledger: delete call not recorded ({type(exc).__name__})")
+                return
+            if ack is not None:
+                with self._lock:
+                    self._sent_marks[resource.uid] = ack
 
     def record(self, resource: Resource, result: str, detail: str) -> None:
-        """Record one outcome now; a failed write halts the task (its intents stay for the retry)."""
+        """Record one outcome; a failed write halts the task (its intents stay for the retry).
+
+        Its resource's sent mark is durable first: the outcome never stands in the ledger beside an
+        intent that forgot the call went out.
+        """
+        with self._lock:
+            mark = self._sent_marks.pop(resource.uid, None)
+        if mark is not None:
+            self._settled(mark, "delete call")
         if self._outcome:
             try:
-                self._outcome(resource, result, detail)
+                ack = self._outcome(resource, result, detail)
             except Exception as exc:
                 self.halt(f"ledger: outcome not recorded ({type(exc).__name__})")
+                return
+            if ack is not None:
+                with self._lock:
+                    self._outcomes.append(ack)
+
+    def settle(self) -> None:
+        """Wait for every record still queued (the batch's outcomes): the batch counts only what is durable."""
+        with self._lock:
+            waiting = [
+                *(("intent", a) for a in self._intents.values()),
+                *(("delete call", a) for a in self._sent_marks.values()),
+                *(("outcome", a) for a in self._outcomes),
+            ]
+            self._intents, self._sent_marks, self._outcomes = {}, {}, []
+        for what, ack in waiting:
+            self._settled(ack, what)
+
+    def _settled(self, ack: Ack, what: str) -> bool:
+        """Whether a queued record is durable; if not, the task halts."""
+        try:
+            ack.wait()
+        except Exception as exc:
+            self.halt(f"ledger: {what} not recorded ({type(exc).__name__})")
+            return False
+        return True
 
 
 @contextlib.contextmanager

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+from types import SimpleNamespace
 
 from reaper.fence import SendGuard, halt_on_sigterm
 
@@ -55,8 +56,9 @@ def test_no_send_after_an_intent_whose_write_outlasted_the_deadline() -> None:
         written.append("intent")
         now[0] = 111.0  # the ledger took until past the deadline to acknowledge
 
-    guard = SendGuard(deadline=110.0, intent=slow_intent, clock=lambda: now[0])  # type: ignore[arg-type]
-    assert guard.before_send(object()) == "deadline reached: left for the next sweep"  # type: ignore[arg-type]
+    vm = SimpleNamespace(uid="1")
+    guard = SendGuard(deadline=110.0, intent=slow_intent, clock=lambda: now[0])
+    assert guard.before_send(vm) == "deadline reached: left for the next sweep"  # type: ignore[arg-type]
     assert written == ["intent"]  # recorded, and then not sent: the caller records it unsent
     now[0] = 100.0
-    assert SendGuard(deadline=110.0, intent=lambda r: None, clock=lambda: now[0]).before_send(object()) is None  # type: ignore[arg-type]
+    assert SendGuard(deadline=110.0, intent=lambda r: None, clock=lambda: now[0]).before_send(vm) is None  # type: ignore[arg-type]

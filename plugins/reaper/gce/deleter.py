@@ -5,12 +5,13 @@ For each planned instance, in this order (docs/design.md §6):
 
 1. the project's rate-limit token and its quota slots (a read for the re-read, a mutation for the delete),
    first: a wait happens before the re-read, never between it and the delete;
-2. the durable intent;
+2. the intent, queued for the ledger's next group commit (its write overlaps the re-read);
 3. the re-read, by numeric id: it must still be the planned VM (same id and name), carry the planned
    heartbeat label value (its manager has not come back), have the planned status class (a TERMINATED
    instance has not been restarted), match the selector, carry no opt-out label and have no deletion
    protection; otherwise ``changed_since_plan``;
-4. the guard (the sweep lease, the deadline, a stop): the re-read may have spent its retries;
+4. the guard: the intent acknowledged (durable), the sweep lease read now, the deadline, a stop (the re-read
+   may have spent its retries);
 5. ``delete_unary`` by numeric id, which the Compute API takes in place of the name: a VM recreated under
    the same name after the re-read has another id and can never be the one deleted;
 6. waits on the zone operation (same client options: the SDK's poller would poll the real endpoint), as
@@ -127,7 +128,7 @@ class GceDeleter:
             window_ends = self._slots(inst, guard)
         except GaveUp as exc:
             return Outcome(inst, guard.unsent(inst), exc.why)
-        why = guard.before_send(inst, lease=False)  # the durable intent, before the re-read too
+        why = guard.before_send(inst, lease=False)  # the intent queued, before the re-read: durable by the send
         if why:
             return Outcome(inst, guard.unsent(inst), why)
         lost = False  # a delete call went out whose answer was lost: it may have been applied
@@ -147,7 +148,7 @@ class GceDeleter:
                 if lost:  # an earlier call may still take effect: nobody can say what happens to it
                     return Outcome(inst, UNCONFIRMED, f"changed after a delete call whose answer was lost: {changes}")
                 return Outcome(inst, CHANGED, "; ".join(changes))
-            why = guard.check()  # the lease and the deadline right before the send: the re-read may have waited
+            why = guard.ready(inst)  # the intent durable, the lease and the deadline right before the send
             if why:
                 return Outcome(inst, UNCONFIRMED if lost else guard.unsent(inst), why)
             sent = self._send(inst, guard, lost)

@@ -19,8 +19,10 @@ from typing import Protocol
 
 import msgspec
 
-from reaper.config import Settings
+from reaper.commits import GroupCommit
+from reaper.config import LedgerConfig, Settings
 from reaper.fence import SendGuard, halt_on_sigterm
+from reaper.ledger import FENCE
 from reaper.model import Resource
 from reaper.ratelimit import round_robin
 from reaper.sweep.targets import Target
@@ -160,7 +162,9 @@ class SweepHalted(Exception):
     """The batch stopped sending before its end for a reason the task must fail on (SIGTERM, the ledger)."""
 
 
-def delete_batch(ledger: LedgerLike, target: Target, fence: Fence, resources: list[Resource]) -> dict[str, int]:
+def delete_batch(
+    ledger: LedgerLike, target: Target, fence: Fence, resources: list[Resource], pace: LedgerConfig | None = None
+) -> dict[str, int]:
     """Delete one batch, safely under task retries, timeouts and SIGTERM; the counts of this try's outcomes.
 
     What an earlier try of this execution recorded is not sent again: a resource with an outcome is
@@ -169,7 +173,11 @@ def delete_batch(ledger: LedgerLike, target: Target, fence: Fence, resources: li
     earlier try made (its intent is marked sent) is that try's delete: ``deleted``. Raises
     :class:`SweepHalted` after recording what it could when the task was told to stop or the ledger
     failed; reaching the deadline is not an error.
+
+    The deletes' intents, sent marks, outcomes and lease checks go to the ledger in group commits
+    (:mod:`reaper.commits`), paced by ``pace``'s ``commit_interval`` and ``commit_records``.
     """
+    pace = pace or LedgerConfig()
     uids = {r.uid for r in resources}
     done = ledger.outcomes(fence.ids, uids)
     sent = ledger.intents(fence.ids, uids)
@@ -177,9 +185,6 @@ def delete_batch(ledger: LedgerLike, target: Target, fence: Fence, resources: li
 
     def key(resource: Resource) -> tuple[str, str]:
         return resource.scope, resource.uid
-
-    def outcome(resource: Resource, result: str, detail: str) -> None:
-        ledger.write(outcome_records(fence.ids, target, result, [(resource, detail)]))
 
     todo: list[Resource] = []
     stopped: list[tuple[Resource, str]] = []
@@ -192,30 +197,48 @@ def delete_batch(ledger: LedgerLike, target: Target, fence: Fence, resources: li
                 stopped.append((r, f"an earlier try recorded {blocked[0]['result']} for {blocked[0]['name']}"))
             else:
                 todo.append(r)
+
+    def failed(exc: BaseException, records: list[dict[str, object]]) -> None:
+        kinds = ", ".join(sorted({str(r["kind"]) for r in records})) or "sweep lease"
+        guard.halt(f"ledger: {kinds} not {'recorded' if records else 'read'} ({type(exc).__name__})")
+
+    commits = GroupCommit(
+        ledger.write,
+        lambda: ledger.lease_problem(target.name, fence.holder, fence.token),
+        key=lambda record: tuple(record.get(f) for f in FENCE),
+        failed=failed,
+        interval=pace.commit_interval.total_seconds(),
+        most=pace.commit_records,
+        timeout=2 * pace.timeout.total_seconds() + pace.commit_interval.total_seconds(),
+    )
     guard = SendGuard(
         deadline=fence.deadline,
-        lease=lambda: ledger.lease_problem(target.name, fence.holder, fence.token),
+        lease=commits.lease_problem,
         # An intent never lowers ``sent``: a retry rewriting its intent keeps an earlier try's call on record.
-        intent=lambda r: ledger.write([_record(fence.ids, target, r, "delete_intent", {})]),
-        sent=lambda r: ledger.write([_record(fence.ids, target, r, "delete_intent", {"sent": True})]),
-        outcome=outcome,
+        intent=lambda r: commits.submit([_record(fence.ids, target, r, "delete_intent", {})]),
+        sent=lambda r: commits.submit([_record(fence.ids, target, r, "delete_intent", {"sent": True})]),
+        outcome=lambda r, result, detail: commits.submit(outcome_records(fence.ids, target, result, [(r, detail)])),
         sent_before={uid for _, uid in sent},
     )
-    late = guard.check(lease=False)
-    if late:  # the deadline passed before this batch began: nothing is started, one write records it all
-        stopped += [(r, late) for r in todo]
-        todo = []
-    by_result: dict[str, list[tuple[Resource, str]]] = defaultdict(list)
-    for resource, why in stopped:
-        by_result[guard.unsent(resource)].append((resource, why))
-    try:
-        ledger.write(
-            [r for result, rows in by_result.items() for r in outcome_records(fence.ids, target, result, rows)]
-        )
-    except Exception as exc:
-        guard.halt(f"ledger: outcome not recorded ({type(exc).__name__})")
-    with halt_on_sigterm(guard):
-        results = target.delete(todo, guard) if todo and not guard.halted else []
+    with commits:
+        late = guard.check(lease=False)
+        if late:  # the deadline passed before this batch began: nothing is started, one write records it all
+            stopped += [(r, late) for r in todo]
+            todo = []
+        by_result: dict[str, list[tuple[Resource, str]]] = defaultdict(list)
+        for resource, why in stopped:
+            by_result[guard.unsent(resource)].append((resource, why))
+        try:
+            ledger.write(
+                [r for result, rows in by_result.items() for r in outcome_records(fence.ids, target, result, rows)]
+            )
+        except Exception as exc:
+            guard.halt(f"ledger: outcome not recorded ({type(exc).__name__})")
+        with halt_on_sigterm(guard):
+            try:
+                results = target.delete(todo, guard) if todo and not guard.halted else []
+            finally:
+                guard.settle()  # every outcome durable before it counts, whatever stopped the deletes
     counts = Counter(o.result for o in results)
     counts.update({result: len(rows) for result, rows in by_result.items()})
     if guard.halted:

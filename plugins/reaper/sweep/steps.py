@@ -736,7 +736,7 @@ def delete(sweep: Sweep, batch: Batch, lease: Lease, started: datetime | None) -
         return Deleted({STALE_PLAN: len(batch.resources)})
     fence = Fence(sweep.under(lease).fields(), sweep.ids.holder, lease.token, send_deadline(sweep, lease, started))
     try:
-        outcomes = delete_batch(sweep.ledger(), sweep.target, fence, batch.resources)
+        outcomes = delete_batch(sweep.ledger(), sweep.target, fence, batch.resources, sweep.config.ledger)
     finally:
         spent = sweep.target.quota_use()  # drained also when the batch halted: the next task's are its own
     return Deleted(outcomes, spent)
