@@ -47,6 +47,12 @@ class Pending(Generic[T]):
         return self._value
 
 
+def wait_bound(ledger_timeout: float, interval: float) -> float:
+    """How long a record or a lease check may wait with every ledger call within ``ledger_timeout``: the cycle in
+    progress when it came, then the interval and its own cycle, each cycle a write and a lease read."""
+    return 4 * ledger_timeout + interval
+
+
 class GroupCommit:
     """One writer thread that commits the records handed to it in groups, and reads the lease for those who ask.
 
@@ -57,7 +63,8 @@ class GroupCommit:
     - ``failed(error, records)``: called at once when a cycle's write (its records) or lease read (none) fails,
       before anyone waiting hears of it.
     - ``interval``: seconds the first waiting record waits for others; ``most``: as many waiting send at once.
-    - ``timeout``: how long a caller waits for its answer (the ledger's own timeouts bound the cycle).
+    - ``timeout``: how long a caller waits for its answer: at least the cycle in progress and its own, each a
+      write and a lease read bounded by the ledger's timeout (:func:`wait_bound`).
     """
 
     def __init__(
@@ -109,7 +116,11 @@ class GroupCommit:
             self._arrive()
             self._asks.append(ask)
             self._cond.notify()
-        return ask.wait()
+        try:
+            return ask.wait()
+        except TimeoutError as exc:  # a ledger too slow to answer is an outage: every send stops
+            self._failed(exc, [])
+            return f"ledger: no answer about the sweep lease within {self.timeout:g}s"
 
     def close(self) -> None:
         """Write what is waiting, then stop the writer thread."""
@@ -149,8 +160,9 @@ class GroupCommit:
                 self._write(list(merged.values()))
         except BaseException as exc:  # every waiter must hear of it, whatever it is
             self._failed(exc, [record for record, _ in records])
+            told = exc if isinstance(exc, Exception) else RuntimeError(f"the ledger write stopped: {exc!r}")
             for _, ack in records:
-                ack.settle(error=exc)
+                ack.settle(error=told)
             for ask in asks:  # a lease check behind a failed write: nothing may be sent on it
                 ask.settle(f"ledger: a write failed ({type(exc).__name__})")
             return

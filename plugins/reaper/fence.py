@@ -53,9 +53,9 @@ class SendGuard:
 
     The three sinks either write before they return, or queue the record for a group commit
     (:mod:`reaper.commits`) and return its :class:`Ack`. Then the guard waits for each where what
-    follows depends on it: an intent before its send (:meth:`ready`), a sent mark before the
-    outcome of its resource, every outcome before the batch's counts (:meth:`settle`). A failed
-    record halts the task as a failed write does.
+    follows depends on it: an intent before its send (:meth:`before_send`, :meth:`ready`), a sent
+    mark before a retry of its send, every record before the batch's counts (:meth:`settle`). A
+    failed record halts the task as a failed write does.
     """
 
     def __init__(
@@ -74,9 +74,10 @@ class SendGuard:
         self._stop = threading.Event()
         self._why = ""
         self._lock = threading.Lock()
-        # Records queued and not yet waited for: intents and sent marks by uid, outcomes in order.
-        self._intents: dict[str, Ack] = {}
-        self._sent_marks: dict[str, Ack] = {}
+        # Records queued and not yet waited for: intents and sent marks by (scope, uid) (a uid alone may repeat
+        # across clusters), outcomes in order.
+        self._intents: dict[tuple[str, str], Ack] = {}
+        self._sent_marks: dict[tuple[str, str], list[Ack]] = {}
         self._outcomes: list[Ack] = []
 
     def halt(self, why: str) -> None:
@@ -136,10 +137,14 @@ class SendGuard:
             except Exception as exc:
                 self.halt(f"ledger: intent not recorded ({type(exc).__name__})")
                 return self._why
+            if lease:  # the send comes next: its own intent, acknowledged
+                if ack is not None and not self._settled(ack, "intent"):
+                    return self._why
+                return self.check(lease=False)
             if ack is not None:
                 with self._lock:
-                    self._intents[resource.uid] = ack
-        return self._written(resource) if lease else None
+                    self._intents[_key(resource)] = ack
+        return None
 
     def ready(self, resource: Resource) -> str | None:
         """Right before the send: its intent durable, the lease read now, the deadline not passed; or why not.
@@ -149,23 +154,19 @@ class SendGuard:
         (or a SIGTERM came): nothing is sent then.
         """
         why = self.check()
-        return self._written(resource) or why
-
-    def _written(self, resource: Resource) -> str | None:
-        """The resource's queued intent acknowledged (else the task halts), then the deadline and a stop."""
         with self._lock:
-            ack = self._intents.pop(resource.uid, None)
+            ack = self._intents.pop(_key(resource), None)
         if ack is not None and not self._settled(ack, "intent"):
             return self._why
-        return self.check(lease=False)
+        return why or self.check(lease=False)
 
     def retry(self, resource: Resource) -> None:
         """Before a retry of a send whose answer was lost: the first try may have been applied (it is
         recorded as sent), and the retry is a new send (raise :class:`Halted` unless it may go out now)."""
         self.sent(resource)
         with self._lock:
-            ack = self._sent_marks.pop(resource.uid, None)
-        if ack is not None:
+            marks = self._sent_marks.pop(_key(resource), [])
+        for ack in marks:
             self._settled(ack, "delete call")
         why = self.check()
         if why:
@@ -181,18 +182,14 @@ class SendGuard:
                 return
             if ack is not None:
                 with self._lock:
-                    self._sent_marks[resource.uid] = ack
+                    self._sent_marks.setdefault(_key(resource), []).append(ack)
 
     def record(self, resource: Resource, result: str, detail: str) -> None:
         """Record one outcome; a failed write halts the task (its intents stay for the retry).
 
-        Its resource's sent mark is durable first: the outcome never stands in the ledger beside an
-        intent that forgot the call went out.
+        Queued, it is not waited for here: a group commit writes it in its resource's sent mark's cycle
+        or a later one, and :meth:`settle` waits for both before the batch counts it.
         """
-        with self._lock:
-            mark = self._sent_marks.pop(resource.uid, None)
-        if mark is not None:
-            self._settled(mark, "delete call")
         if self._outcome:
             try:
                 ack = self._outcome(resource, result, detail)
@@ -208,7 +205,7 @@ class SendGuard:
         with self._lock:
             waiting = [
                 *(("intent", a) for a in self._intents.values()),
-                *(("delete call", a) for a in self._sent_marks.values()),
+                *(("delete call", a) for marks in self._sent_marks.values() for a in marks),
                 *(("outcome", a) for a in self._outcomes),
             ]
             self._intents, self._sent_marks, self._outcomes = {}, {}, []
@@ -223,6 +220,10 @@ class SendGuard:
             self.halt(f"ledger: {what} not recorded ({type(exc).__name__})")
             return False
         return True
+
+
+def _key(resource: Resource) -> tuple[str, str]:
+    return resource.scope, resource.uid
 
 
 @contextlib.contextmanager

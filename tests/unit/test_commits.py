@@ -154,3 +154,35 @@ def test_records_of_one_key_merged_in_a_cycle_leave_what_writing_them_one_by_one
         for ack in acks:
             ack.wait()
     assert store.docs == one_by_one
+
+
+def test_a_lease_check_unanswered_in_time_is_a_reason_not_to_send_and_an_outage() -> None:
+    # Review finding: the wait's TimeoutError escaped the guard, and the other threads went on sending.
+    failures: list[BaseException] = []
+    release = threading.Event()
+
+    def slow() -> str | None:
+        release.wait(5.0)
+        return None
+
+    group = GroupCommit(
+        Store().write,
+        slow,
+        key=lambda r: r["id"],
+        failed=lambda exc, records: failures.append(exc),
+        interval=0.0,
+        most=1,
+        timeout=0.2,
+    )
+    try:
+        assert group.lease_problem() == "ledger: no answer about the sweep lease within 0.2s"
+        assert [type(f) for f in failures] == [TimeoutError]
+    finally:
+        release.set()
+        group.close()
+
+
+def test_the_wait_bound_covers_the_cycle_in_progress_and_its_own() -> None:
+    from reaper.commits import wait_bound
+
+    assert wait_bound(10.0, 0.01) == pytest.approx(40.01)  # two cycles, each a write and a lease read

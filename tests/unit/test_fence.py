@@ -62,3 +62,23 @@ def test_no_send_after_an_intent_whose_write_outlasted_the_deadline() -> None:
     assert written == ["intent"]  # recorded, and then not sent: the caller records it unsent
     now[0] = 100.0
     assert SendGuard(deadline=110.0, intent=lambda r: None, clock=lambda: now[0]).before_send(vm) is None  # type: ignore[arg-type]
+
+
+def test_a_queued_intent_is_waited_for_by_its_own_resource_even_where_a_uid_repeats_across_clusters() -> None:
+    # Review finding: acks keyed by uid alone let one cluster's object take another's; a send then went
+    # out before its own intent was durable.
+    from reaper.commits import Pending
+
+    acks: dict[str, Pending[None]] = {}
+
+    def intent(resource: SimpleNamespace) -> Pending[None]:
+        acks[resource.scope] = Pending(5.0)
+        return acks[resource.scope]
+
+    guard = SendGuard(intent=intent)
+    a, b = SimpleNamespace(scope="cluster-a", uid="same"), SimpleNamespace(scope="cluster-b", uid="same")
+    assert guard.before_send(a, lease=False) is None and guard.before_send(b, lease=False) is None  # type: ignore[arg-type]
+    acks["cluster-a"].settle(error=ConnectionError("not written"))
+    acks["cluster-b"].settle()
+    assert guard.ready(b) is None  # type: ignore[arg-type]
+    assert guard.ready(a) == "ledger: intent not recorded (ConnectionError)"  # type: ignore[arg-type]

@@ -19,7 +19,7 @@ from typing import Protocol
 
 import msgspec
 
-from reaper.commits import GroupCommit
+from reaper.commits import GroupCommit, wait_bound
 from reaper.config import LedgerConfig, Settings
 from reaper.fence import SendGuard, halt_on_sigterm
 from reaper.ledger import FENCE
@@ -209,7 +209,7 @@ def delete_batch(
         failed=failed,
         interval=pace.commit_interval.total_seconds(),
         most=pace.commit_records,
-        timeout=2 * pace.timeout.total_seconds() + pace.commit_interval.total_seconds(),
+        timeout=wait_bound(pace.timeout.total_seconds(), pace.commit_interval.total_seconds()),
     )
     guard = SendGuard(
         deadline=fence.deadline,
