@@ -65,7 +65,8 @@ def evaluate(
     if approval is not None:
         if override is not None or max_deletions is not None:
             raise ValueError("an approval is evaluated on its own: no budget override, no max_deletions beside it")
-        override, max_deletions = approval.override(), len(approval.items)
+        # No item, no scope lifted (the sweep page and `reaper approve` make none such: nothing to delete).
+        override, max_deletions = (approval.override() if approval.items else None), len(approval.items)
     cap = config.max_deletions_per_sweep if max_deletions is None else max_deletions
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware")
