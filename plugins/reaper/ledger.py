@@ -542,11 +542,11 @@ class Ledger:
         return [{**a, "items": len(a.get("items") or [])} for a in cursor]  # type: ignore[arg-type]
 
     def claim_approval(self, approval_id: str, ids: Mapping[str, object]) -> dict[str, object] | None:
-        """Mark an approval used by the execution ``ids`` (dag_id, run_id, execution, lease), atomically: only
-        an unused one, or one this same execution claimed (a retried task). The approval after it, or None when
-        another execution used it (or it does not exist)."""
+        """Mark an approval used by the execution ``ids`` (dag_id, run_id, execution, lease), atomically (one
+        ``findAndModify``): only an unused one, or one this same execution claimed (a retried task). The approval
+        after it, or None when another execution used it (or it does not exist)."""
         mine = {f"used_by.{f}": ids[f] for f in EXECUTION}
-        unused = {"used_by": {"$exists": False}}
+        unused = {"used_by": None}  # absent or null: never used
         used_by = {**{f: ids[f] for f in EXECUTION}, "at": time.time()}
         return self.approvals.find_one_and_update(
             {"_id": approval_id, "$or": [unused, mine]},
