@@ -15,6 +15,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
+from typing import Protocol
 
 import msgspec
 
@@ -201,3 +202,42 @@ def used_elsewhere(approval: Approval, dag_id: str, run_id: str, execution: int)
         f"approval {approval.id!r} was used by {used.dag_id}/{used.run_id} (execution {used.execution}); an approval "
         "is used by one execution only: expected a new approval of what is still held"
     )
+
+
+class ApprovalSource(Protocol):
+    """What :func:`approve` needs of the ledger (:class:`reaper.ledger.Ledger`)."""
+
+    def held(self, dag_id: str, run_id: str) -> list[dict[str, object]]: ...
+
+    def record_approval(self, approval: dict[str, object]) -> None: ...
+
+
+def approve(
+    ledger: ApprovalSource,
+    dag_id: str,
+    run_id: str,
+    wanted: Iterable[str] | None,
+    user: str,
+    reason: str,
+    expires_in: timedelta,
+    now: float,
+) -> Approval:
+    """Approve a sweep's held candidates (all, or those ``wanted`` names: :func:`choose`) and record it; the one
+    way the sweep page and ``reaper approve`` make an approval. ``ValueError`` naming what was expected."""
+    if not reason.strip():
+        raise ValueError("reason: expected why these deletes are approved (an incident, a ticket), got nothing")
+    check_expiry(expires_in)
+    target = dag_id.split("_")[1] if dag_id.startswith("reaper_") else ""
+    if target not in ("gce", "k8s"):
+        raise ValueError(f"dag_id: expected a reaper DAG (reaper_gce_<phase>, reaper_k8s_<phase>), got {dag_id!r}")
+    candidates = ledger.held(dag_id, run_id)
+    items = choose(candidates, wanted, target)
+    if not items:
+        raise ValueError(
+            f"{dag_id}/{run_id}: no held candidate with its state recorded; expected a sweep whose budget or cap "
+            "held deletes"
+        )
+    approval = Approval(new_id(), target, dag_id, run_id, user, reason.strip(), now, now + expires_in.total_seconds(),
+                        items)  # fmt: skip
+    ledger.record_approval(msgspec.to_builtins(approval))
+    return approval

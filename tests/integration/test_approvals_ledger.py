@@ -147,3 +147,30 @@ def test_an_expired_or_other_dags_approval_is_refused(tmp_path, ledger) -> None:
     object.__setattr__(s, "ledger", lambda: ledger)
     with pytest.raises(AirflowFailException, match="expected an approval made from a sweep of this DAG"):
         steps.resolve_scopes(s, {"approval": good})
+
+
+def test_reaper_approve_prints_the_id_of_an_approval_of_the_named_items(tmp_path, ledger, mongo, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import io
+    import json
+
+    from reaper.cli import main
+
+    client, db = mongo
+    host, port = client.address
+    fleet = held_fleet()
+    plan_through(run(tmp_path, ledger, fleet, "manual__1"))
+    config = tmp_path / "reaper.yaml"
+    config.write_text(json.dumps({"ledger": {"database": db}}))
+    monkeypatch.setenv("REAPER_CONFIG", str(config))
+    monkeypatch.setenv("AIRFLOW_CONN_MONGO_DEFAULT", f"mongodb://{host}:{port}/")
+    out = io.StringIO()
+    argv = ["approve", "--dag", DAG, "--run", "manual__1", "--item", fleet[0].name, "--item", fleet[1].id]
+    assert main([*argv, "--reason", "INC-7", "--user", "bob"], out=out) == 0
+    made = ledger.approval(out.getvalue().strip())
+    assert made and made["user"] == "bob" and made["reason"] == "INC-7" and made["run_id"] == "manual__1"
+    items = {(i["uid"], i["fingerprint"]) for i in made["items"]}  # type: ignore[union-attr]
+    assert items == {(fleet[0].id, "fp-0"), (fleet[1].id, "fp-1")}
+    assert made["expires_at"] - made["created_at"] == 4 * 3600  # type: ignore[operator]
+    bad = main([*argv, "--reason", "INC-7", "--expires", "30d"], out=io.StringIO())
+    none = main(["approve", "--dag", DAG, "--run", "manual__404", "--all", "--reason", "x"], out=io.StringIO())
+    assert bad == none == 2
