@@ -215,7 +215,56 @@ def sweep(
     rows, total = _page_rows(led, dag_id, run_id, _filters(request), _order(order), page, size, lim)
     params = {k: v for k, v in request.query_params.items() if k in (*views.FILTERS, "order", "size")}
     shown = views.Page(page, size, total)
-    return views.sweep_page(led.executions(dag_id, run_id), rows, shown, params, _urls(request), dag_id, run_id)
+    held = led.held(dag_id, run_id)
+    return views.sweep_page(led.executions(dag_id, run_id), rows, shown, params, _urls(request), dag_id, run_id, held)
+
+
+TRIGGER_RUNS = requires_access_dag(method="POST", access_entity=DagAccessEntity.RUN)
+FORM_LIMIT = 1 << 20  # bytes of an approval form at most: ~20,000 uids
+
+
+@router.post("/sweeps/{dag_id}/{run_id}/approve", dependencies=[Depends(TRIGGER_RUNS)])
+async def approve(
+    request: Request, led: LedgerDep, dags: DagsDep, user: GetUserDep, dag_id: str, run_id: str
+) -> Response:
+    """Record an approval of the selected held deletes (:func:`reaper.approvals.approve`) by the logged-in user, who
+    must be allowed to trigger the DAG, then open its Trigger form with ``approval`` filled in.
+
+    Cross-site requests are refused: Airflow's login is a cookie a browser would send with a form another site
+    posts, so the form must come from this origin (``Origin``, else ``Referer``, as OWASP advises without a token).
+    """
+    import time
+    from urllib.parse import parse_qs, urlsplit
+
+    from reaper.approvals import approve as record
+    from reaper.durations import parse_duration
+
+    _readable(dag_id, dags)
+    source = request.headers.get("origin") or request.headers.get("referer") or ""
+    here = urlsplit(str(request.base_url))
+    if urlsplit(source)[:2] != here[:2]:
+        raise HTTPException(403, "approvals are posted from the sweep page of this site only")
+    body = await request.body()
+    if len(body) > FORM_LIMIT:
+        raise HTTPException(413, f"the form is larger than {FORM_LIMIT} bytes")
+    form = parse_qs(body.decode(), keep_blank_values=True)
+    items = form.get("item") or []
+    if not items:
+        raise HTTPException(422, "item: expected at least one held delete selected")
+    try:
+        approval = record(
+            led,  # type: ignore[arg-type]
+            dag_id,
+            run_id,
+            items,
+            str(user.get_name()),
+            (form.get("reason") or [""])[0],
+            parse_duration((form.get("expires") or ["4h"])[0]),
+            time.time(),
+        )
+    except ValueError as exc:
+        raise HTTPException(422, str(exc)) from None
+    return RedirectResponse(views.Urls.trigger(dag_id, {"approval": approval.id}), status_code=303)
 
 
 @router.get("/api/sweeps/{dag_id}/{run_id}/rows")

@@ -103,6 +103,28 @@ def build_parser() -> argparse.ArgumentParser:
     retire.add_argument("--config", help="config file (default: $REAPER_CONFIG, else include/reaper.yaml)")
     retire.add_argument("--target", choices=["gce", "k8s"], required=True)
     retire.add_argument("--scope", action="append", metavar="SCOPE", help="only these scopes (default: all)")
+    ok = commands.add_parser(
+        "approve",
+        help="approve a held sweep's candidates (all, or those named) for a run with param approval=<id>; "
+        "prints the id",
+        description="Record an approval of the deletes a sweep held (its budget or its cap), each in the state the "
+        "sweep listed it in; a run of the same DAG triggered with approval=<id> deletes those still in that state "
+        "and nothing else, once. See docs/cli.md and docs/runbook.md.",
+    )
+    ok.add_argument("--config", help="config file (default: $REAPER_CONFIG, else include/reaper.yaml)")
+    ok.add_argument("--dag", required=True, metavar="DAG_ID", help="the DAG of the held sweep (reaper_gce_enforcement)")
+    ok.add_argument("--run", required=True, metavar="RUN_ID", help="the DAG run of the held sweep")
+    which = ok.add_mutually_exclusive_group(required=True)
+    which.add_argument("--all", action="store_true", help="every held candidate of the sweep")
+    which.add_argument(
+        "--item",
+        action="append",
+        metavar="NAME",
+        help="a candidate by name, uid or (Kubernetes) run id; a run's objects are approved together",
+    )
+    ok.add_argument("--reason", required=True, help="why (an incident, a ticket); recorded")
+    ok.add_argument("--expires", default="4h", help="how long the approval may be used: 1m to 7d (default: 4h)")
+    ok.add_argument("--user", help="who approves (default: the login name, as cli:<name>)")
     reference = commands.add_parser(
         "config-reference", help="every config key with its type, default and description, as a Markdown table"
     )
@@ -158,6 +180,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
             return _diff(args, out)
         if args.command == "config-reference":
             return _config_reference(args, out)
+        if args.command == "approve":
+            return _approve(args, out)
         config = load_config(config_path(args.config))
         data = _inputs(args, [config])
         plan = evaluate(data.resources, data.evidence, config, Phase(args.phase), data.now)
@@ -197,6 +221,40 @@ def _config_reference(args: argparse.Namespace, out: TextIO) -> int:
     except (OSError, ValueError) as exc:
         print(f"reaper: {exc}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _approve(args: argparse.Namespace, out: TextIO) -> int:
+    """Approve a held sweep's candidates from the ledger (:func:`reaper.approvals.approve`); the id on stdout, for
+    scripts (``--conf '{"approval": "<id>"}'``), the rest on stderr."""
+    import getpass
+    import time
+
+    from pymongo.errors import PyMongoError
+
+    from reaper.approvals import approve
+    from reaper.durations import parse_duration
+    from reaper.ledger import Ledger
+
+    config = load_config(config_path(args.config))
+    try:
+        expires_in = parse_duration(args.expires)
+        user = args.user or f"cli:{getpass.getuser()}"
+        approval = approve(
+            Ledger.connect(config.ledger), args.dag, args.run, args.item, user, args.reason, expires_in, time.time()
+        )
+    except ValueError as exc:
+        print(f"reaper: {exc}", file=sys.stderr)
+        return 2
+    except PyMongoError as exc:
+        print(f"reaper: the ledger ({config.ledger.conn_id}) did not answer: {type(exc).__name__}", file=sys.stderr)
+        return 1
+    out.write(approval.id + "\n")
+    print(
+        f"reaper: approved {len(approval.items)} held deletes of {args.dag}/{args.run} until "
+        f"{_iso(approval.expires_at)}; trigger {args.dag} with approval={approval.id}",
+        file=sys.stderr,
+    )
     return 0
 
 

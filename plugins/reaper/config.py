@@ -537,6 +537,8 @@ class LedgerConfig(_Section):
     """Each DAG's last state of every resource per scope, which a sweep compares to record only the changes."""
     notices_collection: str = "sweep_notices"
     """What each notification channel was last told, per target (docs/notifications.md)."""
+    approvals_collection: str = "approvals"
+    """Operators' approvals of held deletes, each used by one run (docs/runbook.md, docs/audit-view.md)."""
     retention: Duration = timedelta(days=400)  # at least the longest run timeout + rerun_window: Settings._margins
     """How long ledger records, summaries, transitions and resource states are kept (a change is applied to the TTL
     indexes in place). At least the longest run timeout plus `ledger.rerun_window`: a retried or cleared task must

@@ -73,6 +73,7 @@ class RawInstance(msgspec.Struct):
     creationTimestamp: str = ""
     lastStopTimestamp: str = ""
     deletionProtection: bool = False
+    labelFingerprint: str = ""
     metadata: Metadata = msgspec.field(default_factory=Metadata)
 
 
@@ -141,6 +142,7 @@ def gce_instance(raw: RawInstance) -> GceInstance:
         rfc3339(stopped, f"instance {name} lastStopTimestamp") if stopped else None,
         raw.deletionProtection,
         any(item.key == CREATED_BY for item in raw.metadata.items),
+        raw.labelFingerprint,
     )
 
 

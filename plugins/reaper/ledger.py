@@ -205,6 +205,7 @@ class Ledger:
         self.transitions = db.get_collection(config.transitions_collection)
         self.states = db.get_collection(config.states_collection)
         self.notices = db.get_collection(config.notices_collection)
+        self.approvals = db.get_collection(config.approvals_collection)
         self.retention = int(config.retention.total_seconds())
 
     def ensure_indexes(self) -> None:
@@ -226,6 +227,8 @@ class Ledger:
             ensure_index(self.transitions, [(field, 1)], f"by_{field}")
         ensure_index(self.states, [(f, 1) for f in ("dag_id", "target", "scope", "part")], "scope", unique=True)
         ensure_index(self.states, [("at", 1)], "retention", ttl=self.retention)
+        ensure_index(self.approvals, [("dag_id", 1), ("created_at", 1)], "by_dag")
+        ensure_index(self.approvals, [("at", 1)], "retention", ttl=self.retention)
 
     def write(self, records: Iterable[dict[str, object]]) -> int:
         """Upsert records by their fence; returns how many. Raises if the write is not acknowledged."""
@@ -508,3 +511,46 @@ class Ledger:
 
     def release(self, target: str, holder: str) -> None:
         self.locks.delete_one({"_id": target, "holder": holder})
+
+    # --- approvals (docs/design.md §6): recorded, read, used by one execution -------------------
+
+    def held(self, dag_id: str, run_id: str) -> list[dict[str, object]]:
+        """The candidates an approval may cover: the held deletes (:data:`reaper.approvals.APPROVABLE`) of the
+        newest execution of a DAG run that recorded any, in the audit view's order. One round trip."""
+        from reaper.approvals import APPROVABLE
+
+        query = {"dag_id": dag_id, "run_id": run_id, "kind": "decision", "reason": {"$in": list(APPROVABLE)}}
+        found = list(self.records.find(query, {"_id": 0}, batch_size=ONE_BATCH).sort([(f, 1) for f in ROW_ORDER]))
+        if not found:
+            return []
+        newest = max(found, key=lambda r: (int(r.get("execution") or 0), str(r.get("at"))))
+        key = (newest.get("execution"), newest.get("lease"))
+        return [r for r in found if (r.get("execution"), r.get("lease")) == key]
+
+    def record_approval(self, approval: dict[str, object]) -> None:
+        """Insert one approval (its ``id`` is its key: a duplicate is refused, never overwritten)."""
+        self.approvals.insert_one({**approval, "_id": approval["id"], "at": datetime.now(UTC)})
+
+    def approval(self, approval_id: str) -> dict[str, object] | None:
+        """One approval by its id, or None."""
+        return self.approvals.find_one({"_id": approval_id}, {"_id": 0, "at": 0})
+
+    def approvals_of(self, dag_ids: Collection[str], limit: int = 50) -> list[dict[str, object]]:
+        """The newest approvals made from sweeps of these DAGs, at most ``limit``, without their items."""
+        query = {"dag_id": {"$in": sorted(dag_ids)}}
+        cursor = self.approvals.find(query, {"_id": 0, "at": 0}).sort("created_at", -1).limit(limit)
+        return [{**a, "items": len(a.get("items") or [])} for a in cursor]  # type: ignore[arg-type]
+
+    def claim_approval(self, approval_id: str, ids: Mapping[str, object]) -> dict[str, object] | None:
+        """Mark an approval used by the execution ``ids`` (dag_id, run_id, execution, lease), atomically (one
+        ``findAndModify``): only an unused one, or one this same execution claimed (a retried task). The approval
+        after it, or None when another execution used it (or it does not exist)."""
+        mine = {f"used_by.{f}": ids[f] for f in EXECUTION}
+        unused = {"used_by": None}  # absent or null: never used
+        used_by = {**{f: ids[f] for f in EXECUTION}, "at": time.time()}
+        return self.approvals.find_one_and_update(
+            {"_id": approval_id, "$or": [unused, mine]},
+            {"$set": {"used_by": used_by}},  # a retry of the same execution rewrites its own claim
+            projection={"_id": 0, "at": 0},
+            return_document=ReturnDocument.AFTER,
+        )

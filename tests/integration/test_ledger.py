@@ -199,6 +199,10 @@ WANTED = {
         "scope": (["dag_id", "target", "scope", "part"], True, None),
         "retention": (["at"], False, 400 * DAY),
     },
+    "approvals": {
+        "by_dag": (["dag_id", "created_at"], False, None),
+        "retention": (["at"], False, 400 * DAY),
+    },
 }
 
 
@@ -226,7 +230,7 @@ def _indexes(led: Ledger) -> dict[str, dict[str, tuple[list[str], bool, int | No
             for name, info in c.index_information().items()
             if name != "_id_"
         }
-        for c in (led.records, led.sweeps, led.transitions, led.states)
+        for c in (led.records, led.sweeps, led.transitions, led.states, led.approvals)
     }
 
 
@@ -284,8 +288,8 @@ def test_a_refused_collmod_falls_back_to_a_rebuild() -> None:
         assert {name: indexes["retention"][2] for name, indexes in _indexes(changed).items()} == dict.fromkeys(
             WANTED, 30 * DAY
         )
-        # The first two refused and rebuilt, the other two changed in place.
-        assert commands.names.count("collMod") == 4 and commands.names.count("dropIndexes") == 2
+        # The first two refused and rebuilt, the other three changed in place.
+        assert commands.names.count("collMod") == 5 and commands.names.count("dropIndexes") == 2
     finally:
         daemon.stop()
 

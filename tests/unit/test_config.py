@@ -305,3 +305,11 @@ def test_each_kind_of_ledger_document_has_a_collection_of_its_own() -> None:
                        r"'transitions', which is ledger\.transitions_collection"):  # fmt: skip
         parse_settings({"ledger": {"states_collection": "transitions"}}, "x.yaml")
     assert parse_settings({"ledger": {"states_collection": "states"}}, "x.yaml").ledger.states_collection == "states"
+
+
+def test_approvals_have_a_collection_of_their_own() -> None:
+    # An approval beside the sweep summaries would be read as one (and collide on their unique index).
+    with pytest.raises(ConfigError, match=r"ledger\.approvals_collection: expected a collection of its own, got "
+                       r"'sweeps', which is ledger\.sweeps_collection"):  # fmt: skip
+        parse_settings({"ledger": {"approvals_collection": "sweeps"}}, "x.yaml")
+    assert parse_settings({}, "x.yaml").ledger.approvals_collection == "approvals"

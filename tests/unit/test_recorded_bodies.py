@@ -33,6 +33,7 @@ from tests.helpers.recorded import (
 )
 
 PROJECT = "cloud-custodian"
+EMPTY = "42WmSpB8rSM="  # the labelFingerprint of no labels, as the Compute API answers it
 
 # --- Compute Engine ------------------------------------------------------------------------------------------
 
@@ -65,7 +66,9 @@ def exported(tmp_path: Path, instances: bytes) -> list[GceInstance] | str:
 def gce(
     name: str, zone: str, ident: str, status: str, labels: dict[str, str], created: str, **more: object
 ) -> GceInstance:
-    """An instance of the recorded project, created at ``created`` (UTC)."""
+    """An instance of the recorded project, created at ``created`` (UTC); its labelFingerprint that of no labels
+    unless ``more`` says otherwise."""
+    more.setdefault("label_fingerprint", EMPTY)
     return GceInstance(PROJECT, zone, name, ident, status, labels, utc(created), **more)  # type: ignore[arg-type]
 
 
@@ -75,6 +78,7 @@ RECORDED_PAGES = {
         gce(
             "test-ingwar", "us-central1-c", "8759471929923434140", "TERMINATED",
             {"custodian_status": "resource_policy-stop-2019_10_10__0_0"}, "2019-10-31 11:41:40.541",
+            label_fingerprint="Mjad3HjNiLE=",
         ),
     ],
     # Two TERMINATED instances from before the API wrote lastStopTimestamp; labels with empty values.
@@ -85,6 +89,7 @@ RECORDED_PAGES = {
         gce(
             "custodian", "us-east1-d", "4179518482904332734", "RUNNING",
             {"http-server": "", "https-server": "", "ci": "", "drone": "", "custodian": ""}, "2016-04-24 08:44:01.573",
+            label_fingerprint="YLj7N4sJwYI=",
         ),
     ],
     # Created at -08:00, stopped at -07:00 (daylight saving time): both offsets applied.
@@ -98,7 +103,7 @@ RECORDED_PAGES = {
         gce(
             "test-ingwar", "us-central1-a", "3532009896116593480", "TERMINATED",
             {"os": "linux", "running_schedule": "always_on"}, "2020-10-30 14:05:27.513",
-            last_stop=utc("2020-10-30 14:07:51.232"),
+            last_stop=utc("2020-10-30 14:07:51.232"), label_fingerprint="Vo5Kpyl1teY=",
         ),
     ],
 }  # fmt: skip
@@ -128,7 +133,13 @@ def test_a_recorded_instance_whose_urls_name_no_project_is_refused_by_both(tmp_p
 def test_a_recorded_instances_list_reads_as_an_export(tmp_path: Path) -> None:
     body = json.loads(recorded("gce/instances-list.json"))
     expected = gce(
-        "instance-1", "us-central1-c", "991745007860431209", "PROVISIONING", {"env": "dev"}, "2018-11-08 09:53:13.463"
+        "instance-1",
+        "us-central1-c",
+        "991745007860431209",
+        "PROVISIONING",
+        {"env": "dev"},
+        "2018-11-08 09:53:13.463",
+        label_fingerprint="GHZ1Un204L0=",
     )
     assert exported(tmp_path, json.dumps(body["items"]).encode()) == [expected]
 
@@ -138,14 +149,25 @@ def test_a_recorded_instance_get_reads_alike_in_the_listing_the_export_and_the_d
     text = recorded("gce/instance-get-terminated.json")
     expected = gce(
         "instance-1", "us-central1-a", "1116531078760334288", "TERMINATED", {"env": "dev"}, "2023-06-28 14:01:36.536",
-        last_stop=utc("2023-07-08 02:08:51.836"),
+        last_stop=utc("2023-07-08 02:08:51.836"), label_fingerprint="GHZ1Un204L0=",
     )  # fmt: skip
     assert listed(page_of(text.decode())) == exported(tmp_path, b"[" + text + b"]") == [expected]
     # What the SDK's REST transport does with an answer: unknown fields ignored.
     current = compute_v1.Instance.from_json(text, ignore_unknown_fields=True)
-    assert set(GET_FIELD_MASK.split(",")) == {"id", "name", "status", "labels", "deletionProtection"}
-    assert (str(current.id), current.name, current.status, dict(current.labels), current.deletion_protection) == (
+    assert set(GET_FIELD_MASK.split(",")) == {
+        "id",
+        "name",
+        "status",
+        "labels",
+        "labelFingerprint",
+        "deletionProtection",
+    }
+    assert (
+        str(current.id), current.name, current.status, dict(current.labels), current.deletion_protection,
+        current.label_fingerprint,
+    ) == (
         expected.id, expected.name, expected.status, expected.labels, expected.deletion_protection,
+        expected.label_fingerprint,
     )  # fmt: skip
 
 

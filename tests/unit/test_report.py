@@ -32,7 +32,7 @@ NOT_REASONS = {
     "selects", "stale", "stale_fraction", "status", "steps", "store", "unhealthy_writers", "unreadable",
     "used_by", "young", "youngest_age_s", "attempt_label_malformed", "step_labels_incomplete", "none", "evaluate",
     "liveness",
-    "override", "groups", "protected_by", "unknown_evidence",
+    "override", "groups", "protected_by", "unknown_evidence", "approval", "fingerprint", "approved_fingerprint",
 }  # fmt: skip
 
 

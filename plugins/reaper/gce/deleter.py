@@ -9,7 +9,8 @@ For each planned instance, in this order (docs/design.md §6):
 3. the re-read, by numeric id: it must still be the planned VM (same id and name), carry the planned
    heartbeat label value (its manager has not come back), have the planned status class (a TERMINATED
    instance has not been restarted), match the selector, carry no opt-out label and have no deletion
-   protection; otherwise ``changed_since_plan``;
+   protection (and, in a run carrying an approval, the approved ``labelFingerprint``: ``pin_labels``); otherwise
+   ``changed_since_plan``;
 4. the guard: the intent acknowledged (durable), the sweep lease read now, the deadline, a stop (the re-read
    may have spent its retries);
 5. ``delete_unary`` by numeric id, which the Compute API takes in place of the name: a VM recreated under
@@ -46,7 +47,7 @@ from reaper.model import GceInstance, Outcome
 from reaper.ratelimit import BucketsPerScope, round_robin
 from reaper.retry import Backoff, GaveUp
 
-GET_FIELD_MASK = "id,name,status,labels,deletionProtection"  # what re-validation compares
+GET_FIELD_MASK = "id,name,status,labels,labelFingerprint,deletionProtection"  # what re-validation compares
 DELETED, ALREADY_GONE, CHANGED, FAILED = "deleted", "already_gone", "changed_since_plan", "failed"
 OPERATION_PENDING = "operation_pending"  # the delete was accepted; its operation had not finished by the deadline
 _DONE = compute_v1.Operation.Status.DONE
@@ -68,8 +69,13 @@ class GceDeleter:
         config: Settings,
         backoff: Backoff | None = None,
         quota: ProjectQuota | None = None,
+        pin_labels: bool = False,
     ) -> None:
+        """``pin_labels``: also require the planned ``labelFingerprint`` (a run carrying an approval: docs/design.md
+        §6, what was approved is exactly what is deleted; any label write since the review, a heartbeat included,
+        changes it)."""
         gce = config.gce
+        self.pin_labels = pin_labels
         self.clients = clients
         self.heartbeat_label = gce.heartbeat_label
         self.selector = gce.selector
@@ -252,6 +258,9 @@ class GceDeleter:
             changes.append(f"opt-out label {self.opt_out[0]}={labels[self.opt_out[0]]}")
         if current.deletion_protection:
             changes.append("deletion protection set")
+        if self.pin_labels and current.label_fingerprint != planned.label_fingerprint:
+            was, now = planned.label_fingerprint, current.label_fingerprint
+            changes.append(f"labelFingerprint {was} -> {now}: labels written since the approval")
         return changes
 
     def _wait(self, inst: GceInstance, op: compute_v1.Operation, guard: SendGuard) -> Outcome:

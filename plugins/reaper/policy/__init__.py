@@ -12,6 +12,7 @@ from functools import partial
 
 import msgspec
 
+from reaper.approvals import Approval
 from reaper.config import Settings
 from reaper.model import (
     Action,
@@ -28,6 +29,7 @@ from reaper.model import (
     ScopeVerdict,
 )
 from reaper.policy import gce, k8s
+from reaper.policy.approval import held_unless_approved
 from reaper.policy.gce import evaluate_gce
 from reaper.policy.k8s import evaluate_k8s
 from reaper.policy.modes import blocking, effective_modes
@@ -45,6 +47,7 @@ def evaluate(
     now: datetime,
     override: Override | None = None,
     max_deletions: int | None = None,
+    approval: Approval | None = None,
 ) -> Plan:
     """Decide every in-scope resource.
 
@@ -53,7 +56,17 @@ def evaluate(
     holds, opt-outs, protected scopes or the global cap. ``max_deletions``: the
     global cap of this sweep, if not ``max_deletions_per_sweep`` (a manual
     trigger's ``max_deletions``, checked and recorded by the sweep).
+
+    ``approval`` (never with ``override`` or ``max_deletions``): the budget holds of its scopes are lifted, and
+    of every delete only those it approved, listed in their approved state, stay deletes
+    (:func:`reaper.policy.approval.held_unless_approved`); its cap is its item count, which may exceed
+    ``max_deletions_per_sweep`` (incident recovery, docs/design.md §6).
     """
+    if approval is not None:
+        if override is not None or max_deletions is not None:
+            raise ValueError("an approval is evaluated on its own: no budget override, no max_deletions beside it")
+        # No item, no scope lifted (the sweep page and `reaper approve` make none such: nothing to delete).
+        override, max_deletions = (approval.override() if approval.items else None), len(approval.items)
     cap = config.max_deletions_per_sweep if max_deletions is None else max_deletions
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware")
@@ -78,6 +91,8 @@ def evaluate(
         if not enabled:
             continue
         result = evaluate_target(items, evidence, config, modes, at, override)
+        if approval is not None:
+            result.acted = held_unless_approved(result.acted, approval, at, config.k8s.run_label)
         deletes = sum(1 for d in result.acted if d.action is Action.DELETE)
         if deletes > cap:
             plan.capped[target] = deletes

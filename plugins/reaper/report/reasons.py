@@ -124,6 +124,20 @@ SENTENCES: dict[str, Sentence] = {
         f"{ev.get('finding')}, but the sweep planned more than max_deletions_per_sweep "
         f"({ev.get('max_deletions_per_sweep')}): nothing deleted"
     ),
+    # a run carrying an approval (docs/design.md §6): what it does not cover stays held
+    "not_approved": lambda ev, lim: (
+        f"{ev.get('finding')}, but not among the items of approval {ev.get('approval')}: new since the review, or "
+        "not selected; held"
+    ),
+    "approval_changed": lambda ev, lim: (
+        f"{ev.get('finding')}, approved by {ev.get('approval')}, but changed since its review (state "
+        f"{ev.get('approved_fingerprint')} -> {ev.get('fingerprint')}: a label written, a heartbeat?); held"
+    ),
+    "approval_expired": lambda ev, lim: f"{ev.get('finding')}, but approval {ev.get('approval')} had expired; held",
+    "approval_run_partial": lambda ev, lim: (
+        f"{_run(ev)}approved by {ev.get('approval')}, but another object of its run is changed, new or gone since "
+        "the review: a run is deleted whole or not at all; held"
+    ),
     # guards and plain keeps
     "opt_out": lambda ev, lim: f"opted out by its label{_kept_by(ev)}",
     "opt_out_malformed": lambda ev, lim: f"the opt-out label has an unexpected value, so it is kept{_kept_by(ev)}",

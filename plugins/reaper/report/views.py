@@ -55,6 +55,14 @@ class Urls(NamedTuple):
         run = f"/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
         return f"{run}/tasks/{quote(task_id, safe='')}/mapped" if task_id else run
 
+    def approve(self, dag_id: str, run_id: str) -> str:
+        return f"{self.root}/sweeps/{quote(dag_id, safe='')}/{quote(run_id, safe='')}/approve"
+
+    @staticmethod
+    def trigger(dag_id: str, conf: Mapping[str, object]) -> str:
+        """Airflow's Trigger form of a DAG with its conf filled in (the operator still presses Trigger)."""
+        return query(f"/dags/{quote(dag_id, safe='')}/trigger/single", {"conf": json.dumps(dict(conf))})
+
     def nav(self) -> list[tuple[str, str]]:
         return [(self.overview(), "Overview"), (self.history(), "Resource history"), ("/", "Airflow")]
 
@@ -414,12 +422,16 @@ def sweep_page(
     urls: Urls,
     dag_id: str,
     run_id: str,
+    held: list[dict[str, object]] | None = None,
 ) -> str:
-    """A sweep: each execution's summary and scopes, the filter form, one page of rows, the exports."""
+    """A sweep: each execution's summary and scopes, its held deletes to approve (``held``), the filter form, one
+    page of rows, the exports."""
     parts = [f"<h1>{text(dag_id)} / {text(run_id)}</h1>"]
     for s in executions:
         parts.append(summary_facts(s, urls))
         parts.append("<h3>scopes</h3>" + scopes_table(s.get("scopes") or []))  # type: ignore[arg-type]
+    if held:
+        parts.append(approval_form(held, urls.approve(dag_id, run_id)))
     if not executions:
         parts.append('<p class="muted">No summary recorded (the run failed before its record task).</p>')
         parts.append(link(urls.dag_run(dag_id, run_id), "DAG run in Airflow", target="_top"))
@@ -459,6 +471,43 @@ def sweep_page(
     grouped = order == "run" and any(r.run for r in rows)
     parts += [pager, runs_table(rows, urls) if grouped else rows_table(rows, urls, sort_link), pager]
     return document(f"Reaper: {dag_id} {run_id}", "".join(parts), urls.nav())
+
+
+APPROVAL_COLUMNS = ("scope", "kind", "name", "run", "uid", "state", "held by")
+
+
+def approval_form(held: list[dict[str, object]], action: str) -> str:
+    """The held deletes with the state each was listed in (docs/design.md §6), to approve all or some: a POST that
+    records the approval and opens the DAG's Trigger form with it. A candidate recorded without its state (an
+    older sweep) is shown, not selectable."""
+    head = "<tr><th></th>" + "".join(f"<th>{h}</th>" for h in APPROVAL_COLUMNS) + "</tr>"
+    rows = []
+    for r in held:
+        state = str(r.get("fingerprint") or "")
+        box = (
+            f'<input type="checkbox" name="item" value="{text(r.get("uid"))}" checked>'
+            if state
+            else '<span class="muted" title="recorded without its state: not approvable">–</span>'
+        )
+        cells = [r.get("scope"), r.get("resource_kind"), r.get("name"), r.get("group"), r.get("uid"), state or "?"]
+        rows.append(
+            f"<tr><td>{box}</td>"
+            + "".join(f"<td>{text(c or '')}</td>" for c in cells)
+            + f"<td>{text(r.get('reason'))}</td></tr>"
+        )
+    expiry = "".join(
+        f'<option value="{v}"{" selected" if v == "4h" else ""}>{v}</option>' for v in ("1h", "4h", "12h", "1d", "7d")
+    )
+    return (
+        f'<h2 id="approve">Held deletes ({len(held)})</h2><form method="post" action="{text(action)}" class="approve">'
+        '<p class="muted">Each is approved in the state shown (GCE labelFingerprint, Kubernetes resourceVersion): a '
+        "run with the approval deletes those still in that state, and nothing else, once. A Kubernetes run is "
+        "approved whole.</p>"
+        f"<table>{head}{''.join(rows)}</table>"
+        '<label>reason <input name="reason" required placeholder="INC-123: managers crash-looped"></label> '
+        f'<label>expires in <select name="expires">{expiry}</select></label> '
+        "<button>Approve the selected and open Trigger</button></form>"
+    )
 
 
 # --- one resource's history -----------------------------------------------------------------------

@@ -114,6 +114,15 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
                 "override_reason, for incident recovery; recorded with the user."
             ),
         )
+        params["approval"] = Param(
+            None,
+            type=["null", "string"],
+            description=(
+                "An approval's id (the sweep page's Approve button or `reaper approve`): delete only the held items "
+                "it approved, each still in the state it was reviewed in; anything new, changed or past its expiry "
+                "stays held. Used by one run only; not with override_budget or max_deletions."
+            ),
+        )
     if steps.gated(phase, target.active_phase):
         params["confirm_phase"] = Param(
             None,

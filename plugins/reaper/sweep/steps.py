@@ -22,6 +22,7 @@ import msgspec
 from airflow.sdk import ObjectStoragePath
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from reaper.approvals import fingerprint_of
 from reaper.config import Mode, Settings, config_path
 from reaper.fence import NOT_ATTEMPTED, SendGuard
 from reaper.model import (
@@ -37,7 +38,7 @@ from reaper.model import (
     merge_use,
 )
 from reaper.redact import error_for_log
-from reaper.sweep import notices
+from reaper.sweep import approved, notices
 from reaper.sweep.deletes import (
     STALE_PLAN,
     Fence,
@@ -186,6 +187,7 @@ class Summary(msgspec.Struct, frozen=True):
     resolution: list[Resolved] = []
     quota: dict[str, QuotaUse] = {}
     phase_gate: dict[str, object] | None = None
+    approval: dict[str, object] | None = None  # the run's approval and per item what came of it (sweep.approved)
 
 
 class Batch(msgspec.Struct, Generic[R], frozen=True):
@@ -193,11 +195,14 @@ class Batch(msgspec.Struct, Generic[R], frozen=True):
 
     ``phase_confirmed``: the plan's phase gate let it be sent (:func:`phase_gate`). ``delete`` refuses a batch of
     a gated phase without it, also one planned before the field existed (a run in flight across a deploy).
+    ``approval``: the approval it was planned under, and when that expires (no batch is started after it).
     """
 
     plan: PlanRef
     resources: list[R]
     phase_confirmed: bool = False
+    approval: str = ""
+    approval_expires: float = 0.0
 
 
 class Deleted(msgspec.Struct, frozen=True):
@@ -292,6 +297,7 @@ def resolve_scopes(sweep: Sweep, params: dict[str, object]) -> Setup:
             f"params.scopes: {unknown} are not configured; expected a subset of "
             f"{configured} (config key {target.name}.{target.scope_key})"
         )
+    approved.check_form(params)
     reason = param_text(params, "override_reason")
     if params.get("override_budget") and not reason:
         raise AirflowFailException("params.override_reason: expected a non-empty reason with override_budget")
@@ -314,6 +320,7 @@ def resolve_scopes(sweep: Sweep, params: dict[str, object]) -> Setup:
         )
     ledger = sweep.ledger()
     ledger.ensure_indexes()
+    approved.check_param(sweep, params, ledger)
     lease = wait_for_lease(
         ledger, target.name, sweep.ids.holder, config.run_timeout(target.name), config.lease_wait(target.name)
     )
@@ -498,9 +505,19 @@ def evaluate_policy(
     )
     gate = phase_gate(sweep, params, triggered_by, rerun or ids.execution > 0)
     confirmed = gate is not None and bool(gate["confirmed"])  # None: not gated
+    foreign = ids.lease == "" or set(sweep_input.tokens) != {ids.lease}
+    dry_run = bool(params.get("dry_run")) or (gate is not None and not confirmed)
+    # Claimed before any decision is recorded under it; a plan that deletes nothing leaves it for a real run.
+    approval = approved.take(sweep, params, ledger, ids, claim=not (dry_run or foreign))
     as_of = datetime.fromtimestamp(sweep_input.as_of, UTC)
-    plan = evaluate(
-        data.resources, data.evidence, config, sweep.phase, as_of, overrides.budget, overrides.max_deletions
+    if approval is None:
+        plan = evaluate(
+            data.resources, data.evidence, config, sweep.phase, as_of, overrides.budget, overrides.max_deletions
+        )
+    else:
+        plan = evaluate(data.resources, data.evidence, config, sweep.phase, as_of, approval=approval)
+    approval_record = (
+        approved.summary(approval, plan, config.max_deletions_per_sweep, not (dry_run or foreign)) if approval else None
     )
     ledger.write(
         {
@@ -515,6 +532,9 @@ def evaluate_policy(
             "name": d.resource.name,
             "location": d.resource.location,
             "resource_kind": d.resource.kind,  # the audit view's kind column and filter
+            # The state it was decided in (labelFingerprint, resourceVersion): what an approval of it names.
+            **({"fingerprint": fp} if (fp := fingerprint_of(d.resource)) else {}),
+            **({"approval": approval.id} if approval else {}),
             **({"group": run} if (run := group_of(d.resource, config.k8s.run_label)) else {}),  # a Kubernetes run
             "evidence": d.evidence,
             # Every decision made under an override, or in a phase its trigger confirmed, says so.
@@ -524,9 +544,7 @@ def evaluate_policy(
         for d in plan.acted
         if d.action is not Action.KEEP
     )
-    foreign = ids.lease == "" or set(sweep_input.tokens) != {ids.lease}
     plan_ref = PlanRef(ids.execution, ids.lease, config_digest(config))
-    dry_run = bool(params.get("dry_run")) or (gate is not None and not confirmed)
     warnings = list(sweep_input.warnings)
     if not (dry_run or foreign):  # a what-if changes no resource's story; inputs another execution read are its
         warnings += record_stories(ledger, ids, plan, data.evidence, config)
@@ -544,12 +562,13 @@ def evaluate_policy(
         log.warning("%d planned deletes %s", len(left), why)
         ledger.write(outcome_records(ids.fields(), target, NOT_ATTEMPTED, ((r, why) for r in left)))
     units = cut_batches(fits, config.airflow.delete_batch_size, target.unit, config.airflow.max_delete_batches)
-    return Planned(
-        batches=[Batch(plan_ref, unit, confirmed) for unit in units],
-        summary=summarize(
-            plan, plan_ref, sweep_input, overrides, len(left), triggered_by, dry_run, foreign, gate, warnings
-        ),
+    stamp = {"approval": approval.id, "approval_expires": approval.expires_at} if approval else {}
+    summary = summarize(
+        plan, plan_ref, sweep_input, overrides, len(left), triggered_by, dry_run, foreign, gate, warnings
     )
+    if approval_record is not None:
+        summary = msgspec.structs.replace(summary, approval=approval_record, max_deletions=len(approval.items))
+    return Planned(batches=[Batch(plan_ref, unit, confirmed, **stamp) for unit in units], summary=summary)
 
 
 def record_stories(ledger: Ledger, ids: Ids, plan: Plan, evidence: Evidence, config: Settings) -> list[str]:
@@ -734,11 +753,19 @@ def delete(sweep: Sweep, batch: Batch, lease: Lease, started: datetime | None) -
     if why:
         log.warning("not deleting %d planned resources: %s", len(batch.resources), why)
         return Deleted({STALE_PLAN: len(batch.resources)})
-    fence = Fence(sweep.under(lease).fields(), sweep.ids.holder, lease.token, send_deadline(sweep, lease, started))
+    ids = sweep.under(lease).fields()
+    if batch.approval and time.time() >= batch.approval_expires:
+        why = f"approval {batch.approval} expired before this batch began: held for a new approval"
+        log.warning("not deleting %d approved resources: %s", len(batch.resources), why)
+        sweep.ledger().write(outcome_records(ids, sweep.target, NOT_ATTEMPTED, ((r, why) for r in batch.resources)))
+        return Deleted({NOT_ATTEMPTED: len(batch.resources)})
+    # Under an approval, what is deleted is exactly what was approved, to the last label (docs/design.md §6).
+    target = sweep.target.pinned() if batch.approval else sweep.target
+    fence = Fence(ids, sweep.ids.holder, lease.token, send_deadline(sweep, lease, started))
     try:
-        outcomes = delete_batch(sweep.ledger(), sweep.target, fence, batch.resources, sweep.config.ledger)
+        outcomes = delete_batch(sweep.ledger(), target, fence, batch.resources, sweep.config.ledger)
     finally:
-        spent = sweep.target.quota_use()  # drained also when the batch halted: the next task's are its own
+        spent = target.quota_use()  # drained also when the batch halted: the next task's are its own
     return Deleted(outcomes, spent)
 
 
@@ -797,6 +824,8 @@ def record(
     facts = msgspec.to_builtins(summary) if summary is not None else {}
     if summary is not None:  # the API quotas this execution spent: its listing's and its delete tasks'
         facts["quota"] = msgspec.to_builtins(merge_use(summary.quota, *(r.quota for r in results)))
+    if summary is not None and summary.approval is not None:  # per approved item: what came of it
+        facts["approval"] = approved.with_outcomes(summary.approval, recorded)
     doc = {
         **ids.fields(),
         "target": sweep.target.name,

@@ -8,6 +8,7 @@ time, and the SDKs behind the adapters take seconds to import.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Hashable
 from datetime import timedelta
 from functools import cached_property
@@ -74,6 +75,12 @@ class Target(Protocol):
 
     def delete(self, resources: list[Resource], guard: SendGuard) -> list[Outcome]: ...
 
+    def pinned(self) -> Target:
+        """This target deleting only what is still in its planned state to the last label (a run carrying an
+        approval, docs/design.md §6): GCE compares the ``labelFingerprint`` too; Kubernetes deletes with the
+        planned uid and resourceVersion as preconditions anyway."""
+        ...
+
 
 class GceTarget:
     name = "gce"
@@ -82,6 +89,7 @@ class GceTarget:
 
     def __init__(self, config: Settings) -> None:
         self.config = config
+        self.pin_labels = False
 
     @property
     def schedule(self) -> timedelta:
@@ -169,7 +177,14 @@ class GceTarget:
     def delete(self, resources: list[Resource], guard: SendGuard) -> list[Outcome]:
         from reaper.gce.deleter import GceDeleter
 
-        return GceDeleter(self.clients, self.config, quota=self.quota).delete(resources, guard)  # type: ignore[arg-type]
+        deleter = GceDeleter(self.clients, self.config, quota=self.quota, pin_labels=self.pin_labels)
+        return deleter.delete(resources, guard)  # type: ignore[arg-type]
+
+    def pinned(self) -> GceTarget:
+        """A copy that shares this one's clients and quota pacing (made so far) and compares the fingerprint."""
+        twin = copy.copy(self)
+        twin.pin_labels = True
+        return twin
 
 
 class K8sTarget:
@@ -310,6 +325,11 @@ class K8sTarget:
             if owner is not None and hasattr(owner, "problem"):
                 owner.problem  # noqa: B018  (a cached property: read once, remembered)
         return K8sDeleter(self.api_for, self.config, revalidate=self.revalidate).delete(resources, guard)  # type: ignore[arg-type]
+
+    def pinned(self) -> K8sTarget:
+        """Itself: every delete's preconditions are the planned uid and resourceVersion, which the policy planned
+        only when they are the approved ones (:mod:`reaper.policy.approval`)."""
+        return self
 
 
 TARGETS: dict[str, Callable[[Settings], Target]] = {"gce": GceTarget, "k8s": K8sTarget}

@@ -1,0 +1,243 @@
+"""Approvals: an operator's go for a reviewed subset of a held sweep's deletes (docs/design.md §6).
+
+A scope held by its budget, or a sweep held by the global cap, deletes nothing. An approval names the items
+an operator reviewed on the sweep page (or with ``reaper approve``), each with the state it was reviewed in:
+a GCE instance's id and ``labelFingerprint`` (changed by every label write, a heartbeat included), a
+Kubernetes object's uid and ``resourceVersion``. A run triggered with ``approval=<id>`` deletes only those
+items, and only while each is still in that state (:mod:`reaper.policy.approval`); it is used by one
+execution of one run, recorded as used in the ledger, never replayed.
+
+This module holds the records and the checks, no I/O; the ledger stores them (``ledger.approvals_collection``).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
+from typing import Protocol
+
+import msgspec
+
+from reaper.model import GceInstance, K8sObject, Override, Resource
+from reaper.report.reasons import duration
+
+DEFAULT_EXPIRY = timedelta(hours=4)  # long enough to trigger the run after a review, short enough to stay current
+MAX_EXPIRY = timedelta(days=7)  # the evidence an approval was given for is old by then: review again
+# The holds an approval can lift: the budget's, the global cap's, and those of an earlier approval's run
+# (its items changed or new since their review, or the approval expired): reviewed again, approved again.
+APPROVABLE = (
+    "budget_exceeded",
+    "max_deletions_exceeded",
+    "approval_changed",
+    "approval_expired",
+    "approval_run_partial",
+    "not_approved",
+)
+
+
+class ApprovedItem(msgspec.Struct, frozen=True):
+    """One reviewed resource: where it is, and its state at review (``fingerprint``: GCE ``labelFingerprint``,
+    Kubernetes ``resourceVersion``). ``group``: a Kubernetes object's run (its run label's value)."""
+
+    scope: str
+    uid: str
+    fingerprint: str
+    name: str = ""
+    kind: str = ""
+    group: str = ""
+
+
+class UsedBy(msgspec.Struct, frozen=True):
+    """The one execution that used an approval: its run's ids and its sweep lease (``reaper.sweep.steps.Ids``)."""
+
+    dag_id: str
+    run_id: str
+    execution: int
+    lease: str
+    at: float = 0.0
+
+
+class Approval(msgspec.Struct, frozen=True):
+    """An approval as the ledger keeps it.
+
+    ``dag_id``/``run_id``: the sweep it was made from (its candidates); only a run of that DAG may use it.
+    ``created_at``/``expires_at``: unix seconds. ``used_by``: the execution that used it, once it has.
+    """
+
+    id: str
+    target: str
+    dag_id: str
+    run_id: str
+    user: str
+    reason: str
+    created_at: float
+    expires_at: float
+    items: list[ApprovedItem]
+    used_by: UsedBy | None = None
+
+    def scopes(self) -> frozenset[tuple[str, str]]:
+        """(target, scope) of every approved item: the only scopes whose budget hold it lifts."""
+        return frozenset((self.target, i.scope) for i in self.items)
+
+    def override(self) -> Override:
+        """The budget override the policy evaluates under: lifted in the approval's scopes only; the approval then
+        lets through its own items alone (:func:`reaper.policy.approval.held_unless_approved`)."""
+        return Override(f"approval {self.id}: {self.reason}", self.user, self.scopes())
+
+    def by_key(self) -> dict[tuple[str, str], ApprovedItem]:
+        return {(i.scope, i.uid): i for i in self.items}
+
+    def record(self) -> dict[str, object]:
+        """The approval as a summary and its decisions mention it (without its items: the summary lists them)."""
+        return {
+            "id": self.id,
+            "user": self.user,
+            "reason": self.reason,
+            "expires_at": self.expires_at,
+            "from_run": self.run_id,
+            "items": len(self.items),
+        }
+
+
+def fingerprint_of(resource: Resource) -> str:
+    """The state a resource is reviewed in: a GCE instance's ``labelFingerprint``, a Kubernetes object's
+    ``resourceVersion``; "" for anything else (no approval covers it)."""
+    if isinstance(resource, GceInstance):
+        return resource.label_fingerprint
+    if isinstance(resource, K8sObject):
+        return resource.resource_version
+    return ""
+
+
+def new_id() -> str:
+    """An approval's id: short enough to type, random enough never to collide (the ledger refuses a duplicate)."""
+    return f"apr-{secrets.token_hex(6)}"
+
+
+def check_expiry(expires_in: timedelta) -> None:
+    """An expiry between a minute and :data:`MAX_EXPIRY`; ``ValueError`` naming both bounds otherwise."""
+    if not timedelta(minutes=1) <= expires_in <= MAX_EXPIRY:
+        raise ValueError(
+            f"expires_in: expected between 1 min and {duration(MAX_EXPIRY.total_seconds())}, "
+            f"got {duration(expires_in.total_seconds())}"
+        )
+
+
+def choose(candidates: Iterable[Mapping[str, object]], wanted: Iterable[str] | None, target: str) -> list[ApprovedItem]:
+    """The approved items among a held sweep's candidate decision records: all of them (``wanted`` None), or those
+    ``wanted`` names by uid, name or (Kubernetes) run id.
+
+    A Kubernetes run is approved whole: naming one of its objects approves every listed object of the run
+    (its objects are deleted together or not at all, docs/design.md §5). A candidate recorded without its
+    fingerprint (a sweep before fingerprints were kept) cannot be approved: ``ValueError`` when named, left out
+    when approving all. So is a name that matches no candidate.
+    """
+    rows = [r for r in candidates if r.get("target") == target]
+    keyed = [(r, _item(r)) for r in rows]
+    if wanted is None:
+        return [item for _, item in keyed if item.fingerprint]
+    names = list(dict.fromkeys(wanted))
+    runs: set[tuple[str, str]] = set()
+    picked: dict[tuple[str, str], ApprovedItem] = {}
+    for name in names:
+        found = [(r, i) for r, i in keyed if name in (i.uid, i.name, r.get("name"), i.group and i.group)]
+        if not found:
+            raise ValueError(f"{name!r}: not a held candidate of this sweep (expected a uid, a name or a run id)")
+        for _, item in found:
+            if not item.fingerprint:
+                raise ValueError(
+                    f"{name!r}: recorded without its labelFingerprint/resourceVersion (an older sweep): expected a "
+                    "candidate of a sweep that recorded its state"
+                )
+            picked[(item.scope, item.uid)] = item
+            if item.group:
+                runs.add((item.scope, item.group))
+    for _, item in keyed:  # the rest of every named run's objects
+        if item.group and (item.scope, item.group) in runs:
+            if not item.fingerprint:
+                raise ValueError(f"run {item.group}: {item.name} was recorded without its resourceVersion")
+            picked[(item.scope, item.uid)] = item
+    return list(picked.values())
+
+
+def _item(record: Mapping[str, object]) -> ApprovedItem:
+    return ApprovedItem(
+        scope=str(record["scope"]),
+        uid=str(record["uid"]),
+        fingerprint=str(record.get("fingerprint") or ""),
+        name=str(record.get("name") or ""),
+        kind=str(record.get("resource_kind") or ""),
+        group=str(record.get("group") or ""),
+    )
+
+
+def problem(approval: Approval | None, wanted: str, dag_id: str, target: str, now: float) -> str | None:
+    """Why a run of ``dag_id`` may not use the approval ``wanted`` (None: unknown), as the one sentence its param
+    error gives; None when it may (its being used is checked where it is claimed)."""
+    if approval is None:
+        return (
+            f"no approval {wanted!r} in the ledger (ledger.approvals_collection); expected the id the sweep page "
+            "or `reaper approve` printed"
+        )
+    if approval.target != target or approval.dag_id != dag_id:
+        return (
+            f"approval {wanted!r} was made from a sweep of {approval.dag_id} (target {approval.target}); expected an "
+            f"approval made from a sweep of this DAG, {dag_id}"
+        )
+    if now >= approval.expires_at:
+        return (
+            f"approval {wanted!r} expired {duration(now - approval.expires_at)} ago; expected an unexpired approval "
+            "(review the held candidates again and approve them anew)"
+        )
+    return None
+
+
+def used_elsewhere(approval: Approval, dag_id: str, run_id: str, execution: int) -> str | None:
+    """Why an approval already used may not be used by this execution; None when unused or used by it."""
+    used = approval.used_by
+    if used is None or (used.dag_id, used.run_id, used.execution) == (dag_id, run_id, execution):
+        return None
+    return (
+        f"approval {approval.id!r} was used by {used.dag_id}/{used.run_id} (execution {used.execution}); an approval "
+        "is used by one execution only: expected a new approval of what is still held"
+    )
+
+
+class ApprovalSource(Protocol):
+    """What :func:`approve` needs of the ledger (:class:`reaper.ledger.Ledger`)."""
+
+    def held(self, dag_id: str, run_id: str) -> list[dict[str, object]]: ...
+
+    def record_approval(self, approval: dict[str, object]) -> None: ...
+
+
+def approve(
+    ledger: ApprovalSource,
+    dag_id: str,
+    run_id: str,
+    wanted: Iterable[str] | None,
+    user: str,
+    reason: str,
+    expires_in: timedelta,
+    now: float,
+) -> Approval:
+    """Approve a sweep's held candidates (all, or those ``wanted`` names: :func:`choose`) and record it; the one
+    way the sweep page and ``reaper approve`` make an approval. ``ValueError`` naming what was expected."""
+    if not reason.strip():
+        raise ValueError("reason: expected why these deletes are approved (an incident, a ticket), got nothing")
+    check_expiry(expires_in)
+    target = dag_id.split("_")[1] if dag_id.startswith("reaper_") else ""
+    if target not in ("gce", "k8s"):
+        raise ValueError(f"dag_id: expected a reaper DAG (reaper_gce_<phase>, reaper_k8s_<phase>), got {dag_id!r}")
+    candidates = ledger.held(dag_id, run_id)
+    items = choose(candidates, wanted, target)
+    if not items:
+        raise ValueError(
+            f"{dag_id}/{run_id}: no held candidate with its state recorded; expected a sweep whose budget or cap "
+            "held deletes"
+        )
+    approval = Approval(new_id(), target, dag_id, run_id, user, reason.strip(), now, now + expires_in.total_seconds(),
+                        items)  # fmt: skip
+    ledger.record_approval(msgspec.to_builtins(approval))
+    return approval

@@ -1,0 +1,176 @@
+"""Approvals in the ledger (SecantusDB) through the sweep's steps: recorded, used by one execution, never replayed."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import msgspec
+import pytest
+from airflow.sdk.exceptions import AirflowFailException
+
+from reaper.approvals import Approval, choose, new_id
+from reaper.config import LedgerConfig
+from reaper.ledger import Ledger
+from reaper.model import GceInstance
+from reaper.sweep import steps
+from tests.builders import D, inst
+from tests.unit.test_steps import plan_through as plan_holding_the_lease
+from tests.unit.test_steps import sweep
+
+DAG = "reaper_gce_enforcement"
+
+
+@pytest.fixture
+def ledger(mongo) -> Ledger:  # type: ignore[no-untyped-def]
+    client, db = mongo
+    led = Ledger(client, LedgerConfig(database=db))
+    led.ensure_indexes()
+    return led
+
+
+def plan_through(s: steps.Sweep, params: dict[str, object] | None = None) -> steps.Planned:
+    """The steps up to the plan, the sweep lease given back after them (as the DAG's teardown does)."""
+    try:
+        return plan_holding_the_lease(s, params)
+    finally:
+        steps.release_lease(s)
+
+
+def held_fleet() -> list[GceInstance]:
+    """Four stale VMs of four in p1 (its budget trips), each in a state of its own."""
+    beat = str(int(time.time() - D))
+    return [msgspec.structs.replace(inst(hb=beat, project="p1"), label_fingerprint=f"fp-{i}") for i in range(4)]
+
+
+def run(tmp_path: Path, ledger: Ledger, fleet: list[GceInstance], run_id: str, execution: int = 0):  # type: ignore[no-untyped-def]
+    s = sweep(tmp_path / run_id / str(execution), fleet, execution)
+    s = steps.Sweep(s.config, s.target, s.phase, steps.Ids(DAG, run_id, execution))
+    object.__setattr__(s, "ledger", lambda: ledger)
+    return s
+
+
+def approve_held(ledger: Ledger, run_id: str, names: list[str] | None = None, ttl: float = 3600) -> str:
+    items = choose(ledger.held(DAG, run_id), names, "gce")
+    now = time.time()
+    approval = Approval(new_id(), "gce", DAG, run_id, "alice", "INC-7", now, now + ttl, items)
+    ledger.record_approval(msgspec.to_builtins(approval))
+    return approval.id
+
+
+def test_the_held_candidates_carry_their_state_and_an_approval_deletes_those_approved(tmp_path, ledger) -> None:  # type: ignore[no-untyped-def]
+    fleet = held_fleet()
+    first = plan_through(run(tmp_path, ledger, fleet, "manual__1"))
+    assert first.batches == [] and first.summary.scopes[0]["holds"] == ["budget_exceeded"]
+    held = ledger.held(DAG, "manual__1")
+    assert {(r["uid"], r["fingerprint"]) for r in held} == {(i.id, i.label_fingerprint) for i in fleet}
+    approval = approve_held(ledger, "manual__1", [fleet[0].name, fleet[1].name])
+
+    # fleet[1] was relabelled since the review; fleet[2] and fleet[3] were never approved.
+    relisted = [fleet[0], msgspec.structs.replace(fleet[1], label_fingerprint="fp-new"), *fleet[2:]]
+    s = run(tmp_path, ledger, relisted, "manual__2")
+    planned = plan_holding_the_lease(s, {"approval": approval})
+    assert [r.name for b in planned.batches for r in b.resources] == [fleet[0].name]
+    assert {b.approval for b in planned.batches} == {approval}
+    record = planned.summary.approval
+    assert record and record["user"] == "alice" and record["claimed"] is True
+    states = {r["name"]: r["state"] for r in record["results"]}  # type: ignore[union-attr]
+    assert states == {fleet[0].name: "planned", fleet[1].name: "approval_changed"}
+    used = ledger.approval(approval)
+    assert used and used["used_by"]["run_id"] == "manual__2"  # type: ignore[index]
+    # The delete sends under the pinned target (GCE: the fingerprint re-validated too).
+    lease = steps.Lease(s.ids.holder, planned.batches[0].plan.token, time.time() + 600)
+    deleted = steps.delete(s, planned.batches[0], lease, None)
+    assert deleted.outcomes == {"deleted": 1}
+    summary = steps.record(s, planned.summary, steps.budget_check(planned.summary), 1, [deleted], lease)
+    assert summary["outcomes"] == {"deleted": 1}
+    recorded = ledger.executions(DAG, "manual__2")[-1]["approval"]
+    assert {r["name"]: r["state"] for r in recorded["results"]} == {  # type: ignore[index]
+        fleet[0].name: "deleted",
+        fleet[1].name: "approval_changed",
+    }
+
+
+def test_an_approval_is_not_replayed_by_a_second_run_or_a_cleared_task(tmp_path, ledger) -> None:  # type: ignore[no-untyped-def]
+    fleet = held_fleet()
+    plan_through(run(tmp_path, ledger, fleet, "manual__1"))
+    approval = approve_held(ledger, "manual__1")
+    s = run(tmp_path, ledger, fleet, "manual__2")
+    setup = steps.resolve_scopes(s, {"approval": approval})
+    shards = [steps.list_inventory(s, shard, i, setup.lease) for i, shard in enumerate(setup.shards)]
+    sweep_input = steps.gather_evidence(s, shards, setup.lease)
+    planned = steps.evaluate_policy(s, sweep_input, {"approval": approval}, "sre", setup.lease)
+    assert len([r for b in planned.batches for r in b.resources]) == 4
+    # A retry of the same task, in the same execution under the same lease, plans the same again.
+    again = steps.evaluate_policy(s, sweep_input, {"approval": approval}, "sre", setup.lease)
+    assert [b.resources for b in again.batches] == [b.resources for b in planned.batches]
+    ledger.release("gce", s.ids.holder)
+
+    # A second run naming it fails at its first task, before it takes the lease.
+    other = run(tmp_path, ledger, fleet, "manual__3")
+    with pytest.raises(AirflowFailException, match=r"params.approval: .*was used by reaper_gce_enforcement/manual__2"):
+        steps.resolve_scopes(other, {"approval": approval})
+    # A cleared task of the same run is another execution (its clear_number): it fails too, and plans nothing.
+    cleared = run(tmp_path, ledger, fleet, "manual__2", execution=1)
+    with pytest.raises(AirflowFailException, match=r"params.approval: .*used by one execution only"):
+        plan_through(cleared, {"approval": approval})
+    # So does a task cleared without a new clear_number: the same execution number under a new sweep lease.
+    lease = steps.Lease(s.ids.holder, "another-token", time.time() + 600)
+    with pytest.raises(AirflowFailException, match=r"params.approval: .*earlier sweep lease"):
+        steps.evaluate_policy(
+            s, msgspec.structs.replace(sweep_input, tokens=["another-token"]), {"approval": approval}, "sre", lease
+        )
+
+
+@pytest.mark.parametrize(
+    ("params", "match"),
+    [
+        ({"approval": "apr-nope"}, r"params.approval: no approval 'apr-nope' in the ledger"),
+        ({"approval": "X", "override_budget": True}, "params.approval: expected either approval .* or override_budget"),
+        ({"approval": "X", "max_deletions": 10}, "params.max_deletions: expected null with approval"),
+    ],
+)
+def test_a_bad_approval_param_is_refused_naming_it(tmp_path, ledger, params, match) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(AirflowFailException, match=match):
+        steps.resolve_scopes(run(tmp_path, ledger, held_fleet(), "manual__9"), params)
+
+
+def test_an_expired_or_other_dags_approval_is_refused(tmp_path, ledger) -> None:  # type: ignore[no-untyped-def]
+    fleet = held_fleet()
+    plan_through(run(tmp_path, ledger, fleet, "manual__1"))
+    expired = approve_held(ledger, "manual__1", ttl=-1)
+    with pytest.raises(AirflowFailException, match=r"params.approval: approval .* expired .* ago"):
+        steps.resolve_scopes(run(tmp_path, ledger, fleet, "manual__2"), {"approval": expired})
+    good = approve_held(ledger, "manual__1")
+    s = run(tmp_path, ledger, fleet, "manual__3")
+    s = steps.Sweep(s.config, s.target, s.phase, steps.Ids("reaper_gce_report_only", "manual__3", 0))
+    object.__setattr__(s, "ledger", lambda: ledger)
+    with pytest.raises(AirflowFailException, match="expected an approval made from a sweep of this DAG"):
+        steps.resolve_scopes(s, {"approval": good})
+
+
+def test_reaper_approve_prints_the_id_of_an_approval_of_the_named_items(tmp_path, ledger, mongo, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import io
+    import json
+
+    from reaper.cli import main
+
+    client, db = mongo
+    host, port = client.address
+    fleet = held_fleet()
+    plan_through(run(tmp_path, ledger, fleet, "manual__1"))
+    config = tmp_path / "reaper.yaml"
+    config.write_text(json.dumps({"ledger": {"database": db}}))
+    monkeypatch.setenv("REAPER_CONFIG", str(config))
+    monkeypatch.setenv("AIRFLOW_CONN_MONGO_DEFAULT", f"mongodb://{host}:{port}/")
+    out = io.StringIO()
+    argv = ["approve", "--dag", DAG, "--run", "manual__1", "--item", fleet[0].name, "--item", fleet[1].id]
+    assert main([*argv, "--reason", "INC-7", "--user", "bob"], out=out) == 0
+    made = ledger.approval(out.getvalue().strip())
+    assert made and made["user"] == "bob" and made["reason"] == "INC-7" and made["run_id"] == "manual__1"
+    items = {(i["uid"], i["fingerprint"]) for i in made["items"]}  # type: ignore[union-attr]
+    assert items == {(fleet[0].id, "fp-0"), (fleet[1].id, "fp-1")}
+    assert made["expires_at"] - made["created_at"] == 4 * 3600  # type: ignore[operator]
+    bad = main([*argv, "--reason", "INC-7", "--expires", "30d"], out=io.StringIO())
+    none = main(["approve", "--dag", DAG, "--run", "manual__404", "--all", "--reason", "x"], out=io.StringIO())
+    assert bad == none == 2
