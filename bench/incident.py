@@ -6,13 +6,14 @@ them (heartbeats 5 h old, their writers passing again with empty stores). Throug
 latency), a real Prometheus (writer health) and SecantusDB (the ledger):
 
 1. the scheduled sweep: the two projects held on their budget, the other eight enforced;
-2. the recovery: one manual run with ``override_budget`` and ``override_scopes`` (the two held
-   projects), ``override_reason``, ``max_deletions`` and ``scopes`` (the same two), and, if its
-   deadline left some, the runs after it.
+2. the recovery: ``reaper approve --all`` of the held set the scheduled sweep lists, then one manual
+   run with ``approval=<id>`` and ``scopes`` (the two held projects), and, if its deadline left some,
+   the runs after it, each with an approval of what the last one left (``--recover override``: the
+   blunter ``override_budget``, ``override_scopes``, ``override_reason`` and ``max_deletions``).
 
 The emulator enforces the Compute API's rate quotas (``--quota-limit`` per group and minute in each
 project, the reaper configured with the same limits and ``--share``). Prints the time from the
-override's trigger to the last deletion against its bound, the slower of the rate limit,
+recovery's trigger to the last deletion against its bound, the slower of the rate limit,
 ``abandoned / (projects x delete_rate_per_project)``, and the quota share,
 ``abandoned / (projects x share x limit / 60 s)`` (a delete is a read, a mutation and an operation
 read); the busiest second of each project (never above the rate plus the one banked token); the most
@@ -91,6 +92,15 @@ def run(dag_id: str, **conf: object) -> object:
     return DagBag(dag_folder=str(ROOT / "dags")).dags[dag_id].test(run_conf=conf or None)
 
 
+def approve_all(dag_id: str, run_id: str) -> str:
+    """``reaper approve --all`` of a sweep's held candidates, as an operator scripts it; the approval's id."""
+    cmd = [str(Path(sys.executable).with_name("reaper")), "approve", "--dag", dag_id, "--run", run_id, "--all"]
+    done = subprocess.run([*cmd, "--reason", REASON], capture_output=True, text=True, timeout=600)
+    if done.returncode:
+        raise RuntimeError(f"reaper approve failed ({done.returncode}): {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--projects", type=int, default=10)
@@ -101,6 +111,13 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.020)
     parser.add_argument("--quota-limit", type=int, default=6000, help="each rate-quota group's limit per minute")
     parser.add_argument("--share", type=float, default=0.2, help="gce.quota.share")
+    parser.add_argument(
+        "--recover",
+        choices=["approval", "override"],
+        default="approval",
+        help="approve the held set (reaper approve --all), or lift the hold with override_budget (the code before "
+        "approvals had only this)",
+    )
     args = parser.parse_args()
 
     from pymongo import MongoClient
@@ -153,20 +170,23 @@ def main() -> None:
         )
 
         triggered = time.time()
-        runs, left = [], args.abandoned
+        runs, left, reviewed = [], args.abandoned, held.run_id  # type: ignore[attr-defined]
         while left and len(runs) < 5:
-            recovery = run(
-                "reaper_gce_enforcement",
-                override_budget=True,
-                override_scopes=crashed,  # the projects the scheduled sweep held
-                override_reason=REASON,
-                max_deletions=args.abandoned,
-                scopes=crashed,
-            )
+            if args.recover == "approval":  # the operator approves the held set the sweep page lists, as reviewed
+                conf: dict[str, object] = {"approval": approve_all("reaper_gce_enforcement", reviewed)}
+            else:  # the blunter tool: lift the hold for whatever the run finds in the projects
+                conf = {
+                    "override_budget": True,
+                    "override_scopes": crashed,  # the projects the scheduled sweep held
+                    "override_reason": REASON,
+                    "max_deletions": args.abandoned,
+                }
+            recovery = run("reaper_gce_enforcement", **conf, scopes=crashed)
             summary = db.sweeps.find_one({"run_id": recovery.run_id})  # type: ignore[attr-defined]
             outcomes = Counter(summary["outcomes"])
             runs.append((recovery.state, summary["why"], dict(outcomes)))  # type: ignore[attr-defined]
             left -= outcomes["deleted"]
+            reviewed = recovery.run_id  # type: ignore[attr-defined]  # what a run left is held again: approved anew
         last = db.ledger.find_one(
             {"action": "outcome", "result": "deleted", "scope": {"$in": crashed}}, sort=[("at", -1)]
         )
@@ -188,8 +208,8 @@ def main() -> None:
     for i, (state, why, outcomes) in enumerate(runs, 1):
         print(f"recovery run {i}: {state}; {why}; outcomes {outcomes}")
     print(
-        f"override to last deletion: {took:.1f} s; bound {bound:.1f} s (rate limit {rate_bound:.1f} s, "
-        f"quota share {quota_bound:.1f} s); ratio {took / bound:.2f}x"
+        f"{args.recover} run triggered to last deletion: {took:.1f} s; bound {bound:.1f} s "
+        f"(rate limit {rate_bound:.1f} s, quota share {quota_bound:.1f} s); ratio {took / bound:.2f}x"
     )
     most = max(spent.items(), key=lambda item: item[1], default=(("-", "-", "-"), 0))
     print(

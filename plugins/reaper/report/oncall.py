@@ -28,8 +28,8 @@ class Runbook(NamedTuple):
 HOLD_ACTIONS = {
     "budget_exceeded": Runbook(
         "ReaperBudgetHold",
-        "Check that the stale ones are really dead, then trigger the DAG by hand with override_budget, "
-        "override_scopes naming this scope and an override_reason.",
+        "Check that the stale ones are really dead, then approve the reviewed ones on the sweep's page (or "
+        "reaper approve) and trigger the DAG with approval=<id>; override_budget is the blunter tool.",
     ),
     "writer_unhealthy": Runbook(
         "ReaperWriterHold", "Fix the runner managers the scope's verdict lists as unhealthy writers."
@@ -47,8 +47,8 @@ OTHER_HOLD = Runbook("", "Open the sweep: the scope's verdict says what holds it
 FAILED = Runbook("ReaperDeletionsFailing", "Read the failed outcomes' detail on the sweep page and fix that cause.")
 CAPPED = Runbook(
     "ReaperCapped",
-    "Check the planned deletes against reality; if they are orphans, trigger the DAG by hand with max_deletions "
-    "above the planned count and an override_reason.",
+    "Check the planned deletes against reality; approve the orphans on the sweep's page (or reaper approve) and "
+    "trigger the DAG with approval=<id>; max_deletions with an override_reason is the blunter tool.",
 )
 FAILED_RUN = Runbook("ReaperNotSweeping", "Read the failed task's log in Airflow, fix the cause, then clear the run.")
 MISSING = Runbook("ReaperNotSweeping", "Check that the DAG is unpaused, the scheduler runs, and its runs succeed.")
