@@ -13,6 +13,7 @@ This module holds the records and the checks, no I/O; the ledger stores them (``
 from __future__ import annotations
 
 import secrets
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import Protocol
@@ -38,7 +39,8 @@ APPROVABLE = (
 
 class ApprovedItem(msgspec.Struct, frozen=True):
     """One reviewed resource: where it is, and its state at review (``fingerprint``: GCE ``labelFingerprint``,
-    Kubernetes ``resourceVersion``). ``group``: a Kubernetes object's run (its run label's value)."""
+    Kubernetes ``resourceVersion``; ``rule``: the rule it was found by, which pins what the labels do not, a GCE
+    status class). ``group``: a Kubernetes object's run (its run label's value)."""
 
     scope: str
     uid: str
@@ -46,6 +48,7 @@ class ApprovedItem(msgspec.Struct, frozen=True):
     name: str = ""
     kind: str = ""
     group: str = ""
+    rule: str = ""  # the rule it was found by: a TERMINATED VM started since its review is found by another
 
 
 class UsedBy(msgspec.Struct, frozen=True):
@@ -126,39 +129,63 @@ def check_expiry(expires_in: timedelta) -> None:
 
 def choose(candidates: Iterable[Mapping[str, object]], wanted: Iterable[str] | None, target: str) -> list[ApprovedItem]:
     """The approved items among a held sweep's candidate decision records: all of them (``wanted`` None), or those
-    ``wanted`` names by uid, name or (Kubernetes) run id.
+    ``wanted`` names.
 
-    A Kubernetes run is approved whole: naming one of its objects approves every listed object of the run
-    (its objects are deleted together or not at all, docs/design.md §5). A candidate recorded without its
-    fingerprint (a sweep before fingerprints were kept) cannot be approved: ``ValueError`` when named, left out
-    when approving all. So is a name that matches no candidate.
+    A wanted item is ``[scope/]key[@state]``: ``key`` a uid, a name or (Kubernetes) a run id; ``scope`` (project,
+    cluster) needed where the key is found in several (names are unique per project or namespace only: approving
+    one must never approve a twin elsewhere, nor lift its scope's hold); ``state`` the fingerprint the operator
+    reviewed (the sweep page sends it), which must still be the candidate's: a newer execution of the sweep that
+    listed it in another state is not what was reviewed. A Kubernetes run is approved whole: naming one of its
+    objects approves every listed object of the run (docs/design.md §5). A candidate recorded without its
+    fingerprint (an older sweep) cannot be approved: ``ValueError`` when named, left out when approving all.
     """
-    rows = [r for r in candidates if r.get("target") == target]
-    keyed = [(r, _item(r)) for r in rows]
+    keyed = [_item(r) for r in candidates if r.get("target") == target]
     if wanted is None:
-        return [item for _, item in keyed if item.fingerprint]
-    names = list(dict.fromkeys(wanted))
+        return [item for item in keyed if item.fingerprint]
+    index: dict[str, list[ApprovedItem]] = defaultdict(list)  # one pass: a form may name thousands
+    for item in keyed:
+        for key in dict.fromkeys((item.uid, item.name, item.group)):
+            if key:
+                index[key].append(item)
     runs: set[tuple[str, str]] = set()
     picked: dict[tuple[str, str], ApprovedItem] = {}
-    for name in names:
-        found = [(r, i) for r, i in keyed if name in (i.uid, i.name, r.get("name"), i.group and i.group)]
-        if not found:
-            raise ValueError(f"{name!r}: not a held candidate of this sweep (expected a uid, a name or a run id)")
-        for _, item in found:
-            if not item.fingerprint:
-                raise ValueError(
-                    f"{name!r}: recorded without its labelFingerprint/resourceVersion (an older sweep): expected a "
-                    "candidate of a sweep that recorded its state"
-                )
+    for name in dict.fromkeys(wanted):
+        found = _named(index, name)
+        for item in found:
             picked[(item.scope, item.uid)] = item
             if item.group:
                 runs.add((item.scope, item.group))
-    for _, item in keyed:  # the rest of every named run's objects
+    for item in keyed:  # the rest of every named run's objects
         if item.group and (item.scope, item.group) in runs:
             if not item.fingerprint:
                 raise ValueError(f"run {item.group}: {item.name} was recorded without its resourceVersion")
             picked[(item.scope, item.uid)] = item
     return list(picked.values())
+
+
+def _named(index: Mapping[str, list[ApprovedItem]], name: str) -> list[ApprovedItem]:
+    """The candidates one wanted item names (see :func:`choose`); ``ValueError`` when none, several unrelated, or
+    not in the state the operator reviewed."""
+    rest, _, state = name.partition("@")
+    scope, _, key = rest.rpartition("/")
+    found = [i for i in index.get(key, []) if not scope or i.scope == scope]
+    if not found:
+        raise ValueError(f"{name!r}: not a held candidate of this sweep (expected [scope/]uid, name or run id)")
+    if len({(i.scope, i.group or i.uid) for i in found}) > 1:  # one resource, or one Kubernetes run
+        where = ", ".join(sorted(f"{i.scope}/{i.uid}" for i in found))
+        raise ValueError(f"{name!r}: names several held candidates ({where}); expected scope/uid")
+    for item in found:
+        if not item.fingerprint:
+            raise ValueError(
+                f"{name!r}: recorded without its labelFingerprint/resourceVersion (an older sweep): expected a "
+                "candidate of a sweep that recorded its state"
+            )
+        if state and len(found) == 1 and item.fingerprint != state:
+            raise ValueError(
+                f"{name!r}: listed since in another state ({item.fingerprint}) than the one reviewed ({state}): "
+                "expected a review of the sweep as it is now"
+            )
+    return found
 
 
 def _item(record: Mapping[str, object]) -> ApprovedItem:
@@ -169,6 +196,7 @@ def _item(record: Mapping[str, object]) -> ApprovedItem:
         name=str(record.get("name") or ""),
         kind=str(record.get("resource_kind") or ""),
         group=str(record.get("group") or ""),
+        rule=str(record.get("rule") or ""),
     )
 
 

@@ -236,6 +236,8 @@ async def approve(
     import time
     from urllib.parse import parse_qs, urlsplit
 
+    from starlette.concurrency import run_in_threadpool
+
     from reaper.approvals import approve as record
     from reaper.durations import parse_duration
 
@@ -251,8 +253,9 @@ async def approve(
     items = form.get("item") or []
     if not items:
         raise HTTPException(422, "item: expected at least one held delete selected")
-    try:
-        approval = record(
+    try:  # the ledger's reads and write off the API server's event loop, which every other request shares
+        approval = await run_in_threadpool(
+            record,
             led,  # type: ignore[arg-type]
             dag_id,
             run_id,

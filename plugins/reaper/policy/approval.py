@@ -9,7 +9,8 @@ state it was approved in; every other delete is held, with its own reason:
 - ``approval_expired``: the approval expired before the sweep listed (every delete of the run is held);
 - ``not_approved``: not among the approved items (new since the review, or never selected);
 - ``approval_changed``: approved, but listed in another state (GCE ``labelFingerprint``, Kubernetes
-  ``resourceVersion``): a label written since the review, a heartbeat included;
+  ``resourceVersion``): a label changed since the review, a heartbeat included; or found by another rule than
+  the one it was reviewed under (a TERMINATED VM started since: no label need change);
 - ``approval_run_partial``: a Kubernetes object approved and unchanged whose run is not: another of the run's
   objects is changed, not approved, or approved but no longer listed. A run is deleted whole or not at all:
   deleting part of it could strip a live sandbox of its credentials or network isolation (docs/design.md §5).
@@ -43,8 +44,8 @@ def held_unless_approved(acted: list[Decision], approval: Approval, now: float, 
             why[key] = EXPIRED
         elif item is None or d.target != approval.target:
             why[key] = NOT_APPROVED
-        elif not item.fingerprint or fingerprint_of(d.resource) != item.fingerprint:
-            why[key] = CHANGED
+        elif not item.fingerprint or fingerprint_of(d.resource) != item.fingerprint or d.rule != item.rule:
+            why[key] = CHANGED  # a label written, or found now by another rule (a TERMINATED VM started since)
     _hold_partial_runs(acted, approval, why, run_label)
     return [
         _held(d, why[key], approval.id, approved.get(key))

@@ -484,8 +484,9 @@ def approval_form(held: list[dict[str, object]], action: str) -> str:
     rows = []
     for r in held:
         state = str(r.get("fingerprint") or "")
+        reviewed = f"{r.get('scope')}/{r.get('uid')}@{state}"  # the one resource shown, in the state shown: choose()
         box = (
-            f'<input type="checkbox" name="item" value="{text(r.get("uid"))}" checked>'
+            f'<input type="checkbox" name="item" value="{text(reviewed)}" checked>'
             if state
             else '<span class="muted" title="recorded without its state: not approvable">–</span>'
         )

@@ -552,7 +552,8 @@ def evaluate_policy(
     if deletes:  # one round trip, empty unless this execution planned before: what it recorded stands
         done = ledger.outcomes(ids.fields())
         deletes = [d for d in deletes if (d.resource.scope, d.resource.uid) not in done]
-    seconds = send_deadline(sweep, lease, started) - time.time()
+    ends = send_deadline(sweep, lease, started)
+    seconds = (min(ends, approval.expires_at) if approval else ends) - time.time()  # the deletes' guard's deadline
     fits, left = fit_before_deadline([d.resource for d in deletes], target.unit, target.delete_rate, seconds)
     if left:
         why = (
@@ -754,14 +755,14 @@ def delete(sweep: Sweep, batch: Batch, lease: Lease, started: datetime | None) -
         log.warning("not deleting %d planned resources: %s", len(batch.resources), why)
         return Deleted({STALE_PLAN: len(batch.resources)})
     ids = sweep.under(lease).fields()
-    if batch.approval and time.time() >= batch.approval_expires:
-        why = f"approval {batch.approval} expired before this batch began: held for a new approval"
-        log.warning("not deleting %d approved resources: %s", len(batch.resources), why)
-        sweep.ledger().write(outcome_records(ids, sweep.target, NOT_ATTEMPTED, ((r, why) for r in batch.resources)))
-        return Deleted({NOT_ATTEMPTED: len(batch.resources)})
-    # Under an approval, what is deleted is exactly what was approved, to the last label (docs/design.md §6).
+    # Under an approval, what is deleted is exactly what was approved, to the last label (docs/design.md §6), and
+    # nothing after its expiry: the guard's deadline, so every send and re-read stops there, a batch begun after it
+    # sends nothing, and a retried one leaves an earlier try's outcomes as they are.
     target = sweep.target.pinned() if batch.approval else sweep.target
-    fence = Fence(ids, sweep.ids.holder, lease.token, send_deadline(sweep, lease, started))
+    deadline = send_deadline(sweep, lease, started)
+    if batch.approval:
+        deadline = min(deadline, batch.approval_expires)
+    fence = Fence(ids, sweep.ids.holder, lease.token, deadline)
     try:
         outcomes = delete_batch(sweep.ledger(), target, fence, batch.resources, sweep.config.ledger)
     finally:
