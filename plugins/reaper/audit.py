@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Annotated
@@ -216,7 +217,16 @@ def sweep(
     params = {k: v for k, v in request.query_params.items() if k in (*views.FILTERS, "order", "size")}
     shown = views.Page(page, size, total)
     held = led.held(dag_id, run_id)
-    return views.sweep_page(led.executions(dag_id, run_id), rows, shown, params, _urls(request), dag_id, run_id, held)
+    made = led.approvals_of({dag_id}, items=True, run_id=run_id)
+    executions = led.executions(dag_id, run_id)
+    return views.sweep_page(executions, rows, shown, params, _urls(request), dag_id, run_id, held, made, time.time())
+
+
+@router.get("/approvals/{dag_id}", response_class=HTMLResponse)
+def approvals(request: Request, led: LedgerDep, dags: DagsDep, dag_id: str) -> str:
+    """The DAG's approvals, newest first, with their items, the sweep each came from and the run that used it."""
+    _readable(dag_id, dags)
+    return views.approvals_page(dag_id, led.approvals_of({dag_id}, items=True), _urls(request), time.time())
 
 
 TRIGGER_RUNS = requires_access_dag(method="POST", access_entity=DagAccessEntity.RUN)
@@ -228,12 +238,11 @@ async def approve(
     request: Request, led: LedgerDep, dags: DagsDep, user: GetUserDep, dag_id: str, run_id: str
 ) -> Response:
     """Record an approval of the selected held deletes (:func:`reaper.approvals.approve`) by the logged-in user, who
-    must be allowed to trigger the DAG, then open its Trigger form with ``approval`` filled in.
+    must be allowed to trigger the DAG, then back to the sweep page at the approval, which says how to trigger it.
 
     Cross-site requests are refused: Airflow's login is a cookie a browser would send with a form another site
     posts, so the form must come from this origin (``Origin``, else ``Referer``, as OWASP advises without a token).
     """
-    import time
     from urllib.parse import parse_qs, urlsplit
 
     from starlette.concurrency import run_in_threadpool
@@ -267,7 +276,10 @@ async def approve(
         )
     except ValueError as exc:
         raise HTTPException(422, str(exc)) from None
-    return RedirectResponse(views.Urls.trigger(dag_id, {"approval": approval.id}), status_code=303)
+    # Back to the sweep, at the approval's row: it says how to trigger a run with it. Airflow 3.3's UI has no URL
+    # that opens its Trigger form with a conf filled in (views.Urls.dag), so no redirect could do it for the user.
+    back = f"{_urls(request).sweep(dag_id, run_id)}#{views.anchor(approval.id)}"
+    return RedirectResponse(back, status_code=303)
 
 
 @router.get("/api/sweeps/{dag_id}/{run_id}/rows")

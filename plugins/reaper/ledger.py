@@ -535,11 +535,16 @@ class Ledger:
         """One approval by its id, or None."""
         return self.approvals.find_one({"_id": approval_id}, {"_id": 0, "at": 0})
 
-    def approvals_of(self, dag_ids: Collection[str], limit: int = 50) -> list[dict[str, object]]:
-        """The newest approvals made from sweeps of these DAGs, at most ``limit``, without their items."""
-        query = {"dag_id": {"$in": sorted(dag_ids)}}
+    def approvals_of(
+        self, dag_ids: Collection[str], limit: int = 50, items: bool = False, run_id: str | None = None
+    ) -> list[dict[str, object]]:
+        """The newest approvals made from sweeps of these DAGs (of the sweep ``run_id`` only, when given), at most
+        ``limit``, with their items when ``items`` (the audit view's approvals), else their count. One round trip."""
+        query: dict[str, object] = {"dag_id": {"$in": sorted(dag_ids)}}
+        if run_id is not None:
+            query["run_id"] = run_id
         cursor = self.approvals.find(query, {"_id": 0, "at": 0}).sort("created_at", -1).limit(limit)
-        return [{**a, "items": len(a.get("items") or [])} for a in cursor]  # type: ignore[arg-type]
+        return [a if items else {**a, "items": len(a.get("items") or [])} for a in cursor]  # type: ignore[arg-type]
 
     def claim_approval(self, approval_id: str, ids: Mapping[str, object]) -> dict[str, object] | None:
         """Mark an approval used by the execution ``ids`` (dag_id, run_id, execution, lease), atomically (one

@@ -125,7 +125,7 @@ def _as_reader_of(*dag_ids: str) -> None:
 SWEEP = f"/sweeps/{GCE_DAG}/{RUN}"
 K8S_SWEEP = f"/sweeps/{K8S_DAG}/{RUN}"
 ROUTES = ["/", "/api/sweeps", SWEEP, f"/api{SWEEP}/rows", f"{SWEEP}/rows.csv", f"{SWEEP}/rows.json", "/history",
-          "/api/history?q=x"]  # fmt: skip
+          "/api/history?q=x", f"/approvals/{GCE_DAG}"]  # fmt: skip
 ACTIONS = [f"{SWEEP}/approve"]  # POST: tests/integration/test_audit_approve.py
 
 

@@ -58,10 +58,17 @@ class Urls(NamedTuple):
     def approve(self, dag_id: str, run_id: str) -> str:
         return f"{self.root}/sweeps/{quote(dag_id, safe='')}/{quote(run_id, safe='')}/approve"
 
+    def approvals(self, dag_id: str, approval_id: str = "") -> str:
+        """The approvals of a DAG (one of them, with ``approval_id``: its row)."""
+        return f"{self.root}/approvals/{quote(dag_id, safe='')}" + (f"#{anchor(approval_id)}" if approval_id else "")
+
     @staticmethod
-    def trigger(dag_id: str, conf: Mapping[str, object]) -> str:
-        """Airflow's Trigger form of a DAG with its conf filled in (the operator still presses Trigger)."""
-        return query(f"/dags/{quote(dag_id, safe='')}/trigger/single", {"conf": json.dumps(dict(conf))})
+    def dag(dag_id: str) -> str:
+        """The DAG's page in Airflow's UI, its Trigger button there: the route ``dags/:dagId`` of Airflow 3's
+        ``airflow-core/src/airflow/ui/src/router.tsx``. Airflow 3.3 has no route that opens the Trigger form, nor
+        one that fills its conf from the URL (its form prefills only from an earlier run's conf, "Trigger again
+        with this config"): the operator types the approval's id (:func:`trigger_help`)."""
+        return f"/dags/{quote(dag_id, safe='')}"
 
     def nav(self) -> list[tuple[str, str]]:
         return [(self.overview(), "Overview"), (self.history(), "Resource history"), ("/", "Airflow")]
@@ -231,6 +238,9 @@ def overview_page(view: Overview, newest: list[dict[str, object]], urls: Urls, r
     if not view.latest:
         parts.append('<p class="muted">No sweep recorded in this window.</p>')
     parts.append("<h2>Latest sweeps</h2>")
+    if view.latest:  # each DAG's approvals of held deletes (docs/audit-view.md)
+        dags = " · ".join(link(urls.approvals(d), d) for d in sorted(view.latest))
+        parts.append(f'<p class="muted" id="approvals">Approvals of held deletes: {dags}</p>')
     parts.append(sweeps_table(newest, urls))
     return document("Reaper sweeps", "".join(parts), urls.nav())
 
@@ -287,6 +297,7 @@ def summary_facts(s: dict[str, object], urls: Urls | None) -> str:
         "warnings",
         "phase_gate",
         "notifications",
+        "approval",
     }
     pairs = [
         ("execution", f"{text(s.get('execution', 0))} <span class='muted'>lease {text(s.get('lease'))}</span>"),
@@ -318,6 +329,9 @@ def summary_facts(s: dict[str, object], urls: Urls | None) -> str:
     if isinstance(gate, dict):
         confirmed = f"confirmed by {gate.get('user')}: {gate.get('reason')}"
         pairs.append(("phase gate", text(confirmed if gate.get("confirmed") else gate.get("why"))))
+    record = s.get("approval")
+    if isinstance(record, dict) and urls is not None:
+        pairs.append(("approval", approval_record(record, urls, str(s.get("dag_id")))))
     if s.get("stale_plan"):
         pairs.append(("stale plans refused", text(s["stale_plan"])))
     if s.get("warnings"):
@@ -423,15 +437,24 @@ def sweep_page(
     dag_id: str,
     run_id: str,
     held: list[dict[str, object]] | None = None,
+    approvals: list[dict[str, object]] | None = None,
+    now: float = 0.0,
 ) -> str:
-    """A sweep: each execution's summary and scopes, its held deletes to approve (``held``), the filter form, one
-    page of rows, the exports."""
+    """A sweep: each execution's summary and scopes, its held deletes to approve (``held``), the approvals made
+    from it (``approvals``, with their items; ``now``: what is expired), the filter form, one page of rows, the
+    exports."""
     parts = [f"<h1>{text(dag_id)} / {text(run_id)}</h1>"]
     for s in executions:
         parts.append(summary_facts(s, urls))
         parts.append("<h3>scopes</h3>" + scopes_table(s.get("scopes") or []))  # type: ignore[arg-type]
     if held:
         parts.append(approval_form(held, urls.approve(dag_id, run_id)))
+    if approvals:
+        parts.append(
+            f'<h2 id="approvals">Approvals from this sweep ({len(approvals)})</h2>'
+            + approvals_table(approvals, urls, now)
+            + f'<p class="muted">{link(urls.approvals(dag_id), "every approval of " + dag_id)}</p>'
+        )
     if not executions:
         parts.append('<p class="muted">No summary recorded (the run failed before its record task).</p>')
         parts.append(link(urls.dag_run(dag_id, run_id), "DAG run in Airflow", target="_top"))
@@ -476,10 +499,129 @@ def sweep_page(
 APPROVAL_COLUMNS = ("scope", "kind", "name", "run", "uid", "state", "held by")
 
 
+def anchor(approval_id: str) -> str:
+    """An approval's row on a page: its fragment id."""
+    return f"approval-{quote(approval_id, safe='')}"
+
+
+def trigger_help(dag_id: str, approval_id: str) -> str:
+    """How to run an approval: the DAG's Trigger form with the id in its ``approval`` field (or the conf to paste
+    as its Configuration JSON), or the CLI. Airflow 3.3 cannot fill the form from a link (:meth:`Urls.dag`)."""
+    conf = json.dumps({"approval": approval_id})
+    cli = f"airflow dags trigger {dag_id} --conf '{conf}'"
+    return (
+        f"{link(Urls.dag(dag_id), 'open ' + dag_id, target='_top')}, press Trigger, type "
+        f"<code>{text(approval_id)}</code> in its <b>approval</b> field (or paste <code>{text(conf)}</code> as the "
+        f"Configuration JSON under Advanced options), Trigger; or run <code>{text(cli)}</code>"
+    )
+
+
+def approval_use(a: Mapping[str, object], urls: Urls, now: float) -> str:
+    """Whether an approval was used, and by which run (a link to its sweep); how to use it while it may be."""
+    used = a.get("used_by")
+    if isinstance(used, dict):
+        dag_id, run_id = str(used.get("dag_id")), str(used.get("run_id"))
+        return (
+            f"used by {link(urls.sweep(dag_id, run_id), run_id)} (execution {text(used.get('execution', 0))}) "
+            f'<span class="muted">at {text(when(used.get("at")))}</span>'
+        )
+    if now >= float(a.get("expires_at") or 0):  # type: ignore[arg-type]
+        return '<span class="muted">expired unused</span>'
+    return "<b>unused</b>: " + trigger_help(str(a.get("dag_id")), str(a.get("id")))
+
+
+def approvals_table(approvals: list[dict[str, object]], urls: Urls, now: float) -> str:
+    """Each approval (with its items, :meth:`reaper.ledger.Ledger.approvals_of`): id, who, when, why, expiry, the
+    items each with the fingerprint it was approved in, the sweep it came from, and its use. Times are UTC."""
+    if not approvals:
+        return '<p class="muted">No approval recorded.</p>'
+    rows = []
+    for a in approvals:
+        items = [i for i in a.get("items") or [] if isinstance(i, dict)]  # type: ignore[union-attr]
+        inner = table(
+            ["scope", "kind", "name", "run", "uid", "fingerprint"],
+            (
+                [text(i.get(k)) for k in ("scope", "kind", "name", "group")]
+                + [f"<code>{text(i.get('uid'))}</code>", f"<code>{text(i.get('fingerprint'))}</code>"]
+                for i in items
+            ),
+        )
+        dag_id, run_id = str(a.get("dag_id")), str(a.get("run_id"))
+        rows.append(
+            [
+                f'<code id="{text(anchor(str(a.get("id"))))}">{text(a.get("id"))}</code>',
+                text(a.get("user")),
+                text(when(a.get("created_at"))),
+                text(a.get("reason")),
+                text(when(a.get("expires_at"))),
+                f"<details><summary>{len(items)} items</summary>{inner}</details>",
+                link(urls.sweep(dag_id, run_id), run_id),
+                approval_use(a, urls, now),
+            ]
+        )
+    return table(["id", "by", "at", "why", "expires", "items", "from sweep", "used"], rows, css="approvals")
+
+
+def approvals_page(dag_id: str, approvals: list[dict[str, object]], urls: Urls, now: float) -> str:
+    """The approvals of one DAG, newest first."""
+    body = (
+        f"<h1>Approvals of {text(dag_id)}</h1>"
+        f'<p class="muted">Times are UTC. Newest {len(approvals)} first; each is used by one run only, and deletes '
+        "only its items still in the state shown (docs/audit-view.md).</p>" + approvals_table(approvals, urls, now)
+    )
+    return document(f"Reaper: approvals of {dag_id}", body, urls.nav())
+
+
+# What came of an approved item, in words (:func:`reaper.sweep.approved.summary` and ``with_outcomes``); any other
+# state is a keep's or an outcome's code (heartbeat_fresh, failed, ...), shown as it is.
+ITEM_STATES = {
+    "deleted": "deleted",
+    "planned": "planned, no outcome recorded (the run ended first)",
+    "not_listed": "not listed by this sweep: gone already, or in a scope it did not sweep",
+    "approval_changed": "changed since the review (its labelFingerprint or resourceVersion): kept",
+    "approval_run_partial": "its Kubernetes run is not approved and unchanged whole: kept",
+    "approval_expired": "the approval had expired when the sweep listed: kept",
+    "changed_since_plan": "changed between the plan and the delete: kept",
+    "not_attempted": "not attempted before the run's deadline",
+}
+
+
+def approval_record(record: Mapping[str, object], urls: Urls, dag_id: str) -> str:
+    """A sweep's ``approval`` (the approval it ran under, :func:`reaper.sweep.approved.summary`): who gave it and
+    why, from which sweep, and per approved item what came of it (deleted, approval_changed, not_listed, ...)."""
+    approval_id = str(record.get("id"))
+    results = [r for r in record.get("results") or [] if isinstance(r, dict)]  # type: ignore[union-attr]
+    counts = ", ".join(f"{n} {state}" for state, n in Counter(str(r.get("state")) for r in results).items())
+    source = str(record.get("from_run"))
+    head = (
+        f"{link(urls.approvals(dag_id, approval_id), approval_id)} by {text(record.get('user'))}: "
+        f"{text(record.get('reason'))} · from {link(urls.sweep(dag_id, source), source)}"
+        f" · expires {text(when(record.get('expires_at')))} · {text(record.get('items'))} items"
+        + ("" if record.get("claimed", True) else " · <b>not used</b> (a dry run, or another execution's inputs)")
+        + (" · above max_deletions_per_sweep" if record.get("above_cap") else "")
+    )
+    inner = table(
+        ["scope", "kind", "name", "run", "uid", "approved fingerprint", "what came of it"],
+        (
+            [text(r.get(k)) for k in ("scope", "kind", "name", "group")]
+            + [
+                f"<code>{text(r.get('uid'))}</code>",
+                f"<code>{text(r.get('fingerprint'))}</code>",
+                f"<b>{text(r.get('state'))}</b> <span class='muted'>{text(ITEM_STATES.get(str(r.get('state')), ''))}"
+                "</span>",
+            ]
+            for r in results
+        ),
+        css="approval",
+    )
+    return f"{head}<br>{text(counts)}<details><summary>per item</summary>{inner}</details>"
+
+
 def approval_form(held: list[dict[str, object]], action: str) -> str:
     """The held deletes with the state each was listed in (docs/design.md §6), to approve all or some: a POST that
-    records the approval and opens the DAG's Trigger form with it. A candidate recorded without its state (an
-    older sweep) is shown, not selectable."""
+    records the approval and comes back here, to its row among the approvals from this sweep, with how to trigger
+    a run with it (:func:`trigger_help`). A candidate recorded without its state (an older sweep) is shown, not
+    selectable."""
     head = "<tr><th></th>" + "".join(f"<th>{h}</th>" for h in APPROVAL_COLUMNS) + "</tr>"
     rows = []
     for r in held:
@@ -507,7 +649,7 @@ def approval_form(held: list[dict[str, object]], action: str) -> str:
         f"<table>{head}{''.join(rows)}</table>"
         '<label>reason <input name="reason" required placeholder="INC-123: managers crash-looped"></label> '
         f'<label>expires in <select name="expires">{expiry}</select></label> '
-        "<button>Approve the selected and open Trigger</button></form>"
+        "<button>Approve the selected</button></form>"
     )
 
 
