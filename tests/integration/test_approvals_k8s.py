@@ -25,7 +25,10 @@ def listed(api) -> list[K8sObject]:  # type: ignore[no-untyped-def]
 
 def approval_of(objects: list[K8sObject]) -> Approval:
     now = time.time()
-    items = [ApprovedItem(o.cluster, o.uid, o.resource_version, o.name, o.kind, o.labels[RUN_LABEL]) for o in objects]
+    items = [
+        ApprovedItem(o.cluster, o.uid, o.resource_version, o.name, o.kind, o.labels[RUN_LABEL], "sandbox_orphan")
+        for o in objects
+    ]
     return Approval("apr-k", "k8s", "reaper_k8s_enforcement", "scheduled__1", "alice", "INC-2", now, now + 3600, items)
 
 

@@ -174,3 +174,45 @@ def test_reaper_approve_prints_the_id_of_an_approval_of_the_named_items(tmp_path
     bad = main([*argv, "--reason", "INC-7", "--expires", "30d"], out=io.StringIO())
     none = main(["approve", "--dag", DAG, "--run", "manual__404", "--all", "--reason", "x"], out=io.StringIO())
     assert bad == none == 2
+
+
+def test_no_send_after_the_approval_expires_and_a_retry_after_it_keeps_the_first_tries_outcomes(
+    tmp_path, ledger
+) -> None:  # type: ignore[no-untyped-def]
+    # Review findings: a batch went on sending past the expiry (checked once, before it began), and a retried
+    # batch after the expiry rewrote the first try's deleted outcomes as not_attempted.
+    import time
+
+    from reaper.fence import NOT_ATTEMPTED
+    from reaper.model import Outcome
+
+    fleet = held_fleet()
+    plan_through(run(tmp_path, ledger, fleet, "manual__1"))
+    approval = approve_held(ledger, "manual__1", ttl=3600)
+    s = run(tmp_path, ledger, fleet, "manual__2")
+    batch = plan_holding_the_lease(s, {"approval": approval}).batches[0]
+    lease = steps.Lease(s.ids.holder, batch.plan.token, time.time() + 600)
+    expires = time.time() + 0.5
+    sent_at: list[float] = []
+
+    def slow_delete(resources, guard):  # type: ignore[no-untyped-def]
+        out = []
+        for r in resources:
+            time.sleep(0.3)
+            why = guard.before_send(r)
+            out.append(Outcome(r, NOT_ATTEMPTED, why) if why else Outcome(r, "deleted"))
+            if not why:
+                sent_at.append(time.time())
+            guard.record(r, out[-1].result, out[-1].detail)
+        return out
+
+    pinned = s.target.pinned()
+    object.__setattr__(pinned, "delete", slow_delete)
+    object.__setattr__(s.target, "pinned", lambda: pinned)
+    first = steps.delete(s, msgspec.structs.replace(batch, approval_expires=expires), lease, None)
+    assert sent_at and all(t < expires for t in sent_at), "a delete was sent after the approval expired"
+    assert first.outcomes == {"deleted": len(sent_at), "not_attempted": len(batch.resources) - len(sent_at)}
+    ids = s.under(lease).fields()
+    deleted = {uid for (_, uid), r in ledger.outcomes(ids).items() if r["result"] == "deleted"}
+    steps.delete(s, msgspec.structs.replace(batch, approval_expires=time.time() - 1), lease, None)  # the retry
+    assert {uid for (_, uid), r in ledger.outcomes(ids).items() if r["result"] == "deleted"} == deleted

@@ -43,7 +43,7 @@ def held(led, http):  # type: ignore[no-untyped-def]  # noqa: F811
 def test_the_sweep_page_lists_the_held_deletes_with_their_state(held) -> None:  # type: ignore[no-untyped-def]
     page = held.get(SWEEP).text
     assert 'id="approve"' in page and "fp-7" in page and "fp-8" in page
-    assert 'name="item" value="7"' in page
+    assert 'name="item" value="p2/7@fp-7"' in page  # the one resource shown, in the state shown
     assert 'name="item" value="2"' not in page  # recorded without its state: shown, not selectable
 
 

@@ -20,9 +20,18 @@ def fp(resource: GceInstance | K8sObject, value: str) -> GceInstance | K8sObject
     return msgspec.structs.replace(resource, **{field: value})
 
 
+def rule_of(resource: GceInstance | K8sObject) -> str:
+    """The rule the review found it by, as the sweep page records it."""
+    if isinstance(resource, K8sObject):
+        return "sandbox_orphan"
+    return "terminated" if resource.status == "TERMINATED" else "heartbeat_stale"
+
+
 def approve(*resources: GceInstance | K8sObject, target: str = "gce", expires: float = NOW + 4 * H) -> Approval:
     items = [
-        ApprovedItem(r.scope, r.uid, fingerprint_of(r), r.name, r.kind, r.labels.get("iterion.io/run-id", ""))
+        ApprovedItem(
+            r.scope, r.uid, fingerprint_of(r), r.name, r.kind, r.labels.get("iterion.io/run-id", ""), rule_of(r)
+        )
         for r in resources
     ]
     return Approval("apr-1", target, f"reaper_{target}_enforcement", "sweep-1", "alice", "incident 42", NOW - H,
@@ -250,3 +259,41 @@ def test_param_problems_name_what_was_expected() -> None:
 def test_expiry_is_bounded(expiry: timedelta) -> None:
     with pytest.raises(ValueError, match="expires_in: expected between 1 min and 7 d"):
         check_expiry(expiry)
+
+
+def test_a_vm_started_since_its_review_is_held_though_its_labels_did_not_change() -> None:
+    # Review finding: reviewed TERMINATED (held by the cap), started after the review without a label write: the
+    # approval run found it by heartbeat_stale and deleted a booting manager.
+    config = settings(max_deletions_per_sweep=2)
+    fleet = [
+        fp(inst(status="TERMINATED", stop_age=40 * D, hb_age=41 * D, created_age=60 * D), f"fp-{i}") for i in range(5)
+    ]
+    review = plan(fleet, config=config)
+    assert review.capped and {r for _, r in actions(review).values()} == {"max_deletions_exceeded"}
+    approval = approve(*fleet)
+    started = msgspec.structs.replace(fleet[0], status="RUNNING")
+    p = plan([started, *fleet[1:]], config=config, approval=approval)
+    assert actions(p)[fleet[0].uid] == ("report", "approval_changed")
+    assert sum(a == "delete" for a, _ in actions(p).values()) == 4
+
+
+def candidate(scope: str, uid: str, name: str, state: str, group: str = "") -> dict[str, object]:
+    return {"target": "gce", "scope": scope, "uid": uid, "name": name, "fingerprint": state, "group": group,
+            "rule": "heartbeat_stale"}  # fmt: skip
+
+
+def test_a_name_found_in_several_scopes_approves_none_of_them_a_scope_and_name_one() -> None:
+    # Review finding: --item vm-1 approved p1/vm-1 and its twin p2/vm-1, lifting p2's hold too.
+    held = [candidate("p1", "1", "vm-1", "a"), candidate("p2", "2", "vm-1", "b")]
+    with pytest.raises(ValueError, match=r"names several held candidates \(p1/1, p2/2\); expected scope/uid"):
+        choose(held, ["vm-1"], "gce")
+    assert [(i.scope, i.uid) for i in choose(held, ["p2/vm-1"], "gce")] == [("p2", "2")]
+    assert [(i.scope, i.uid, i.rule) for i in choose(held, ["p1/1"], "gce")] == [("p1", "1", "heartbeat_stale")]
+
+
+def test_an_item_posted_in_a_state_it_is_no_longer_listed_in_is_refused() -> None:
+    # Review finding: the page showed fp-7, a newer execution listed fp-7-AFTER, and the approval pinned that.
+    held = [candidate("p2", "7", "runner-7", "fp-7-AFTER")]
+    with pytest.raises(ValueError, match="listed since in another state"):
+        choose(held, ["p2/7@fp-7"], "gce")
+    assert [i.fingerprint for i in choose(held, ["p2/7@fp-7-AFTER"], "gce")] == ["fp-7-AFTER"]
