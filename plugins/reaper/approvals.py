@@ -2,7 +2,7 @@
 
 A scope held by its budget, or a sweep held by the global cap, deletes nothing. An approval names the items
 an operator reviewed on the sweep page (or with ``reaper approve``), each with the state it was reviewed in:
-a GCE instance's id and ``labelFingerprint`` (changed by every label write, a heartbeat included), a
+a GCE instance's id and ``labelFingerprint`` (a hash of the labels: any change, a heartbeat included), a
 Kubernetes object's uid and ``resourceVersion``. A run triggered with ``approval=<id>`` deletes only those
 items, and only while each is still in that state (:mod:`reaper.policy.approval`); it is used by one
 execution of one run, recorded as used in the ledger, never replayed.

@@ -81,7 +81,8 @@ class GceInstance(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="
     deletion_protection: bool = False
     # ``created-by`` metadata: a managed instance group made it and owns its lifecycle (fleeting runners).
     group_member: bool = False
-    # Changes with every label write, a heartbeat included: the state an approval was reviewed in (docs/design.md §6).
+    # A hash of the labels: it changes with any change of them, a heartbeat included; the state an approval
+    # was reviewed in (docs/design.md §6).
     # Empty in inventories listed before it was read.
     label_fingerprint: str = ""
 
