@@ -39,8 +39,9 @@ APPROVABLE = (
 
 class ApprovedItem(msgspec.Struct, frozen=True):
     """One reviewed resource: where it is, and its state at review (``fingerprint``: GCE ``labelFingerprint``,
-    Kubernetes ``resourceVersion``; ``rule``: the rule it was found by, which pins what the labels do not, a GCE
-    status class). ``group``: a Kubernetes object's run (its run label's value)."""
+    Kubernetes ``resourceVersion``; ``rule`` and, for GCE, ``status``: what the labels do not pin, the rule it was
+    found by and its status class; a VM started since its review changes no label). ``group``: a Kubernetes
+    object's run (its run label's value)."""
 
     scope: str
     uid: str
@@ -48,7 +49,8 @@ class ApprovedItem(msgspec.Struct, frozen=True):
     name: str = ""
     kind: str = ""
     group: str = ""
-    rule: str = ""  # the rule it was found by: a TERMINATED VM started since its review is found by another
+    rule: str = ""  # the rule it was found by (a record without one is refused: :func:`problem`)
+    status: str = ""  # GCE: its status at review, whose class must not change (a VM started since); Kubernetes: ""
 
 
 class UsedBy(msgspec.Struct, frozen=True):
@@ -149,8 +151,11 @@ def choose(candidates: Iterable[Mapping[str, object]], wanted: Iterable[str] | N
                 index[key].append(item)
     runs: set[tuple[str, str]] = set()
     picked: dict[tuple[str, str], ApprovedItem] = {}
+    reviewed: set[tuple[str, str]] = set()  # posted with the state shown: then a run's every object must be
     for name in dict.fromkeys(wanted):
         found = _named(index, name)
+        if "@" in name:
+            reviewed.update((i.scope, i.uid) for i in found)
         for item in found:
             picked[(item.scope, item.uid)] = item
             if item.group:
@@ -159,6 +164,11 @@ def choose(candidates: Iterable[Mapping[str, object]], wanted: Iterable[str] | N
         if item.group and (item.scope, item.group) in runs:
             if not item.fingerprint:
                 raise ValueError(f"run {item.group}: {item.name} was recorded without its resourceVersion")
+            if reviewed and (item.scope, item.uid) not in reviewed:  # new since the page, or not shown in its state
+                raise ValueError(
+                    f"run {item.group}: {item.scope}/{item.uid} ({item.name}) is not among the reviewed items: "
+                    "expected every object of the run, each in the state reviewed (a run is approved whole)"
+                )
             picked[(item.scope, item.uid)] = item
     return list(picked.values())
 
@@ -180,7 +190,9 @@ def _named(index: Mapping[str, list[ApprovedItem]], name: str) -> list[ApprovedI
                 f"{name!r}: recorded without its labelFingerprint/resourceVersion (an older sweep): expected a "
                 "candidate of a sweep that recorded its state"
             )
-        if state and len(found) == 1 and item.fingerprint != state:
+        if state and len(found) > 1:
+            raise ValueError(f"{name!r}: a state names one resource, not {len(found)}: expected scope/uid@state")
+        if state and item.fingerprint != state:
             raise ValueError(
                 f"{name!r}: listed since in another state ({item.fingerprint}) than the one reviewed ({state}): "
                 "expected a review of the sweep as it is now"
@@ -197,6 +209,7 @@ def _item(record: Mapping[str, object]) -> ApprovedItem:
         kind=str(record.get("resource_kind") or ""),
         group=str(record.get("group") or ""),
         rule=str(record.get("rule") or ""),
+        status=str((record.get("evidence") or {}).get("status") or "") if record.get("target") == "gce" else "",  # type: ignore[union-attr]
     )
 
 
@@ -212,6 +225,11 @@ def problem(approval: Approval | None, wanted: str, dag_id: str, target: str, no
         return (
             f"approval {wanted!r} was made from a sweep of {approval.dag_id} (target {approval.target}); expected an "
             f"approval made from a sweep of this DAG, {dag_id}"
+        )
+    if any(not i.rule or (approval.target == "gce" and not i.status) for i in approval.items):
+        return (
+            f"approval {wanted!r} was recorded before its items were pinned to their rule and status: expected an "
+            "approval made since (approve the held candidates again)"
         )
     if now >= approval.expires_at:
         return (

@@ -230,7 +230,7 @@ def approvals(request: Request, led: LedgerDep, dags: DagsDep, dag_id: str) -> s
 
 
 TRIGGER_RUNS = requires_access_dag(method="POST", access_entity=DagAccessEntity.RUN)
-FORM_LIMIT = 1 << 20  # bytes of an approval form at most: ~20,000 uids
+FORM_LIMIT = 4 << 20  # bytes of an approval form at most: ~50,000 scope/uid@state items (~75 bytes each, encoded)
 
 
 @router.post("/sweeps/{dag_id}/{run_id}/approve", dependencies=[Depends(TRIGGER_RUNS)])

@@ -27,7 +27,8 @@ def listed(clients) -> dict[str, GceInstance]:  # type: ignore[no-untyped-def]
 def approval_of(*instances: GceInstance) -> Approval:
     now = datetime.now(UTC).timestamp()
     items = [
-        ApprovedItem(i.project, i.id, i.label_fingerprint, i.name, i.kind, rule="heartbeat_stale") for i in instances
+        ApprovedItem(i.project, i.id, i.label_fingerprint, i.name, i.kind, rule="heartbeat_stale", status=i.status)
+        for i in instances
     ]
     return Approval("apr-g", "gce", "reaper_gce_enforcement", "scheduled__1", "alice", "INC-1", now, now + 3600, items)
 

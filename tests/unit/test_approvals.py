@@ -30,7 +30,14 @@ def rule_of(resource: GceInstance | K8sObject) -> str:
 def approve(*resources: GceInstance | K8sObject, target: str = "gce", expires: float = NOW + 4 * H) -> Approval:
     items = [
         ApprovedItem(
-            r.scope, r.uid, fingerprint_of(r), r.name, r.kind, r.labels.get("iterion.io/run-id", ""), rule_of(r)
+            r.scope,
+            r.uid,
+            fingerprint_of(r),
+            r.name,
+            r.kind,
+            r.labels.get("iterion.io/run-id", ""),
+            rule_of(r),
+            r.status if isinstance(r, GceInstance) else "",
         )
         for r in resources
     ]
@@ -297,3 +304,59 @@ def test_an_item_posted_in_a_state_it_is_no_longer_listed_in_is_refused() -> Non
     with pytest.raises(ValueError, match="listed since in another state"):
         choose(held, ["p2/7@fp-7"], "gce")
     assert [i.fingerprint for i in choose(held, ["p2/7@fp-7-AFTER"], "gce")] == ["fp-7-AFTER"]
+
+
+def held_records(p: Plan, uids: set[str]) -> list[dict[str, object]]:
+    """The decision records a sweep page lists for these resources, as evaluate_policy writes them."""
+    return [
+        {"target": d.target, "scope": d.scope, "uid": d.resource.uid, "name": d.resource.name,
+         "resource_kind": d.resource.kind, "fingerprint": fingerprint_of(d.resource), "rule": d.rule,
+         "reason": d.reason, "evidence": d.evidence, "group": d.resource.labels.get("iterion.io/run-id", "")}
+        for d in p.decisions
+        if d.resource.uid in uids
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", ["terminated_rule_off", "stopped_within_grace"])
+def test_a_vm_reviewed_stopped_under_heartbeat_stale_and_started_since_is_held(case: str) -> None:
+    # Third review: the rule pin missed a VM found by heartbeat_stale while TERMINATED (the terminated rule off, or
+    # stopped within its grace), then started: same rule, same labels; only its status class tells.
+    config = settings(rules={"terminated": "off"}) if case == "terminated_rule_off" else settings()
+    stop_age = 40 * D if case == "terminated_rule_off" else 5 * M
+    stopped = fp(inst(status="TERMINATED", stop_age=stop_age, hb_age=D, created_age=3 * D), "fp-t")
+    rest = [fp(inst(hb_age=D), f"fp-{i}") for i in range(3)] + [fp(inst(hb_age=M), "fp-fresh")]
+    review = plan([stopped, *rest], config=config)
+    assert actions(review)[stopped.uid] == ("report", "budget_exceeded")
+    items = choose(held_records(review, {stopped.uid, rest[0].uid}), None, "gce")
+    approval = Approval("apr-1", "gce", "reaper_gce_enforcement", "s-1", "alice", "inc", NOW - H, NOW + 4 * H, items)
+    started = msgspec.structs.replace(stopped, status="RUNNING")
+    got = actions(plan([started, *rest], config=config, approval=approval))
+    assert got[stopped.uid] == ("report", "approval_changed")
+    assert got[rest[0].uid] == ("delete", "heartbeat_stale")
+    assert actions(plan([stopped, *rest], config=config, approval=approval))[stopped.uid][0] == "delete"
+
+
+def test_a_run_posted_with_states_is_approved_only_with_every_object_in_the_state_reviewed() -> None:
+    # Third review: the run's other objects were approved in whatever state the newest execution listed them.
+    objects = [fp(o, f"rv-{o.uid}") for o in sandbox("r1")]
+    newcomer = fp(msgspec.structs.replace(sandbox("r1")[1], uid="new-secret"), "rv-new")
+    review = plan(objects, evidence=ORPHANS)
+    rows = held_records(review, {o.uid for o in objects})
+    for row in rows:
+        row["target"] = "k8s"
+    posted = [f"{o.scope}/{o.uid}@{o.resource_version}" for o in objects]
+    assert len(choose(rows, posted, "k8s")) == 4
+    newer = [*rows, {**rows[1], "uid": newcomer.uid, "fingerprint": "rv-new"}]
+    with pytest.raises(ValueError, match="not among the reviewed items"):
+        choose(newer, posted, "k8s")
+    with pytest.raises(ValueError, match="not among the reviewed items"):
+        choose(rows, posted[:1], "k8s")
+    assert len(choose(rows, [objects[0].uid], "k8s")) == 4  # the CLI, naming without a state: the run whole
+    with pytest.raises(ValueError, match="a state names one resource"):
+        choose(rows, [f"{objects[0].scope}/r1@anything"], "k8s")
+
+
+def test_an_approval_recorded_before_items_carried_their_rule_is_refused_before_it_is_used() -> None:
+    old = Approval("apr-1", "gce", "reaper_gce_enforcement", "s-1", "alice", "inc", NOW - H, NOW + H,
+                   [ApprovedItem("p1", "1", "fp-1", "vm-1")])  # fmt: skip
+    assert "pinned to their rule and status" in str(problem(old, "apr-1", "reaper_gce_enforcement", "gce", NOW))

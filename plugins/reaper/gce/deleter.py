@@ -43,7 +43,7 @@ from reaper.config import Settings
 from reaper.fence import UNCONFIRMED, SendGuard
 from reaper.gce.clients import ComputeClients, throttled, transient
 from reaper.gce.quota import ProjectQuota, QuotaGroup
-from reaper.model import GceInstance, Outcome
+from reaper.model import GceInstance, Outcome, status_class
 from reaper.ratelimit import BucketsPerScope, round_robin
 from reaper.retry import Backoff, GaveUp
 
@@ -55,11 +55,6 @@ _POLL = 1.0  # seconds between operation waits that returned early (the API may 
 # zoneOperations.wait returns at DONE or "after 2 minutes" (compute.v1.json, zoneOperations.wait): a call may
 # take that long and still be healthy.
 WAIT_CAP = 125.0
-
-
-def status_class(status: str) -> str:
-    """TERMINATED instances run nothing; every other status may be running a job."""
-    return "terminated" if status == "TERMINATED" else "active"
 
 
 class GceDeleter:

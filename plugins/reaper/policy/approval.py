@@ -10,7 +10,8 @@ state it was approved in; every other delete is held, with its own reason:
 - ``not_approved``: not among the approved items (new since the review, or never selected);
 - ``approval_changed``: approved, but listed in another state (GCE ``labelFingerprint``, Kubernetes
   ``resourceVersion``): a label changed since the review, a heartbeat included; or found by another rule than
-  the one it was reviewed under (a TERMINATED VM started since: no label need change);
+  the one it was reviewed under, or (GCE) in another status class (a TERMINATED VM started since: no label
+  need change);
 - ``approval_run_partial``: a Kubernetes object approved and unchanged whose run is not: another of the run's
   objects is changed, not approved, or approved but no longer listed. A run is deleted whole or not at all:
   deleting part of it could strip a live sandbox of its credentials or network isolation (docs/design.md §5).
@@ -21,7 +22,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from reaper.approvals import Approval, ApprovedItem, fingerprint_of
-from reaper.model import Action, Decision, K8sObject
+from reaper.model import Action, Decision, GceInstance, K8sObject, status_class
 
 EXPIRED, NOT_APPROVED, CHANGED, RUN_PARTIAL = (
     "approval_expired",
@@ -45,7 +46,9 @@ def held_unless_approved(acted: list[Decision], approval: Approval, now: float, 
         elif item is None or d.target != approval.target:
             why[key] = NOT_APPROVED
         elif not item.fingerprint or fingerprint_of(d.resource) != item.fingerprint or d.rule != item.rule:
-            why[key] = CHANGED  # a label written, or found now by another rule (a TERMINATED VM started since)
+            why[key] = CHANGED  # a label written, or found now by another rule
+        elif isinstance(d.resource, GceInstance) and status_class(d.resource.status) != status_class(item.status):
+            why[key] = CHANGED  # started (or stopped) since the review: no label need change
     _hold_partial_runs(acted, approval, why, run_label)
     return [
         _held(d, why[key], approval.id, approved.get(key))
