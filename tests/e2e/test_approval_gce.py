@@ -44,7 +44,7 @@ def approve(run_id: str, *items: str) -> tuple[int, str, str]:
 
 
 def test_an_approval_deletes_exactly_the_approved_vms_still_as_reviewed_and_only_once(
-    gce, sweeper, mongo_server, writers, capsys
+    gce, sweeper, mongo_server, writers, capsys, caplog
 ) -> None:
     fleet, clients = gce
     for name in FRESH:
@@ -120,7 +120,8 @@ def test_an_approval_deletes_exactly_the_approved_vms_still_as_reviewed_and_only
     # The same approval again: refused at its params, nothing deleted, the message naming the run that used it.
     capsys.readouterr()
     again = sweeper.run("reaper_gce_enforcement", approval=approval_id)
-    logged = capsys.readouterr().out  # dag.test() runs the tasks here, logging to stdout
+    # dag.test() runs the tasks here: their log reaches stdout, or pytest's log capture (as under xdist)
+    logged = capsys.readouterr().out + caplog.text
     assert again.state == "failed"
     assert fleet.names(PROJECT) == (everything | {"stale-new"}) - deleted
     assert db.ledger.count_documents({"run_id": again.run_id, "action": {"$in": ["delete", "delete_intent"]}}) == 0

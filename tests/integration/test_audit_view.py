@@ -320,7 +320,7 @@ def test_the_first_screen_says_what_needs_a_human_with_its_one_action(http, aler
         ("alert firing", "page ReaperBudgetHold says so (scope=p2, target=gce)"),  # not the pending one, nor DiskFull
     ]
     assert f"/sweeps/{GCE_DAG}/" in needs[0][1] and "scope <b>p2</b>" in needs[0][1]
-    assert "override_scopes naming this scope" in first  # the runbook's one action
+    assert "approve the reviewed ones" in first and "approval=&lt;id&gt;" in first  # the runbook's one action
     assert 'href="https://wiki/reaper#reaperbudgethold"' in first
     # The Kubernetes sweep in the fixture deleted 2 and failed none: nothing of it needs a human.
     assert K8S_DAG not in first
