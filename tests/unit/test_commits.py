@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -41,15 +42,23 @@ class Store:
         return [kind for kind, _ in self.calls]
 
 
-def commits(store: Store, failures: list[BaseException] | None = None, interval: float = 0.02, most: int = 64):
+def commits(
+    store: Store,
+    failures: list[BaseException] | None = None,
+    interval: float = 0.02,
+    most: int = 64,
+    lease: Callable[[], str | None] | None = None,
+    timeout: float = 5.0,
+) -> GroupCommit:
+    """A group commit over ``store`` (its lease read unless ``lease`` is given), its failures told to ``failures``."""
     return GroupCommit(
         store.write,
-        store.read,
+        lease or store.read,
         key=lambda r: r["id"],
         failed=lambda exc, records: (failures if failures is not None else []).append(exc),
         interval=interval,
         most=most,
-        timeout=5.0,
+        timeout=timeout,
     )
 
 
@@ -115,16 +124,7 @@ def test_a_lease_that_cannot_be_read_is_a_reason_not_to_send_and_an_outage() -> 
     def unreadable() -> str | None:
         raise TimeoutError("no answer")
 
-    group = GroupCommit(
-        store.write,
-        unreadable,
-        key=lambda r: r["id"],
-        failed=lambda exc, records: failures.append(exc),
-        interval=0.0,
-        most=1,
-        timeout=5.0,
-    )
-    with group:
+    with commits(store, failures, interval=0.0, most=1, lease=unreadable) as group:
         assert group.lease_problem() == "ledger: the sweep lease could not be read (TimeoutError)"
     assert len(failures) == 1
 
@@ -165,15 +165,7 @@ def test_a_lease_check_unanswered_in_time_is_a_reason_not_to_send_and_an_outage(
         release.wait(5.0)
         return None
 
-    group = GroupCommit(
-        Store().write,
-        slow,
-        key=lambda r: r["id"],
-        failed=lambda exc, records: failures.append(exc),
-        interval=0.0,
-        most=1,
-        timeout=0.2,
-    )
+    group = commits(Store(), failures, interval=0.0, most=1, lease=slow, timeout=0.2)
     try:
         assert group.lease_problem() == "ledger: no answer about the sweep lease within 0.2s"
         assert [type(f) for f in failures] == [TimeoutError]
