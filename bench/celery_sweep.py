@@ -1,4 +1,4 @@
-"""Whole sweeps on the CeleryExecutor (``python bench/sweep.py --executor celery --workers N``; issue 12.4).
+"""Whole sweeps on the CeleryExecutor (``python bench/sweep.py --executor celery --workers N``).
 
 The fleets of ``bench/sweep.py`` (100,000 GCE instances, 20,000 Kubernetes runs), swept by a real Airflow
 (api-server, scheduler, dag-processor; :mod:`include.airflow_components`) with ``N`` Celery workers of one

@@ -1,4 +1,4 @@
-"""Benchmark of seed 004's incident recovery at full scale (``python bench/incident.py``; issue 15.3).
+"""Benchmark of the quota incident's recovery at full scale (``python bench/incident.py``; docs/design.md §6).
 
 Ten projects with live managers; the managers of two crash-looped and abandoned 8,000 VMs between
 them (heartbeats 5 h old, their writers passing again with empty stores). Through the real

@@ -43,7 +43,7 @@ def reaper_config_check() -> None:
         if config.k8s.enabled and config.k8s.step_store == "none" and config.rules.sandbox_orphan != Mode.OFF:
             log.warning(
                 "k8s.step_store is none: step pods' results are NOT checked for durability before their sandbox "
-                "is reaped (DESIGN.md 5, row 7); set k8s.step_store: postgres if your runs have step pods"
+                "is reaped (docs/design.md §5, row 7); set k8s.step_store: postgres if your runs have step pods"
             )
         if not config.metrics.pushgateway_url:
             log.warning(

@@ -42,8 +42,8 @@ ZONES = ("us-east1-b", "us-central1-a")
 HEARTBEAT = "runner_manager_heartbeat"
 MANAGED = {"iterion.io/managed": "true"}
 STEP = {"iterion.io/step": "build", "iterion.io/attempt": "1"}
-# Seed 004: the orphans used up ci-runners-b's instance quota, so every machine m4 re-creates after a restart
-# fails, and still does once the reaper has freed m4's orphans (m3's four live VMs fill it).
+# The quota incident (docs/design.md §10): the orphans used up ci-runners-b's instance quota, so every machine m4
+# re-creates after a restart fails, and still does once the reaper has freed m4's orphans (m3's four live VMs fill it).
 INSTANCE_QUOTA = {"ci-runners-b": 4}
 CRASH_EVERY = 2.0  # seconds between m4's restarts (a kubelet backs off from 10 s to 5 min)
 RUNNER_MANAGERS = "runner-managers-demo"  # the cluster Prometheus labels the managers with (cause_alerts)
@@ -108,7 +108,7 @@ def seed_k8s(emulator: K8sEmulator, now: float) -> None:
     for run, (_, _, pod_options) in RUNS.items():
         for obj in kube_run(run, "ci", now - HOUR, MANAGED, **pod_options):
             cluster.create(RESOURCE_OF_KIND[obj["kind"]], "ci", obj)
-    # A step pod whose results row is not durable yet (seed 001), and a run younger than min_age.
+    # A step pod whose results row is not durable yet (docs/design.md §5, row 6), and a run younger than min_age.
     labels = {**MANAGED, "iterion.io/run-id": "stepped-8", **STEP}
     cluster.create("pods", "ci", kube_pod("step-stepped-8-build", "ci", "stepped-8-pod", labels, now - HOUR))
     for obj in kube_run("young-9", "ci", now - 60, MANAGED):

@@ -1,4 +1,4 @@
-"""The Prometheus alert rules, generated from the config (DESIGN.md section 10; one action each in docs/runbook.md).
+"""The Prometheus alert rules, generated from the config (docs/design.md §10; one action each in docs/runbook.md).
 
 Thresholds and names follow the config, so they cannot drift from it: "not sweeping" is three
 missed sweeps of the target's schedule, the writers' alerts read the metrics, labels, projects
@@ -318,7 +318,7 @@ def cause_series(config: Settings) -> dict[str, str]:
 
 
 def _causes(config: Settings) -> list[dict[str, object]]:
-    """The runner managers' cause alerts (seed 004): the events that produce orphans, hours before the quota
+    """The runner managers' cause alerts (docs/design.md §10): the events that produce orphans, hours before the quota
     alerts. A crash loop counts restarts of any reason; ``increase()`` only extrapolates upwards, so
     N restarts seen in the window always reach N. The machine_creation SLI pages on a multi-window
     burn rate (the SRE workbook's): the error ratio over the window and over a twelfth of it."""
@@ -370,7 +370,7 @@ def _causes(config: Settings) -> list[dict[str, object]]:
 
 
 def _residual_groups(config: Settings) -> list[dict[str, object]]:
-    """Fleeting groups left holding instances by a decommissioned manager (seed 004, "Other executors").
+    """Fleeting groups left holding instances by a decommissioned manager (docs/design.md §10, residual groups).
 
     On the residual_group reports, so the alert follows the rollout like the rule (nothing in
     telemetry); only where groups are listed and the managers' reports can be read.

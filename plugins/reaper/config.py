@@ -1,6 +1,6 @@
 """The reaper's configuration: one YAML file validated into typed, frozen settings.
 
-Every key of DESIGN.md sections 4 to 6 lives here with its documented default.
+Every key of docs/design.md §4 to §6 lives here with its documented default.
 A config that fails validation raises :class:`ConfigError` with one message
 naming the file, the key path and what was expected; callers must then run
 nothing (an invalid config never reaches the policy, so nothing is deleted).
@@ -59,7 +59,7 @@ def _mode(value: object) -> Mode:
 
 
 def _label_pair(value: object) -> tuple[str, str]:
-    """``key=value`` (the notation of DESIGN.md) into a (key, value) pair."""
+    """``key=value`` (the notation of docs/design.md) into a (key, value) pair."""
     if isinstance(value, tuple):
         return value
     if isinstance(value, str) and value.count("=") == 1:
@@ -142,7 +142,7 @@ class _Section(BaseModel):
 
 
 class WriterHealthConfig(_Section):
-    """Where the heartbeat writers' pass records come from (DESIGN.md section 4, writer health)."""
+    """Where the heartbeat writers' pass records come from (docs/design.md §4, writer health)."""
 
     source: Literal["prometheus", "none"] = "prometheus"
     """Where heartbeat-writer health comes from; `none`: unknown, so heartbeat deletes are always held."""
@@ -519,7 +519,7 @@ class RulesConfig(_Section):
 
 
 class LedgerConfig(_Section):
-    """The audit trail (DESIGN.md section 7): MongoDB, acknowledged and fenced writes."""
+    """The audit trail (docs/design.md §7): MongoDB, acknowledged and fenced writes."""
 
     conn_id: str = "mongo_default"
     """The Airflow connection of the ledger's MongoDB."""
@@ -685,7 +685,7 @@ class NotificationsConfig(_Section):
 
 
 class RolloutConfig(_Section):
-    """The active rollout phase of each target (DESIGN.md section 8).
+    """The active rollout phase of each target (docs/design.md §8).
 
     Only the active phase's DAG runs on the target's schedule, and only its sweeps push metrics, so
     the alerts follow it; the other phases' DAGs stay for manual triggers, dry runs unless the trigger
@@ -805,7 +805,7 @@ class MachineCreationConfig(_Section):
 
 
 class CauseAlertsConfig(_Section):
-    """The runner managers' cause alerts (seed 004): crash loops and the machine_creation SLI.
+    """The runner managers' cause alerts (docs/design.md §10): crash loops and the machine_creation SLI.
 
     ``runner_managers`` is the one selector of the managers' series, label name -> regex, applied to
     kube-state-metrics' restart counter and to the runners' own metrics alike; ``manager_pods`` narrows
@@ -863,7 +863,7 @@ class Settings(_Section):
 
     @model_validator(mode="after")
     def _room_to_delete(self) -> Settings:
-        # DESIGN.md section 6: deletes stop a margin before the run's timeout (one request and one ledger
+        # docs/design.md §6: deletes stop a margin before the run's timeout (one request and one ledger
         # write); a schedule that leaves less than the margin again for the sweep itself could not delete.
         for target in ("gce", "k8s"):
             margin = self.send_margin(target)
@@ -926,7 +926,7 @@ class Settings(_Section):
 
     @model_validator(mode="after")
     def _liveness_authority(self) -> Settings:
-        # DESIGN.md section 5: without a lease source an in-flight run's sandbox could be reaped.
+        # docs/design.md §5: without a lease source an in-flight run's sandbox could be reaped.
         if self.k8s.enabled and self.k8s.lease_source == "none" and self.rules.sandbox_orphan == Mode.DELETE:
             raise _CrossFieldError(
                 ("rules", "sandbox_orphan"),

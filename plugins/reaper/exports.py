@@ -314,7 +314,7 @@ class KubeList(msgspec.Struct):
 
 
 def _finished_for_good(status: _ContainerStatus | None, restarted_on_failure: bool) -> bool:
-    """Whether a container has terminated and will never run again (DESIGN.md section 5, row 6).
+    """Whether a container has terminated and will never run again (docs/design.md §5, row 6).
 
     Its own status decides, never the pod's phase: a Succeeded or Failed pod whose container still
     reports running is still running. No status yet, running or waiting: not finished. Terminated

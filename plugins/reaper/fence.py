@@ -1,4 +1,4 @@
-"""What must hold at the instant a delete is sent, and where its intent and outcome go (DESIGN.md 6 and 7).
+"""What must hold at the instant a delete is sent, and where its intent and outcome go (docs/design.md §6 and §7).
 
 Both deleters ask a :class:`SendGuard` before every send: the sweep has not been
 told to stop (SIGTERM), its deadline has not passed, and it still holds the

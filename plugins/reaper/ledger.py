@@ -1,4 +1,4 @@
-"""The ledger: every decision, delete intent and outcome as a MongoDB document (DESIGN.md section 7).
+"""The ledger: every decision, delete intent and outcome as a MongoDB document (docs/design.md §7).
 
 Writes are acknowledged (``w="majority"``, journaled) and keyed by the fence
 ``{dag_id, run_id, target, scope, uid, action}`` under a unique index, so a

@@ -114,7 +114,7 @@ class K8sObject(msgspec.Struct, frozen=True, gc=False):
     ``containers`` (Pods only) maps every container and init container name to
     whether it has finished for good: terminated and never to be restarted. A
     container that runs, waits, has no status yet, or exited non-zero where the
-    kubelet will restart it has not (DESIGN.md section 5, row 6). ``deleting``:
+    kubelet will restart it has not (docs/design.md §5, row 6). ``deleting``:
     ``metadata.deletionTimestamp`` is set (grace period, finalizers): the object is
     already going away, and a Pod in that state may still be running. ``uses`` (Pods):
     the Secrets it mounts or reads. ``selects`` (NetworkPolicies): its pod selector as

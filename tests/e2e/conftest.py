@@ -49,7 +49,7 @@ class Sweeper:
 
     def configure(self, config: dict[str, object]) -> None:
         """``config`` over a base whose active phase is enforcement for both targets: a test's sweep of any
-        phase is then no what-if of a later phase (DESIGN.md 8), unless its ``rollout`` says so."""
+        phase is then no what-if of a later phase (docs/design.md §8), unless its ``rollout`` says so."""
         base = {
             "airflow": {"sweep_store": f"file://{self.tmp_path}/sweeps", "retries": 0},
             "rollout": {"gce": "enforcement", "k8s": "enforcement"},

@@ -264,7 +264,7 @@ def test_the_audit_view_after_two_sweeps(gce, sweeper, tmp_path, chromium) -> No
         driver.find_element(By.LINK_TEXT, "DAG run").click()
         WebDriverWait(driver, 30).until(lambda d: second.run_id in d.find_element(By.TAG_NAME, "body").text)
         assert unquote(urlparse(driver.current_url).path) == f"/dags/{ENFORCEMENT}/runs/{second.run_id}"
-        # And back: the run's own "Reaper decisions" tab shows this sweep's page inside Airflow (issue 25.3).
+        # And back: the run's own "Reaper decisions" tab shows this sweep's page inside Airflow.
         tab = WebDriverWait(driver, 30).until(lambda d: d.find_element(By.XPATH, f"//*[text()='{DECISIONS}']"))
         _shot(driver, "airflow-dag-run")
         tab.click()

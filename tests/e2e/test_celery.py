@@ -1,4 +1,4 @@
-"""The sweeps on the CeleryExecutor, for real (issue 12.1): an api-server, a scheduler, a dag-processor and
+"""The sweeps on the CeleryExecutor, for real: an api-server, a scheduler, a dag-processor and
 two Celery workers (Redis broker), each worker with its own ``AIRFLOW_HOME`` and ``TMPDIR`` so that a task
 reading another task's local file would fail; the sweep files on ``gs://`` (the google provider's object
 storage, gcsfs) against ``gcp-storage-emulator``; the Compute and Kubernetes emulators; SecantusDB for the

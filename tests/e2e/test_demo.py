@@ -78,7 +78,7 @@ def test_demo_sweeps_every_phase_reaps_the_orphans_and_stops_everything(tmp_path
             "stepped-8",  # step results not durable yet
             "young-9",  # younger than min_age
         }
-        # Every URL the demo prints answers (issue 25.6: Debian's Prometheus has no /alerts, only /classic/alerts).
+        # Every URL the demo prints answers (Debian's Prometheus has no /alerts, only /classic/alerts).
         printed = [line for line in up.stdout.splitlines() if line.startswith(("Prometheus ", "Audit view "))]
         urls = [word for line in printed for word in line.split() if word.startswith("http")]
         assert len(urls) == 2 and all(requests.get(url, timeout=10).status_code == 200 for url in urls), urls
@@ -98,6 +98,6 @@ def test_demo_sweeps_every_phase_reaps_the_orphans_and_stops_everything(tmp_path
         except ProcessLookupError:
             pass
     assert not (state / "pids.json").exists()
-    assert (state / "logs").is_dir()  # the logs stay; the credentials do not (issue 25.6)
+    assert (state / "logs").is_dir()  # the logs stay; the credentials do not
     assert not (tmp_path / "home" / "airflow").exists()
     assert not (state / "airflow" / "passwords.json").exists() and not (state / "kubeconfig.json").exists()

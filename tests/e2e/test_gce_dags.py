@@ -172,7 +172,7 @@ def test_a_target_never_sweeps_twice_at_once(fleet, sweeper, mongo_server) -> No
         upsert=True,
     )
     skipped = sweeper.run("reaper_gce_enforcement")
-    assert skipped.state == "success"  # waited, then skipped: no failure that pages (DESIGN.md 8)
+    assert skipped.state == "success"  # waited, then skipped: no failure that pages (docs/design.md §8)
     assert everything(fleet) == ALL
     summary = ledger(mongo_server).sweeps.find_one({"run_id": skipped.run_id})
     assert summary["state"] == "skipped" and "reaper_gce_report_only/other" in summary["why"]
@@ -230,7 +230,7 @@ def test_the_active_phases_sweeps_push_metrics_and_what_ifs_do_not(fleet, sweepe
 def test_a_later_phase_run_by_hand_deletes_only_when_its_trigger_confirms_the_phase(
     fleet, sweeper, prometheus, pushgateway, mongo_server
 ) -> None:
-    """Issue 25.1: with the rollout at report-only, a plain ``airflow dags test reaper_gce_enforcement`` deleted
+    """With the rollout at report-only, a plain ``airflow dags test reaper_gce_enforcement`` deleted
     for real and pushed no metrics. Now it is a dry run; confirmed, it deletes and its metrics reach the alerts."""
     import requests
 
@@ -263,7 +263,7 @@ def test_a_later_phase_run_by_hand_deletes_only_when_its_trigger_confirms_the_ph
 def test_clearing_a_run_never_replays_its_override_and_keeps_each_executions_summary(
     fleet, sweeper, mongo_server
 ) -> None:
-    # Issue 18.3: Alice's override lifted p2's hold; later p1's budget trips; Bob clears Alice's run.
+    # Alice's override lifted p2's hold; later p1's budget trips; Bob clears Alice's run.
     from datetime import UTC, datetime
 
     when = datetime.now(UTC)
@@ -291,7 +291,7 @@ def test_clearing_a_run_never_replays_its_override_and_keeps_each_executions_sum
 
 
 def test_a_scope_named_twice_is_swept_once(fleet, sweeper, mongo_server) -> None:
-    # Issue 18.5: ["p1", "p1", "p1"] listed p1 three times and recorded its delete three times.
+    # ["p1", "p1", "p1"] listed p1 three times and recorded its delete three times.
     run = sweeper.run("reaper_gce_enforcement", scopes=["p1", "p1", "p1"])
     assert run.state == "success" and everything(fleet) == ALL - P1_ORPHANS
     db = ledger(mongo_server)

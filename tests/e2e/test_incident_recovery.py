@@ -1,4 +1,4 @@
-"""Seed 004's incident, scaled down, through the real GCE enforcement DAG (issue 15.3).
+"""The quota incident (docs/design.md §10), scaled down, through the real GCE enforcement DAG.
 
 Ten projects with live managers; the managers of two crash-looped, came back with empty machine
 stores and abandoned their VMs (their writers pass again, tracking nothing). The enforcement sweep

@@ -69,7 +69,7 @@ def test_an_execution_whose_delete_task_is_stopped_still_writes_its_summary(
     kube, nats_server, mongo_server, sweeper, monkeypatch
 ) -> None:
     # Review finding: ``record`` ran only when no upstream failed, so a halted delete task left its
-    # deletions in the ledger and no sweep summary (DESIGN.md 7: summaries are kept per execution).
+    # deletions in the ledger and no sweep summary (docs/design.md §7: summaries are kept per execution).
     import reaper.sweep.steps as steps
     from reaper.sweep.deletes import SweepHalted
 

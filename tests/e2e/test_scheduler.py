@@ -1,4 +1,4 @@
-"""The sweep under Airflow's own machinery (issue 18): a real api-server, scheduler and dag-processor with the
+"""The sweep under Airflow's own machinery: a real api-server, scheduler and dag-processor with the
 LocalExecutor and a PostgreSQL metadata DB; the Compute emulator and SecantusDB (the ledger) serve from here.
 
 - A run whose deletes cannot all fit its timeout stops sending a margin before it (and before its sweep

@@ -1,4 +1,4 @@
-"""Seed 004's verification, end to end: live managers stamp heartbeats, a real Prometheus scrapes them,
+"""The GCE design's verification, end to end: live managers stamp heartbeats, a real Prometheus scrapes them,
 the enforcement DAG sweeps. The quarantine is seconds long so the scenario runs in a test."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The verification scenarios of seeds 000 and 001 as DAG runs: the Kubernetes enforcement DAG under
+"""The Kubernetes verification scenarios (docs/design.md §5) as DAG runs: the Kubernetes enforcement DAG under
 ``dag.test()`` against the emulator, real NATS leases, SecantusDB run stores and a real Postgres."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def _runs_left(cluster) -> set[str]:  # type: ignore[no-untyped-def]
 def test_runner_dies_mid_run_then_its_whole_sandbox_is_reaped(
     kube, nats_server, mongo_server, runs_db, sweeper
 ) -> None:
-    """Seed 000: the runner dies mid-run; its lease expires and the run is marked failed; the next
+    """The runner dies mid-run; its lease expires and the run is marked failed; the next
     sweep deletes the sandbox Pod, both Secrets and the NetworkPolicy. The live run is untouched."""
     cluster, _, emulator = kube
     client, db = runs_db
@@ -97,7 +97,7 @@ def test_runner_dies_mid_run_then_its_whole_sandbox_is_reaped(
 def test_mongodb_outage_during_a_sweep_deletes_nothing_and_reports_the_keys_unknown(
     kube, nats_server, mongo_server, sweeper, monkeypatch
 ) -> None:
-    """Seed 000: the run store goes down after the inventory was listed and before evidence is read."""
+    """The run store goes down after the inventory was listed and before evidence is read."""
     cluster, _, emulator = kube
     store = start_secantusdb()
     port = store.port
@@ -131,7 +131,7 @@ def test_mongodb_outage_during_a_sweep_deletes_nothing_and_reports_the_keys_unkn
 def test_runner_pod_deleted_cascades_and_the_next_sweep_has_nothing_to_do(
     kube, nats_server, mongo_server, runs_db, sweeper
 ) -> None:
-    """Seed 000: deleting the runner pod removes its sandbox through ownerReferences (the garbage
+    """Deleting the runner pod removes its sandbox through ownerReferences (the garbage
     collector); the reaper's next sweep finds nothing of that run."""
     from kubernetes import client as k8s
 
@@ -161,7 +161,7 @@ def test_runner_pod_deleted_cascades_and_the_next_sweep_has_nothing_to_do(
 def test_step_pods_survive_until_results_are_durable_then_are_reaped(
     kube, nats_server, mongo_server, runs_db, sweeper, postgres
 ) -> None:
-    """Seed 001: a step pod whose egress sidecar still runs, or whose results row is not yet durable,
+    """A step pod whose egress sidecar still runs, or whose results row is not yet durable,
     survives sweeps; once the sidecar is done and the row is written, the next sweep reaps it."""
     cluster, _, emulator = kube
     client, db = runs_db

@@ -84,7 +84,7 @@ def test_the_writer_alerts_read_what_the_reaper_reads_for_the_swept_projects_onl
 
 
 def test_every_scope_alert_but_the_stale_one_leaves_out_the_stale_scope_groups() -> None:
-    """Issue 25.7: a removed project's group the retirement could not delete must stop paging on its last
+    """A removed project's group the retirement could not delete must stop paging on its last
     values, whatever the alert: each rule by scope carries the same ``unless`` (ReaperStaleScope says why)."""
     every = rules(load_config(DEFAULT_CONFIG))["groups"][0]["rules"]  # type: ignore[index]
     by_scope = [r for r in every if "scope)" in r["expr"] and r["alert"] != "ReaperStaleScope"]
@@ -113,8 +113,8 @@ def test_rule_unit_tests_pass() -> None:
 
 
 def test_the_incident_replay_raises_the_cause_alerts_hours_before_quota_saturation() -> None:
-    """Seed 004's incident (include/prometheus/incident-replay.test.yml): crash loop at t0+3m, machine_creation
-    within its fast window, the budget hold after the quarantine, nothing for the healthy project."""
+    """The quota incident of docs/design.md §10 (include/prometheus/incident-replay.test.yml): crash loop at t0+3m,
+    machine_creation within its fast window, the budget hold after the quarantine, nothing for the healthy project."""
     replay = RULES.with_name("incident-replay.test.yml")
     result = subprocess.run([promtool(), "test", "rules", str(replay)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -156,7 +156,7 @@ def test_the_cause_alerts_follow_the_one_selector_and_the_configured_thresholds(
 
 
 def test_the_runbook_url_has_the_configured_base() -> None:
-    """Issue 25.6: alerting tools link the ``runbook_url`` annotation; a path inside the repository is no link."""
+    """Alerting tools link the ``runbook_url`` annotation; a path inside the repository is no link."""
     base = "https://git.example.com/sre/reaper/-/blob/main/docs/runbook.md"
     every = [r for g in rules(settings(metrics={"runbook_url": base}))["groups"] for r in g["rules"]]  # type: ignore[index]
     assert every and all(r["annotations"]["runbook_url"] == f"{base}#{r['alert'].lower()}" for r in every)

@@ -83,7 +83,7 @@ def form_requires(schema: dict) -> bool:
 
 
 def test_the_trigger_form_asks_nothing_of_a_plain_run(dagbag) -> None:
-    # Issue 25.2: override_reason ("" as a required string) kept the Trigger button disabled.
+    # Override_reason ("" as a required string) kept the Trigger button disabled.
     from copy import copy
 
     for dag_id in SWEEPS:
@@ -127,7 +127,7 @@ def test_only_the_active_phase_runs_on_the_schedule(tmp_path, monkeypatch) -> No
     assert set(scheduled) == {"reaper_gce_report_only", "reaper_k8s_telemetry"}  # k8s: the default, telemetry
     assert str(scheduled["reaper_gce_report_only"]) == str(timedelta(minutes=10))
     assert bag.dags["reaper_gce_enforcement"].schedule is None  # there for manual triggers
-    # Another phase than the active one deletes only when its trigger confirms it (DESIGN.md 8): the form asks
+    # Another phase than the active one deletes only when its trigger confirms it (docs/design.md §8): the form asks
     # there. Telemetry deletes nothing and asks nothing.
     gated = {d for d, dag in bag.dags.items() if "confirm_phase" in dag.params}
     assert gated == {
@@ -211,7 +211,7 @@ def config_check(dagbag, monkeypatch, tmp_path, text: str):  # type: ignore[no-u
 def test_config_check_says_loudly_when_step_results_are_not_guarded(
     dagbag, caplog, monkeypatch, tmp_path, step_store: str, warned: bool
 ) -> None:
-    # Issue 17: with k8s.step_store none, step pods are reaped without any durability check.
+    # With k8s.step_store none, step pods are reaped without any durability check.
     caplog.set_level(logging.WARNING)
     modes = config_check(dagbag, monkeypatch, tmp_path, f"k8s:\n  step_store: {step_store}\n")
     assert modes["enforcement"]["sandbox_orphan"] == "delete"

@@ -1,6 +1,6 @@
 """A hypothesis property at the batch level: whatever the batch size, and in whatever order and with whatever
 repetition (task retries, reordered mapped tasks) the batches run, a run's Pod goes before its Secrets and
-NetworkPolicy, and none of them goes if the Pod's delete failed (DESIGN.md section 6).
+NetworkPolicy, and none of them goes if the Pod's delete failed (docs/design.md §6).
 
 The real ``cut_batches``, ``delete_batch`` and Kubernetes deleter run against the emulator; Pod deletes
 of some runs fail, and some tries are cut short by their deadline. Only the ledger is an in-memory

@@ -1,4 +1,4 @@
-"""What can be checked here of ``deploy/`` (issue 12.3) without a cluster: the files parse, the RBAC grants
+"""What can be checked here of ``deploy/`` without a cluster: the files parse, the RBAC grants
 exactly what the reaper's Kubernetes calls need, the Helm values match the image the Dockerfile builds, and
 the sample config's sweep store is one each executor's workers share."""
 

@@ -1,4 +1,4 @@
-"""Evidence-decoder fuzz for the listings (issue 16): GCE aggregated-list pages and Kubernetes list pages.
+"""Evidence-decoder fuzz for the listings: GCE aggregated-list pages and Kubernetes list pages.
 
 The emulators answer with generated pages (their ``rewrites`` hook replaces the body before the real
 client libraries parse it), in every form the wire can carry: partial-success and zone warnings,

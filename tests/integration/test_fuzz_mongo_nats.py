@@ -1,11 +1,11 @@
-"""Evidence-decoder fuzz (issue 16): every form a database can hold, against the real servers.
+"""Evidence-decoder fuzz: every form a database can hold, against the real servers.
 
 One property per evidence source: the MongoDB run store and the MongoDB leases (SecantusDB, so
 every BSON type is stored and read back for real) and the NATS KV leases (nats-server). Each
 example writes a handful of records in forms drawn around one run key, reads that key (and a
 control key) through the store, and compares the state the policy derives with an oracle.
 
-The oracle is the specification of DESIGN.md section 5, written independently of the decoders, and
+The oracle is the specification of docs/design.md §5, written independently of the decoders, and
 it is evaluated on the records as the server stored them (read back), not as they were drawn:
 
 - A record is *about* the run key when its key field is the key's exact string or, for a key of 24

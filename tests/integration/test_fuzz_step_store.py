@@ -1,4 +1,4 @@
-"""Evidence-decoder fuzz (issue 16): the Postgres step store against a real PostgreSQL."""
+"""Evidence-decoder fuzz: the Postgres step store against a real PostgreSQL."""
 
 from __future__ import annotations
 

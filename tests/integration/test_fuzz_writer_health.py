@@ -1,4 +1,4 @@
-"""Evidence-decoder fuzz for writer health (issue 16): generated wire answers, read over HTTP.
+"""Evidence-decoder fuzz for writer health: generated wire answers, read over HTTP.
 
 Every form the Prometheus API's JSON can carry goes through a fake server to the
 real ``PrometheusWriterHealth``, and the policy's ``writer_hold`` judges each

@@ -146,7 +146,7 @@ def test_clients_come_from_the_airflow_connection(gce, monkeypatch: pytest.Monke
 
 
 def test_an_answer_marked_partial_success_is_an_incomplete_listing(gce) -> None:
-    # Issue 16.2: the field mask used to drop the top-level warning, so a listing with one zone's
+    # The field mask used to drop the top-level warning, so a listing with one zone's
     # stale VMs missing counted as complete and the budget saw 10 of 20 stale instead of 40 of 50.
     fleet, clients = gce
     for i in range(10):
@@ -160,7 +160,7 @@ def test_an_answer_marked_partial_success_is_an_incomplete_listing(gce) -> None:
 
 
 def test_an_instance_created_between_page_reads_repeats_one_and_marks_the_listing_incomplete(gce) -> None:
-    # Issue 16.5: offset-based pages shift when an instance sorting before the offset appears.
+    # Offset-based pages shift when an instance sorting before the offset appears.
     fleet, clients = gce
     for i in range(600):
         add_instance(fleet, "p", "us-east1-c", f"vm-{i:04d}")

@@ -66,7 +66,7 @@ def sweep(world, projects: list[str], **gce: object) -> tuple[steps.Summary, set
         gce={"projects": projects, "writer_health": {"source": "none"}, "max_retries": 0, **gce},
         k8s={"enabled": False},
         airflow={"sweep_store": f"file://{tmp_path}", "lease_wait": "0s", "shards": 2},
-        rollout={"gce": "enforcement"},  # the swept phase is the active one: no what-if (DESIGN.md 8)
+        rollout={"gce": "enforcement"},  # the swept phase is the active one: no what-if (docs/design.md §8)
     )
     target = GceTarget(config)
     target.__dict__["clients"] = clients

@@ -123,7 +123,7 @@ def test_api_client_from_the_airflow_connection(kube, monkeypatch: pytest.Monkey
 
 
 def test_a_repeated_continue_token_stops_the_list_and_marks_the_cluster_incomplete(kube) -> None:
-    # Issue 16.7: a server answering the same continue token again made ~22,000 list calls in 8 s.
+    # A server answering the same continue token again made ~22,000 list calls in 8 s.
     cluster, api, _ = kube
     for r in range(3):
         seed_run(cluster, f"r{r}")
@@ -150,7 +150,7 @@ def _sidecar_pod(run: str, created: float, phase: str, state: dict, restart_poli
 
 RUNNING = {"running": {"startedAt": "2026-11-29T11:00:00Z"}}
 EXIT_1 = {"terminated": {"exitCode": 1, "reason": "Error"}}
-SIDECARS = {  # issue 17.2: each of these still holds results in its emptyDir
+SIDECARS = {  # each of these still holds results in its emptyDir
     "succeeded-sidecar-running": ("Succeeded", RUNNING, "Never", False),
     "failed-sidecar-running": ("Failed", RUNNING, "Never", False),
     "native-sidecar-exit-1": ("Running", EXIT_1, "Never", True),
@@ -160,7 +160,7 @@ SIDECARS = {  # issue 17.2: each of these still holds results in its emptyDir
 
 
 def test_an_egress_sidecar_that_may_still_upload_keeps_its_run_as_listed(kube) -> None:
-    """DESIGN.md 5 row 6 on Pods as the API server serves them: only a sidecar finished for good lets go."""
+    """docs/design.md §5 row 6 on Pods as the API server serves them: only a sidecar finished for good lets go."""
     cluster, api, _ = kube
     created = NOW_DT.timestamp() - 3600  # the builders' clock
     for run, pod in SIDECARS.items():

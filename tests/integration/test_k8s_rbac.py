@@ -1,4 +1,4 @@
-"""The reaper sweeps with exactly the RBAC of ``deploy/`` (issue 12.3): list and delete, no ``get``, a namespaced
+"""The reaper sweeps with exactly the RBAC of ``deploy/``: list and delete, no ``get``, a namespaced
 Role where the sandbox namespaces are named. The emulator authorizes the ServiceAccount's token as the API server
 would (403 for anything its role does not allow), so a call the manifests do not grant fails here too."""
 

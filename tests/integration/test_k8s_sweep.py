@@ -1,4 +1,4 @@
-"""DESIGN.md section 5 end to end: emulated cluster, real NATS, real MongoDB protocol, real Postgres."""
+"""docs/design.md §5 end to end: emulated cluster, real NATS, real MongoDB protocol, real Postgres."""
 
 from __future__ import annotations
 

@@ -167,7 +167,7 @@ def test_a_failed_push_is_counted_not_raised(completed: bool, caplog) -> None:
 
 
 def test_a_group_the_retirement_cannot_delete_is_counted_in_the_sweeps_own_group(pushgateway, monkeypatch) -> None:
-    """Issue 25.7: a removed project's group that stays pages on its last values; the sweep says so in _all
+    """A removed project's group that stays pages on its last values; the sweep says so in _all
     (ReaperMetricsRetireFailing), and tries every other group all the same."""
     for scope in ("gone-a", "gone-b"):
         _group(pushgateway.url, {"target": "gce", "scope": scope})

@@ -1,4 +1,4 @@
-"""MongoDB run store and leases against SecantusDB: key forms, contradictions and odd values (issue 10).
+"""MongoDB run store and leases against SecantusDB: key forms, contradictions and odd values.
 
 A run key is looked up as the exact string and, when it is a 24-hex ObjectId, as that ObjectId too.
 Any other stored form of the same key (a number, an upper-case ObjectId spelling, an array) is

@@ -300,7 +300,7 @@ def planned(world) -> tuple[GceTarget, list[list[GceInstance]], Fence]:  # type:
 
 
 def test_a_delete_applied_before_the_kill_is_recorded_deleted_by_the_retry(world) -> None:
-    # Issue 18.4: the retry's re-read gets 404 for a VM this execution deleted itself.
+    # The retry's re-read gets 404 for a VM this execution deleted itself.
     fleet, _, ledger, _ = world
     target, batches, fence = planned(world)
     victim = batches[-1][0]

@@ -361,7 +361,7 @@ def test_a_pod_whose_delete_fails_keeps_its_secrets_in_this_task_and_its_retries
 
 
 def test_a_retry_never_finishes_a_run_an_earlier_try_stopped(world) -> None:
-    # Issue 16.6: only the Pod's outcome (changed: recreated, live) was written before the task failed;
+    # Only the Pod's outcome (changed: recreated, live) was written before the task failed;
     # the retry must not go on to the run's Secrets and NetworkPolicy.
     w, _, _ = world
     target = w.target()
@@ -392,7 +392,7 @@ def _fail() -> None:
 
 
 def test_a_terminating_pod_keeps_its_run_until_a_later_sweep_finds_it_gone(world) -> None:
-    # Issue 17.3: a graceful delete returns with the Pod still there; its containers may still run.
+    # A graceful delete returns with the Pod still there; its containers may still run.
     w, emulator, mongo_port = world
     with w.cluster.lock:
         w.cluster.objects[("pods", "ci", f"sandbox-{VICTIM}")]["metadata"]["finalizers"] = ["example.com/drain"]

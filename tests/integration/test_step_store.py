@@ -33,7 +33,7 @@ def store(dsn: str, **config: object) -> PostgresStepStore:
 
 RUNNING = ("r1", "build", 1, "running", None)
 
-# --- issue 17 item 1: labels match rows by value, never by their str() -------------------------
+# --- labels match rows by value, never by their str() -------------------------
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Credentials of the stores' Airflow connections (issue 10, DESIGN.md section 6).
+"""Credentials of the stores' Airflow connections(docs/design.md §6).
 
 Clients are built from the connection's fields, never by putting a password into a URI string, and
 no password ever reaches a log line or an exception message: not on success, not against a server

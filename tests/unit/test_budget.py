@@ -1,4 +1,4 @@
-"""DESIGN.md section 4: the staleness budget both targets apply, at its boundaries.
+"""docs/design.md §4: the staleness budget both targets apply, at its boundaries.
 
 The policy tests (test_policy_gce, test_policy_k8s) show a tripped budget holding a scope's
 deletes; these pin the thresholds themselves, each on both sides of its edge.

@@ -429,7 +429,7 @@ def test_help_names_every_command_and_version_matches_the_project(capsys: pytest
 
 
 def test_output_cut_short_by_its_reader_ends_quietly() -> None:
-    """Issue 25.6: ``reaper evaluate ... | head`` ended in a BrokenPipeError traceback. Here the reader is gone
+    """``reaper evaluate ... | head`` ended in a BrokenPipeError traceback. Here the reader is gone
     before the first write (its end of the pipe closed), so every write meets a closed pipe."""
     import os
 
@@ -460,6 +460,6 @@ def test_output_cut_short_by_its_reader_ends_quietly() -> None:
 def test_an_export_of_the_other_kind_says_what_the_option_takes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, sample: str, expected: str
 ) -> None:
-    """Issue 25.6: a kubectl List given to --gce read "Expected `array`, got `object`", the decoder's words."""
+    """A kubectl List given to --gce read "Expected `array`, got `object`", the decoder's words."""
     err = _bad(tmp_path, option, (SAMPLES / sample).read_text(), capsys)
     assert expected in err and err.count("\n") == 1

@@ -70,7 +70,7 @@ def runs(draw) -> list[K8sObject]:  # type: ignore[no-untyped-def]
 
 @given(runs(), st.integers(1, 9))
 def test_a_run_is_never_split_across_batches(objects: list[K8sObject], size: int) -> None:
-    # Issue 10.2: cut by count, a run's Pod could land in one batch and its Secrets in the next.
+    # Cut by count, a run's Pod could land in one batch and its Secrets in the next.
     batches = cut_batches(objects, size, _run)
     home: dict[tuple[str, str], int] = {}
     for i, batch in enumerate(batches):
@@ -124,7 +124,7 @@ _LOCKED_DOWN = [
 
 @pytest.mark.parametrize("change", _LOCKED_DOWN)
 def test_a_plan_made_under_another_config_is_stale(change: dict[str, object]) -> None:
-    # DESIGN.md 6: an operator who locks the target down between plan and delete must win.
+    # docs/design.md §6: an operator who locks the target down between plan and delete must win.
     before = PlanRef(1, "token", config_digest(parse_settings({}, "x")))
     after = PlanRef(1, "token", config_digest(parse_settings(change, "x")))
     assert stale(before, after) == "planned under another config"

@@ -1,5 +1,5 @@
 """The normalizers shared by exports and the adapters: what a Pod's container states and an object's
-deletion state mean (DESIGN.md section 5, row 6 and the terminating rule), and GCE deletion protection."""
+deletion state mean (docs/design.md §5, row 6 and the terminating rule), and GCE deletion protection."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The reaper's side of the incident replay (include/prometheus/incident-replay.test.yml), checked against the
 policy itself: the replay's budget hold appears when the default config's sweeps would first push it.
 
-Seed 004's shape, scaled down from 8,000 VMs: the managers of two projects (one each) stamped every heartbeat
+The quota incident's shape, scaled down from 8,000 VMs: the managers of two projects (one each) stamped every heartbeat
 in the heartbeat interval before t0, then crash-looped and stopped reporting; a third project stays healthy.
 """
 

@@ -1,4 +1,4 @@
-"""DESIGN.md section 3: phase presets, and config can only restrict them."""
+"""docs/design.md §3: phase presets, and config can only restrict them."""
 
 import pytest
 
@@ -63,7 +63,7 @@ def test_the_policy_marks_the_blocking_holds_of_each_scope() -> None:
 
 
 def test_the_holds_of_a_protected_project_block_nothing() -> None:
-    """Issue 25.7: a project just added to gce.protected_projects still trips its budget and its writer hold
+    """A project just added to gce.protected_projects still trips its budget and its writer hold
     (the verdict says so), but nothing is deleted there whatever they say: they must not page."""
     stale = [inst(hb_age=D) for _ in range(4)]
     (held,) = plan(stale, phase=Phase.ENFORCEMENT).scopes

@@ -1,4 +1,4 @@
-"""Every row of DESIGN.md section 4, with its boundaries."""
+"""Every row of docs/design.md §4, with its boundaries."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def test_zero_heartbeat_is_older_than_any_instance() -> None:
     assert one(inst(hb="0")) == ("report", "heartbeat_stale", "heartbeat_before_creation")
 
 
-# --- contradictory timestamps (DESIGN.md section 4, surprising evidence) -----------------------
+# --- contradictory timestamps (docs/design.md §4, surprising evidence) -----------------------
 
 
 def test_instance_created_in_the_future_with_a_stale_label_is_reported_not_deleted() -> None:

@@ -1,4 +1,4 @@
-"""Residual fleeting groups (DESIGN.md section 10): each row of reaper.policy.groups, the modes, the selector,
+"""Residual fleeting groups (docs/design.md §10): each row of reaper.policy.groups, the modes, the selector,
 and that neither a group nor a group's member instance is ever deleted."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every row of DESIGN.md section 5, run grouping, and the Kubernetes parts of section 6."""
+"""Every row of docs/design.md §5, run grouping, and the Kubernetes parts of section 6."""
 
 from __future__ import annotations
 
@@ -242,7 +242,7 @@ def test_unmanaged_objects_are_not_in_the_plan() -> None:
 @pytest.mark.parametrize("kind", ["Pod", "Secret", "NetworkPolicy"])
 def test_opt_out_on_any_object_keeps_the_whole_run(kind: str) -> None:
     # Deleting the Secrets or NetworkPolicy of a kept Pod would strip a live sandbox of its
-    # credentials or its isolation: the decision is per run (DESIGN.md section 5).
+    # credentials or its isolation: the decision is per run (docs/design.md §5).
     res = [*sandbox("r1"), obj(kind, "r1", labels={"reaper.io/keep": "true"}), *sandbox("r2")]
     got = decide(res, ev())
     assert got == {"r1": {("keep", "opt_out")}, "r2": {("delete", "sandbox_orphan")}}
@@ -445,7 +445,7 @@ def test_an_opt_out_in_one_cluster_keeps_the_run_in_every_cluster() -> None:
 
 
 def test_step_pods_without_a_step_store_are_said_loudly() -> None:
-    # Issue 17: with k8s.step_store none, step pods are reaped with no durability check: the sweep says so.
+    # With k8s.step_store none, step pods are reaped with no durability check: the sweep says so.
     from reaper.k8s.evidence import unguarded_step_pods
 
     pods = [obj("Pod", "r1", labels=STEP), obj("Pod", "r2"), obj("Secret", "r1", labels=STEP)]

@@ -1,4 +1,4 @@
-"""Hypothesis property tests for the invariants of DESIGN.md sections 1, 4, 5 and 6."""
+"""Hypothesis property tests for the invariants of docs/design.md §1, §4, §5 and §6."""
 
 from __future__ import annotations
 

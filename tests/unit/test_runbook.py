@@ -1,4 +1,4 @@
-"""docs/runbook.md against the code (issue 25.7): every metric, DAG id and config key it cites exists, and
+"""docs/runbook.md against the code: every metric, DAG id and config key it cites exists, and
 every alert has a section its ``runbook_url`` anchor finds. An on-call reads these names under pressure:
 one that names nothing (a metric never pushed, a DAG id with dashes) costs minutes."""
 

@@ -696,7 +696,7 @@ CONFIRMED = {"confirm_phase": "enforcement", "override_reason": "INC-7: enforce 
 def test_a_manual_run_of_a_phase_above_the_active_one_deletes_only_when_its_trigger_confirms_the_phase(
     tmp_path: Path,
 ) -> None:
-    """DESIGN.md 8: the active phase deletes on its schedule; a later phase run by hand is a what-if unless its
+    """docs/design.md §8: the active phase deletes on its schedule; a later phase run by hand is a what-if unless its
     trigger names the phase and gives a reason, and then its metrics reach the alerts like any sweep's."""
     url = {"pushgateway_url": "http://127.0.0.1:1"}
     ahead = sweep(tmp_path / "a", stale_fleet(), metrics=url, rollout={"gce": "report-only"})

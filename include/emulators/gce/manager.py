@@ -8,7 +8,7 @@ successful pass, and counters of passes and of failed passes, as Prometheus metr
 
 It also creates machines as docker-machine's google driver does (``instances.insert``),
 counted under gitlab-runner's own name, and it crash-loops: the series the cause alerts
-read (DESIGN.md section 10) come out of it as they come out of the real fleet.
+read (docs/design.md §10) come out of it as they come out of the real fleet.
 
 The seed design's failure modes: ``kill()`` (the manager dies: no more writes and no
 more metrics), writes that fail while the manager keeps reporting (the emulator's

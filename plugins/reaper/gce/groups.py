@@ -2,7 +2,7 @@
 
 Fleeting runners reattach to their instance group and adopt its instances on restart, so their
 instances are not orphaned one by one; what can be left behind is a whole group whose manager was
-decommissioned (seed 004, "Other executors"). One ``instanceGroupManagers.aggregatedList`` per
+decommissioned (docs/design.md §10, residual groups). One ``instanceGroupManagers.aggregatedList`` per
 page and project (zonal and regional groups alike), every page token followed, through the same
 pager as the instance listing. Groups whose name the selector does not match are dropped here.
 Nothing in this module, or anywhere in the reaper, resizes or deletes a group.

@@ -4,7 +4,7 @@ Two instant queries per sweep, not one per manager: the last pass timestamp
 and the failed passes over a window, both per (manager, project).
 
 The answers are read as evidence for deleting, so only their documented form
-counts (DESIGN.md sections 1 and 4, "Surprising evidence"):
+counts (docs/design.md §1 and §4, "Surprising evidence"):
 
 - The whole source is unknown (``None``, which holds every heartbeat delete)
   on any HTTP error or timeout, a body that is not strict JSON, ``status`` other

@@ -76,7 +76,7 @@ def reread_timeout(config: Settings) -> float:
 
 
 def unguarded_step_pods(objects: Iterable[K8sObject], config: Settings) -> list[str]:
-    """A loud warning when step pods are seen but no step store checks their results (DESIGN.md 5, row 7)."""
+    """A loud warning when step pods are seen but no step store checks their results (docs/design.md §5, row 7)."""
     k8s = config.k8s
     if k8s.step_store != "none":
         return []

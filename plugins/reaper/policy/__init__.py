@@ -1,4 +1,4 @@
-"""The policy: a pure function from resources and evidence to a plan (DESIGN.md sections 3 to 6).
+"""The policy: a pure function from resources and evidence to a plan (docs/design.md §3 to §6).
 
 No I/O, no clock reads, no globals: the DAGs and the offline CLI call this same
 function, so report-only and enforcement pick exactly the same set.
@@ -108,7 +108,7 @@ def evaluate(
 
 
 def _capped(decision: Decision, limit: int) -> Decision:
-    """DESIGN.md section 6: past the per-sweep cap nothing is deleted; everything is reported."""
+    """docs/design.md §6: past the per-sweep cap nothing is deleted; everything is reported."""
     if decision.action is not Action.DELETE:
         return decision
     evidence = {**(decision.evidence or {}), "finding": decision.reason, "max_deletions_per_sweep": limit}

@@ -1,4 +1,4 @@
-"""The staleness budget (DESIGN.md section 4), shared by both targets.
+"""The staleness budget (docs/design.md §4), shared by both targets.
 
 Many stale heartbeats (or orphaned runs) in one scope at once are more likely a
 broken writer than a broken fleet, so past the budget the scope's deletes are

@@ -1,4 +1,4 @@
-"""GCE rules (DESIGN.md section 4): heartbeat, TERMINATED and age findings, and the per-project holds.
+"""GCE rules (docs/design.md §4): heartbeat, TERMINATED and age findings, and the per-project holds.
 
 A first pass sorts each project's instances: the fresh, labeled, running ones
 (nearly all of a healthy fleet) take a few comparisons; the rest are classified
@@ -54,7 +54,7 @@ class Candidate(NamedTuple):
 
     A NamedTuple: the candidates are the module constants below, built once and shared, and
     ``_resolve`` unpacks them as plain tuples. Anomalies are never findings: their most is a
-    report, and they belong to the heartbeat rule (DESIGN.md section 3).
+    report, and they belong to the heartbeat rule (docs/design.md §3).
     """
 
     rule: str  # the rule whose mode decides it
@@ -329,7 +329,7 @@ def _evaluate_project(project: str, group: _Project, sweep: _Sweep) -> _ProjectR
 def _classify(
     inst: GceInstance, t: _Thresholds, findings: dict[str, int]
 ) -> tuple[list[Candidate], dict[str, object], int | None]:
-    """Every finding and anomaly of one instance (DESIGN.md section 4), the facts, and its valid beat.
+    """Every finding and anomaly of one instance (docs/design.md §4), the facts, and its valid beat.
 
     Each finding is also counted in ``findings``, the project's tally for the census.
 

@@ -1,4 +1,4 @@
-"""Residual fleeting groups (DESIGN.md section 10, seed 004 "Other executors"): reported, never deleted.
+"""Residual fleeting groups (docs/design.md §10): reported, never deleted.
 
 Fleeting runners reattach to their managed instance group and adopt its instances on restart, so
 their instances are never orphaned one by one; what is left behind is a group whose manager was

@@ -1,7 +1,7 @@
-"""Kubernetes rules (DESIGN.md section 5): one decision per run, lease first, store as backstop.
+"""Kubernetes rules (docs/design.md §5): one decision per run, lease first, store as backstop.
 
 A run's Pods, Secrets and NetworkPolicies share one decision, taken by the
-first matching row of the table in DESIGN.md section 5, never per object: an
+first matching row of the table in docs/design.md §5, never per object: an
 opted-out or protected object keeps its whole run, because deleting the Secrets
 or NetworkPolicy of a kept Pod would strip a live sandbox of its credentials or
 its network isolation. Every evidence lookup has an explicit unknown, and every
@@ -236,7 +236,7 @@ def _evaluate_cluster(cluster: str, objects: list[K8sObject], sweep: _Sweep) -> 
                 rows[key] = "in_use_outside_run", {**facts, "used_by": user}
     orphans = sum(1 for reason, _ in rows.values() if reason == ORPHAN)
     managed = sum(1 for reason, _ in rows.values() if reason not in KEPT_RUNS)
-    # The same object listed twice means the listing moved under us (DESIGN.md section 4, applied to lists).
+    # The same object listed twice means the listing moved under us (docs/design.md §4, applied to lists).
     incomplete = (TARGET, cluster) in sweep.evidence.incomplete or duplicated
     budget, overridden = budget_hold(orphans, managed, sweep.config, sweep.override, TARGET, cluster)
     holds = ("inventory_incomplete", *budget) if incomplete else budget
@@ -387,7 +387,7 @@ def _used_outside_run(key: str, members: list[K8sObject], pods: _PodIndex, run_l
 
 
 def _run_row(key: str, members: list[K8sObject], sweep: _Sweep) -> tuple[str, dict[str, object]]:
-    """The first matching row of DESIGN.md section 5 for one run, and the evidence it used.
+    """The first matching row of docs/design.md §5 for one run, and the evidence it used.
 
     Before the table, run-wide guards hold every object of the run: any object (in any cluster)
     opted out, in a protected namespace or with an odd opt-out label, and a Pod already terminating
@@ -407,7 +407,7 @@ def _run_row(key: str, members: list[K8sObject], sweep: _Sweep) -> tuple[str, di
 def evidence_row(
     key: str, members: list[K8sObject], evidence: Evidence, config: Settings, now: float
 ) -> tuple[str, dict[str, object]]:
-    """Rows 1 to 8 of DESIGN.md section 5 for one run (``evidence`` cross-checked), and the evidence they used:
+    """Rows 1 to 8 of docs/design.md §5 for one run (``evidence`` cross-checked), and the evidence they used:
     what the run's age, lease, run store, sidecar and step results say, whatever guards its objects carry."""
     k8s = config.k8s
     facts: dict[str, object] = {"run": key}
@@ -512,7 +512,7 @@ def valid_attempt(label: str | None) -> bool:
 
 
 def _undurable_steps(key: str, pods: list[K8sObject], evidence: Evidence, config: Settings) -> dict[str, str]:
-    """Step attempts of the run's pods whose results are not proven durable, with why (DESIGN.md 5, row 7).
+    """Step attempts of the run's pods whose results are not proven durable, with why (docs/design.md §5, row 7).
 
     Only a terminal row for the pod's own (run, step, attempt) with durable results (or a failed
     status) proves it: no row, an unknown one, or missing or malformed labels all count as not durable.

@@ -1,4 +1,4 @@
-"""Rollout phases as presets, and the effective mode of a rule (DESIGN.md section 3)."""
+"""Rollout phases as presets, and the effective mode of a rule (docs/design.md §3)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ TARGET_OF_RULE = {
 }
 
 _OFF, _REPORT, _DELETE = Mode.OFF, Mode.REPORT, Mode.DELETE
-# residual_group (DESIGN.md section 10) only ever reports: from report-only on, never delete.
+# residual_group (docs/design.md §10) only ever reports: from report-only on, never delete.
 PRESETS: dict[Phase, dict[str, Mode]] = {
     Phase.TELEMETRY: dict.fromkeys(RULES, _OFF),
     Phase.TERMINATED_CLEANUP: {**dict.fromkeys(RULES, _OFF), "terminated": _DELETE},
@@ -29,7 +29,7 @@ def effective_modes(config: Settings, phase: Phase) -> dict[str, Mode]:
     return {rule: min(PRESETS[phase][rule], getattr(config.rules, rule)) for rule in RULES}
 
 
-# The rules whose deletes each scope hold stops (DESIGN.md sections 4 and 5): a GCE listing that is
+# The rules whose deletes each scope hold stops (docs/design.md §4 and §5): a GCE listing that is
 # not proven complete holds every rule, writer health and the budget only the heartbeat rule.
 HELD_RULES: dict[str, dict[str, tuple[str, ...]]] = {
     "gce": {

@@ -92,7 +92,7 @@ def _store(ev: Evidence) -> str:
 
 
 SENTENCES: dict[str, Sentence] = {
-    # GCE findings (DESIGN.md section 4)
+    # GCE findings (docs/design.md §4)
     "terminated": lambda ev, lim: f"TERMINATED longer than the grace{_limit(lim, 'terminated_grace', 'of')}",
     "heartbeat_stale": lambda ev, lim: f"{_heartbeat(ev)}{_limit(lim, 'quarantine', 'quarantine')}",
     "unlabeled_age": lambda ev, lim: (
@@ -146,7 +146,7 @@ SENTENCES: dict[str, Sentence] = {
         f"{_heartbeat(ev)}{_limit(lim, 'quarantine', 'quarantine')}: fresh" if ev else "heartbeat is fresh"
     ),
     "no_finding": lambda ev, lim: "no heartbeat label, younger than the maximum age",
-    # Kubernetes rows (DESIGN.md section 5), decided per run
+    # Kubernetes rows (docs/design.md §5), decided per run
     "min_age": lambda ev, lim: (
         f"{_run(ev)}youngest object {duration(ev.get('youngest_age_s'))} old{_limit(lim, 'min_age', 'minimum age')}"
     ),
@@ -173,7 +173,7 @@ SENTENCES: dict[str, Sentence] = {
     "pod_terminating": lambda ev, lim: f"{_run(ev)}its Pod is still terminating; the rest waits",
     "terminating": lambda ev, lim: "already being deleted (deletionTimestamp set)",
     "run_label_missing": lambda ev, lim: f"no {ev.get('run_label', 'run')} label: its run cannot be known",
-    # residual instance groups (DESIGN.md section 10): reported, never deleted
+    # residual instance groups (docs/design.md §10): reported, never deleted
     "residual_group": lambda ev, lim: (
         f"manager {ev.get('manager')} has not reported writer health for longer than the quarantine"
         f" ({duration(ev.get('quarantine_s'))}), yet the group still holds {ev.get('instances')} instances"

@@ -1,7 +1,7 @@
 """One row per resource: its decision, the reason in words, and what became of it.
 
-The ledger keeps a resource's decision, its delete intent and its outcome as three records (DESIGN.md
-section 7), named differently (a Kubernetes intent is ``Pod/ci/sandbox-4``, its decision ``sandbox-4``
+The ledger keeps a resource's decision, its delete intent and its outcome as three records (docs/design.md
+§7), named differently (a Kubernetes intent is ``Pod/ci/sandbox-4``, its decision ``sandbox-4``
 in namespace ``ci``). A reader wants them as one row: :func:`ledger_row` joins them on the execution
 and (scope, uid); :func:`plan_row` makes the same row from a policy decision (the what-if report).
 """

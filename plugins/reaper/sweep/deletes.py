@@ -1,6 +1,6 @@
 """The delete stage of a sweep: batches that never split a run, and one batch executed under the fence.
 
-A plan belongs to one execution of one sweep (DESIGN.md section 6). ``evaluate_policy`` stamps every
+A plan belongs to one execution of one sweep (docs/design.md §6). ``evaluate_policy`` stamps every
 batch with a :class:`PlanRef`: the execution that made it (the DAG run's ``clear_number``), the sweep
 lease token it held, and the config it was made under. A ``delete`` task runs a batch only when all
 three are still its own; a cleared or re-run task holding someone else's plan deletes nothing and
@@ -67,7 +67,7 @@ def units_of(resources: Iterable[Resource], unit: Callable[[Resource], Hashable]
 def cut_batches(
     resources: Iterable[Resource], size: int, unit: Callable[[Resource], Hashable], most: int | None = None
 ) -> list[list[Resource]]:
-    """Batches that never split a unit (a Kubernetes run: DESIGN.md 6), each with at most ``size`` resources
+    """Batches that never split a unit (a Kubernetes run: docs/design.md §6), each with at most ``size`` resources
     of any one scope.
 
     A batch is a delete task, and what sets a task's length is its scopes' rate limits: every send

@@ -1,4 +1,4 @@
-"""The DAG factory: one DAG per target and rollout phase, all with the same task graph (DESIGN.md section 8).
+"""The DAG factory: one DAG per target and rollout phase, all with the same task graph (docs/design.md §8).
 
 ``resolve_scopes`` -> ``list_inventory`` (mapped over at most ``airflow.shards``
 shards of scopes) -> ``gather_evidence`` -> ``evaluate_policy`` (the same
@@ -59,7 +59,7 @@ def executors() -> list[str]:
 
 def refuse_unshared_store(config: Settings, names: list[str]) -> None:
     """Tasks hand their inventories and evidence over through ``airflow.sweep_store``: a store on this
-    machine's disk only works when every task runs on this machine (DESIGN.md section 8)."""
+    machine's disk only works when every task runs on this machine (docs/design.md §8)."""
     store = config.airflow.sweep_store
     remote = [name for name in names if name not in LOCAL_EXECUTORS]
     if remote and urlsplit(store).scheme in ("", "file"):

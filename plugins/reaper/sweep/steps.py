@@ -1,6 +1,6 @@
 """Each task of a sweep as a plain, typed function; the DAG factory (:mod:`reaper.sweep.factory`) only wires them.
 
-The graph (DESIGN.md section 8): ``resolve_scopes`` (takes the target's sweep lease) ->
+The graph (docs/design.md §8): ``resolve_scopes`` (takes the target's sweep lease) ->
 ``list_inventory`` (one per shard of scopes) -> ``gather_evidence`` (the one sweep input) ->
 ``evaluate_policy`` (the plan: decisions in the ledger, candidate batches, the summary) ->
 ``budget_check`` -> ``delete`` (one per batch) or ``report_only`` -> ``record`` -> ``release_lease``.
@@ -68,7 +68,7 @@ class Ids(msgspec.Struct, frozen=True):
     """One execution of a sweep, as the ledger keys it.
 
     Clearing any task of a DAG run raises its ``clear_number`` (``execution``): each value is one
-    execution, with its own plan, ledger records and summary (DESIGN.md sections 6 and 7). That
+    execution, with its own plan, ledger records and summary (docs/design.md §6 and §7). That
     alone does not tell executions apart (clearing tasks without resetting the run keeps it), but
     every execution takes the sweep lease anew: ``lease`` is its token (a retried task keeps it).
     """
@@ -285,7 +285,7 @@ def resolve_scopes(sweep: Sweep, params: dict[str, object]) -> Setup:
     """Check the run's params, take the target's sweep lease (waiting ``airflow.lease_wait``), resolve the
     scopes to their canonical names (:meth:`Target.resolve`) and shard them.
 
-    The DAGs of one target never sweep at once (DESIGN.md 8): when another holds the lease past the
+    The DAGs of one target never sweep at once (docs/design.md §8): when another holds the lease past the
     wait, this execution's summary says so and the sweep is skipped, which is no failure.
     """
     target, config = sweep.target, sweep.config
@@ -637,7 +637,7 @@ def run_overrides(
     target: str,
     resolution: Sequence[Resolved] = (),
 ) -> Overrides:
-    """What this execution's params lift, and what the ledger records about it (DESIGN.md section 6).
+    """What this execution's params lift, and what the ledger records about it (docs/design.md §6).
 
     ``override_budget`` lifts the budget holds of the scopes of ``target`` that ``override_scopes``
     names, and no other; ``max_deletions`` above the configured cap (``configured``) raises the
@@ -686,7 +686,7 @@ def gated(phase: Phase, active: Phase) -> bool:
 
 
 def phase_gate(sweep: Sweep, params: dict[str, object], triggered_by: str, rerun: bool) -> dict[str, object] | None:
-    """The ledger's record of the phase gate (DESIGN.md 8), or None for the active phase (and telemetry,
+    """The ledger's record of the phase gate (docs/design.md §8), or None for the active phase (and telemetry,
     which deletes nothing).
 
     Only the active phase deletes on its own. A manual run of any other phase is a what-if, a dry run, unless
