@@ -76,7 +76,7 @@ def test_every_relative_link_resolves(path: Path) -> None:
 @pytest.mark.parametrize(
     ("heading", "anchor"),
     [
-        ("§4 GCE rules (docs/design.md §4)", "4-gce-rules-designmd-section-4"),
+        ("§4 GCE rules (DESIGN.md section 4)", "4-gce-rules-designmd-section-4"),
         ("`reaper evaluate`: what would a phase do to my fleet?", "reaper-evaluate-what-would-a-phase-do-to-my-fleet"),
         (
             "On separate workers: the CeleryExecutor and the KubernetesExecutor",
