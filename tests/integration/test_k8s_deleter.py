@@ -136,3 +136,18 @@ def test_a_409_then_a_failed_read_of_the_pod_is_terminating_and_every_intent_has
     assert intents == ["dead-pod"] and outcomes["dead-pod"] == "terminating"
     assert set(outcomes.values()) == {"terminating", "not_attempted"} and len(outcomes) == 4
     assert len(cluster.objects) == 4
+
+
+def test_an_undecodable_answer_to_a_pods_delete_is_terminating_without_a_poll(kube) -> None:
+    # The answer cannot show the Pod gone: in doubt it is terminating, and its Secrets and NetworkPolicy wait.
+    cluster, api, _ = kube
+    seed_run(cluster, "dead")
+    cluster.rewrites["delete"] = lambda _: b"not json"
+    outcomes = {o.kind + "/" + o.name: o.result for o in delete(api, planned(api))}
+    assert outcomes == {
+        "Pod/sandbox-dead": "terminating",
+        "Secret/sandbox-dead-egress-ca": "not_attempted",
+        "Secret/sandbox-dead-files": "not_attempted",
+        "NetworkPolicy/sandbox-dead": "not_attempted",
+    }
+    assert cluster.counters["delete"] == 1 and cluster.counters["list_named"] == 4  # the run's re-reads, no poll

@@ -31,15 +31,20 @@ METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v
 RETRY_AFTER_CAP = 30.0
 
 
+def collection_path(kind: str, namespace: str | None = None) -> str:
+    """The collection of ``kind``: cluster-wide, or one namespace's."""
+    prefix, resource = PATHS[kind]
+    return f"{prefix}/{resource}" if namespace is None else f"{prefix}/namespaces/{namespace}/{resource}"
+
+
 def collection_paths(kind: str, namespaces: Sequence[str]) -> list[str]:
     """Where objects of ``kind`` are listed: cluster-wide, or in each of ``namespaces`` when named.
 
     Named namespaces are what lets a namespaced ``Role`` suffice in the swept cluster (``k8s.namespaces``).
     """
-    prefix, resource = PATHS[kind]
     if not namespaces:
-        return [f"{prefix}/{resource}"]
-    return [f"{prefix}/namespaces/{namespace}/{resource}" for namespace in namespaces]
+        return [collection_path(kind)]
+    return [collection_path(kind, namespace) for namespace in namespaces]
 
 
 def api_client_from_connection(conn_id: str) -> k8s.ApiClient:

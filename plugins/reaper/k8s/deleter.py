@@ -1,17 +1,26 @@
 """Deleting orphaned runs' objects, a run at a time: Pod, then Secrets, then NetworkPolicy.
 
-Before a run's first delete, after its rate-limit token, its objects are read again (same uid and
-resourceVersion; each through a list of its namespace selected by name, so that the reaper needs
-``list`` and ``delete`` only, no ``get``) and so is its evidence (``revalidate``: the lease still absent, the run still
-terminal or gone); a run that changed in any of these is skipped whole. Every delete carries
-``preconditions.uid`` and ``preconditions.resourceVersion``, so an object recreated, relabelled or
-opted out after the plan answers 409 and is skipped, and ``propagationPolicy: Background``; answers
-are asked for as metadata only (a Secret's delete would otherwise echo its data). A Pod's delete is
-graceful: while the Pod is still terminating (grace period, finalizers) its containers may run, so it
-is recorded ``terminating`` and the run's Secrets and NetworkPolicy wait for a later sweep that finds it
-gone. 404 means already gone (``deleted`` when this sweep's own delete call went out first); 409 (a
-failed precondition) means changed under us; any other refusal is ``failed``. A run stops at its first
-object that is not gone: a Pod that could not be deleted keeps the Secrets it may mount.
+For each run, in this order (docs/design.md §6):
+
+1. stop or deadline reached: the whole run is ``not_attempted``;
+2. the cluster's rate-limit token, first: no wait sits between the re-reads and the delete;
+3. every object of the run read again (same uid and resourceVersion) and its evidence (``revalidate``: the
+   lease still absent, the run still terminal or gone); a run that changed in any of these is skipped whole;
+4. its objects in order; before its first Secret or NetworkPolicy, whether any Pod of the run exists, and its
+   remaining objects and its evidence read again;
+5. per object: its token (after the first), then the guard (stop, deadline, sweep lease) and the durable intent;
+6. the delete, with ``preconditions.uid`` and ``preconditions.resourceVersion`` (an object recreated,
+   relabelled or opted out after the plan answers 409 and is skipped) and ``propagationPolicy: Background``;
+7. the call marked sent. A Pod's delete is graceful: while the Pod is still terminating (grace period,
+   finalizers) its containers may run, so it is recorded ``terminating`` and the run's Secrets and
+   NetworkPolicy wait for a later sweep that finds it gone;
+8. the run stops at its first object that is not gone: a Pod that could not be deleted keeps the Secrets it
+   may mount.
+
+The requests are :class:`reaper.k8s.api.ClusterApi`'s: reads are lists (``list`` and ``delete`` are all the
+reaper's Role needs), answers metadata only. 404 means already gone (``deleted`` when this sweep's own
+delete call went out first); 409 (a failed precondition) means changed under us; any other refusal is
+``failed``.
 
 Every call between the plan and the send, and every wait after it, stops when the run must stop
 (docs/design.md §6): a re-read is started only while the guard allows it, and retried (429 after
@@ -30,14 +39,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-import msgspec
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from reaper.config import Settings
 from reaper.fence import UNCONFIRMED, Halted, SendGuard
-from reaper.k8s.client import METADATA_ONLY as METADATA_LIST
-from reaper.k8s.client import PATHS, answer, call, collection_paths, retryable
+from reaper.k8s.api import ClusterApi, Conflict, Gone, ObjectMeta
+from reaper.k8s.client import answer, retryable
 from reaper.k8s.evidence import reread_timeout
 from reaper.model import K8sObject, Outcome
 from reaper.ratelimit import BucketsPerScope
@@ -52,7 +60,6 @@ DELETED, ALREADY_GONE, CHANGED, FAILED, TERMINATING = (
 )
 GONE = (DELETED, ALREADY_GONE)
 ORDER = {"Pod": 0, "Secret": 1, "NetworkPolicy": 2}
-METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 _POLL = (0.1, 1.0)  # seconds between reads of a terminating Pod: first, doubling up to the last
 
 # Why a run's evidence no longer supports deleting it, or None (the lease and the run store read again).
@@ -63,25 +70,6 @@ T = TypeVar("T")
 class Stopped(Exception):
     """The run must stop (deadline, SIGTERM) before a call it needs could start or be retried: what
     it has not sent is left for the next sweep (``guard.unsent``)."""
-
-
-class _Meta(msgspec.Struct):
-    name: str = ""
-    uid: str = ""
-    resourceVersion: str = ""
-    deletionTimestamp: str | None = None
-
-
-class _Answer(msgspec.Struct):
-    metadata: _Meta = msgspec.field(default_factory=_Meta)
-
-
-class _List(msgspec.Struct):
-    items: list[_Answer] = []
-
-
-_ANSWER = msgspec.json.Decoder(_Answer)
-_LIST = msgspec.json.Decoder(_List)
 
 
 def run_key(obj: K8sObject, run_label: str) -> tuple[str, str]:
@@ -189,18 +177,14 @@ class K8sDeleter:
         Cluster-wide, or in every namespace of ``k8s.namespaces`` and every one ``rest`` lives in (a Pod
         can only mount Secrets of its own namespace, which the plan's config may not have named).
         """
-        obj = rest[0]
-        api = self.api_for(obj.cluster)
-        query: list[tuple[str, object]] = [("labelSelector", f"{self.run_label}={obj.labels.get(self.run_label, '')}")]
-        namespaces = sorted({*self.namespaces, *(o.namespace for o in rest)}) if self.namespaces else []
+        api = self._api(rest[0].cluster)
+        run = {self.run_label: rest[0].labels.get(self.run_label, "")}
+        namespaces = sorted({*self.namespaces, *(o.namespace for o in rest)}) if self.namespaces else [None]
         try:
-            for path in collection_paths("Pod", namespaces):
-                listed = self._guarded(
-                    guard, lambda p=path: call(api, "GET", p, self.timeout, query, accept=METADATA_LIST)
-                )
-                pods = _LIST.decode(listed).items
+            for namespace in namespaces:
+                pods = self._guarded(guard, lambda n=namespace: api.pods(run, n))
                 if pods:
-                    return f"a Pod of the run exists ({pods[0].metadata.uid}): its Secrets and NetworkPolicy stay"
+                    return f"a Pod of the run exists ({pods[0].uid}): its Secrets and NetworkPolicy stay"
         except Stopped:
             raise
         except Exception as exc:
@@ -213,10 +197,10 @@ class K8sDeleter:
         The preconditions catch a change to the object being deleted; this catches one to the
         run's other objects before its Pod goes: the decision is the run's, not the object's.
         """
-        api = self.api_for(members[0].cluster)  # a run lives in one cluster
+        api = self._api(members[0].cluster)  # a run lives in one cluster
         for obj in members:
             try:
-                meta = self._guarded(guard, lambda o=obj: self._read(api, o))
+                meta = self._guarded(guard, lambda o=obj: api.read(o))
             except Stopped:
                 raise
             except Exception as exc:
@@ -229,32 +213,16 @@ class K8sDeleter:
                 return f"{obj.kind} {obj.namespace}/{obj.name} changed since the plan (resourceVersion)"
         return None
 
-    def _read(self, api: k8s.ApiClient, obj: K8sObject) -> _Meta | None:
-        """The object's metadata as it is now, or None when it is gone.
-
-        A list of its namespace selected by name, not a ``get``: the reaper's Role then needs no
-        ``get`` on Secrets (only ``list`` and ``delete``). More than one answer, or one of another name
-        (a server that ignored the selector), is not this object: it raises, and the caller reads that
-        as unreadable (keep).
-        """
-        prefix, resource = PATHS[obj.kind]
-        path = f"{prefix}/namespaces/{obj.namespace}/{resource}"
-        query: list[tuple[str, object]] = [("fieldSelector", f"metadata.name={obj.name}")]
-        items = _LIST.decode(call(api, "GET", path, self.timeout, query, accept=METADATA_LIST)).items
-        if len(items) > 1 or any(item.metadata.name != obj.name for item in items):
-            raise ValueError("the answer is not this one object: the field selector was not applied")
-        return items[0].metadata if items else None
+    def _api(self, cluster: str) -> ClusterApi:
+        return ClusterApi(self.api_for(cluster), self.timeout)
 
     def _record(self, obj: K8sObject, guard: SendGuard, result: str, detail: str) -> Outcome:
         guard.record(obj, result, detail)
         return Outcome(obj, result, detail)
 
-    def _path(self, obj: K8sObject) -> str:
-        prefix, resource = PATHS[obj.kind]
-        return f"{prefix}/namespaces/{obj.namespace}/{resource}/{obj.name}"
-
     def _delete_one(self, obj: K8sObject, guard: SendGuard, take_token: bool) -> Outcome:
-        api = self.api_for(obj.cluster)
+        """Token (after the run's first object), guard and intent, then the delete with its preconditions."""
+        api = self._api(obj.cluster)
         if take_token:
             try:
                 self.buckets.acquire(obj.cluster, guard.stop_at)
@@ -263,35 +231,26 @@ class K8sDeleter:
         why = guard.before_send(obj)
         if why:
             return Outcome(obj, guard.unsent(obj), why)
-        preconditions = {"uid": obj.uid}
-        if obj.resource_version:
-            preconditions["resourceVersion"] = obj.resource_version
-        body = {
-            "apiVersion": "v1",
-            "kind": "DeleteOptions",
-            "preconditions": preconditions,
-            "propagationPolicy": "Background",
-        }
         attempts = 0
 
-        def send() -> bytes:
+        def send() -> ObjectMeta | None:
             nonlocal attempts
             if attempts:
                 guard.retry(obj)
             attempts += 1
-            return call(api, "DELETE", self._path(obj), self.timeout, body=body, accept=METADATA)
+            return api.delete(obj)
 
         try:
-            deleted = self.backoff.call(send, retryable, stop=guard.stop_at)
+            removed = self.backoff.call(send, retryable, stop=guard.stop_at)
+        except Gone:
+            if attempts > 1 or obj.uid in guard.sent_before:
+                return Outcome(obj, DELETED, "404 after this sweep's delete call")
+            return Outcome(obj, ALREADY_GONE, "404 on delete")
+        except Conflict:
+            if obj.kind == "Pod" and self._terminating(api, obj, guard):
+                return Outcome(obj, TERMINATING, "409, and the Pod is already terminating")
+            return Outcome(obj, CHANGED, "409: a precondition failed (recreated, relabelled or opted out)")
         except ApiException as exc:
-            if exc.status == 404:
-                if attempts > 1 or obj.uid in guard.sent_before:
-                    return Outcome(obj, DELETED, "404 after this sweep's delete call")
-                return Outcome(obj, ALREADY_GONE, "404 on delete")
-            if exc.status == 409:  # what the API server answers a failed precondition
-                if obj.kind == "Pod" and self._terminating(api, obj, guard):
-                    return Outcome(obj, TERMINATING, "409, and the Pod is already terminating")
-                return Outcome(obj, CHANGED, "409: a precondition failed (recreated, relabelled or opted out)")
             return Outcome(obj, FAILED, answer(exc))
         except Halted as exc:
             return Outcome(obj, UNCONFIRMED, f"the delete call's answer was lost and no retry was sent: {exc}")
@@ -302,31 +261,33 @@ class K8sDeleter:
         except Exception as exc:
             return Outcome(obj, FAILED, f"{type(exc).__name__}: {exc}")
         guard.sent(obj)
-        if obj.kind == "Pod" and self._still_terminating(api, obj, deleted, guard):
+        if obj.kind == "Pod" and self._still_terminating(api, obj, removed, guard):
             return Outcome(obj, TERMINATING, "the Pod is terminating; its Secrets and NetworkPolicy wait")
         return Outcome(obj, DELETED)
 
-    def _terminating(self, api: k8s.ApiClient, obj: K8sObject, guard: SendGuard) -> bool:
+    def _terminating(self, api: ClusterApi, obj: K8sObject, guard: SendGuard) -> bool:
         """Whether the planned Pod (same uid) still exists with a deletionTimestamp; in doubt (a failed
         read, or none started because the run must stop), it is: the run's Secrets and NetworkPolicy
         then wait for a later sweep."""
         if guard.stop_at(guard.clock()):
             return True
         try:
-            meta = self._read(api, obj)
+            meta = api.read(obj)
         except Exception:
             return True
         return meta is not None and meta.uid == obj.uid and meta.deletionTimestamp is not None
 
-    def _still_terminating(self, api: k8s.ApiClient, obj: K8sObject, reply: bytes, guard: SendGuard) -> bool:
+    def _still_terminating(self, api: ClusterApi, obj: K8sObject, removed: ObjectMeta | None, guard: SendGuard) -> bool:
         """After a graceful delete: wait (bounded) for the Pod to go; True while it is still there.
 
         Any doubt (an undecodable answer, a failed read) counts as still terminating: the run's
         Secrets and NetworkPolicy then wait for the next sweep, which is the safe side.
         """
+        if removed is None:
+            return True
+        if removed.deletionTimestamp is None:
+            return False  # deleted at once: the answer is the object as it was removed
         try:
-            if _ANSWER.decode(reply).metadata.deletionTimestamp is None:
-                return False  # deleted at once: the answer is the object as it was removed
             give_up = time.monotonic() + self.pod_gone_timeout
             pause = _POLL[0]
             while True:
