@@ -23,11 +23,12 @@ from airflow.sdk import ObjectStoragePath
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from reaper.approvals import fingerprint_of
-from reaper.config import Mode, Settings, config_path
+from reaper.config import Settings, config_path
 from reaper.fence import NOT_ATTEMPTED, SendGuard
 from reaper.model import (
     Action,
     Evidence,
+    Mode,
     Override,
     Phase,
     Plan,
