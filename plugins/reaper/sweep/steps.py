@@ -40,6 +40,7 @@ from reaper.model import (
 )
 from reaper.redact import error_for_log
 from reaper.sweep import approved, notices
+from reaper.sweep.deadline import fit_before_deadline, resolving_deadline, send_deadline
 from reaper.sweep.deletes import (
     STALE_PLAN,
     Fence,
@@ -47,7 +48,6 @@ from reaper.sweep.deletes import (
     config_digest,
     cut_batches,
     delete_batch,
-    fit_before_deadline,
     outcome_records,
     stale,
 )
@@ -331,9 +331,8 @@ def resolve_scopes(sweep: Sweep, params: dict[str, object]) -> Setup:
         ledger.summary({**sweep.under(None).fields(), **skipped})
         raise AirflowSkipException(lease)
     try:
-        # A quarter of the time the run may send for, at most: waits for a used-up quota must leave the sweep room.
-        now = time.time()
-        stop = SendGuard(deadline=now + (send_deadline(sweep, lease, None) - now) / 4).stop_at
+        deadline = resolving_deadline(send_deadline(config, target.name, lease.expires_at, None), time.time())
+        stop = SendGuard(deadline=deadline).stop_at
         resolved = sorted(target.resolve(wanted, stop), key=lambda r: r.scope)
         check_override_scopes(params, wanted, target, resolved)  # by a configured name or the id it resolved to
     except BaseException:
@@ -414,7 +413,7 @@ def list_inventory(sweep: Sweep, shard: list[Resolved], map_index: int, lease: L
     target = sweep.target
     unresolved = [ScopeListing(target.name, r.scope, problems=[r.problem]) for r in shard if r.problem]
     # No wait for a used-up quota past the time the run's deletes must stop: the listing is then incomplete.
-    stop = SendGuard(deadline=send_deadline(sweep, lease, None)).stop_at
+    stop = SendGuard(deadline=send_deadline(sweep.config, target.name, lease.expires_at, None)).stop_at
     listings = target.list([r.scope for r in shard if not r.problem], stop) + unresolved
     path = sweep.path(f"inventory-{map_index}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -553,8 +552,8 @@ def evaluate_policy(
     if deletes:  # one round trip, empty unless this execution planned before: what it recorded stands
         done = ledger.outcomes(ids.fields())
         deletes = [d for d in deletes if (d.resource.scope, d.resource.uid) not in done]
-    ends = send_deadline(sweep, lease, started)
-    seconds = (min(ends, approval.expires_at) if approval else ends) - time.time()  # the deletes' guard's deadline
+    deadline = send_deadline(config, target.name, lease.expires_at, started, approval.expires_at if approval else None)
+    seconds = deadline - time.time()  # the deletes' guard's
     fits, left = fit_before_deadline([d.resource for d in deletes], target.unit, target.delete_rate, seconds)
     if left:
         why = (
@@ -760,25 +759,14 @@ def delete(sweep: Sweep, batch: Batch, lease: Lease, started: datetime | None) -
     # nothing after its expiry: the guard's deadline, so every send and re-read stops there, a batch begun after it
     # sends nothing, and a retried one leaves an earlier try's outcomes as they are.
     target = sweep.target.pinned() if batch.approval else sweep.target
-    deadline = send_deadline(sweep, lease, started)
-    if batch.approval:
-        deadline = min(deadline, batch.approval_expires)
+    expires = batch.approval_expires if batch.approval else None
+    deadline = send_deadline(config, target.name, lease.expires_at, started, expires)
     fence = Fence(ids, sweep.ids.holder, lease.token, deadline)
     try:
         outcomes = delete_batch(sweep.ledger(), target, fence, batch.resources, sweep.config.ledger)
     finally:
         spent = target.quota_use()  # drained also when the batch halted: the next task's are its own
     return Deleted(outcomes, spent)
-
-
-def send_deadline(sweep: Sweep, lease: Lease, started: datetime | None) -> float:
-    """Unix seconds after which this execution sends no delete: the run's timeout (from ``started``) or the
-    lease's expiry, whichever comes first, less ``send_margin`` (the last request and its outcome's write)."""
-    config, name = sweep.config, sweep.target.name
-    ends = [lease.expires_at]
-    if started is not None:
-        ends.append((started + config.run_timeout(name)).timestamp())
-    return min(ends) - config.send_margin(name).total_seconds()
 
 
 def report_only(summary: Summary) -> int:
