@@ -678,7 +678,7 @@ class RolloutConfig(_Section):
 
     Only the active phase's DAG runs on the target's schedule, and only its sweeps push metrics, so
     the alerts follow it; the other phases' DAGs stay for manual triggers, dry runs unless the trigger
-    confirms the phase (``reaper.sweep.steps.phase_gate``).
+    confirms the phase (``reaper.sweep.gate.phase_gate``).
     Moving through the rollout is a change of this value (the sweep summaries record it).
     """
 

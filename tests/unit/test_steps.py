@@ -33,6 +33,7 @@ from reaper.model import (
 from reaper.retry import Stop
 from reaper.sweep import steps
 from reaper.sweep.deletes import STALE_PLAN, PlanRef, config_digest
+from reaper.sweep.gate import pushes_metrics
 from reaper.sweep.overrides import run_overrides
 from reaper.sweep.targets import GceTarget
 from reaper.transitions import since
@@ -707,7 +708,7 @@ def test_a_manual_run_of_a_phase_above_the_active_one_deletes_only_when_its_trig
     assert gate is not None and gate["confirmed"] is False and gate["active"] == "report-only"
     branch = steps.budget_check(what_if.summary)
     assert branch.branch == steps.REPORT_ONLY and "not the active phase (report-only)" in branch.why
-    assert "confirm_phase" in branch.why and not steps.pushes_metrics(ahead, what_if.summary)
+    assert "confirm_phase" in branch.why and not pushes_metrics(ahead, what_if.summary)
     # A confirmed run that also asks for a dry run deletes nothing.
     assert plan_through(ahead, {**CONFIRMED, "dry_run": True}).batches == []
 
@@ -723,7 +724,7 @@ def test_a_manual_run_of_a_phase_above_the_active_one_deletes_only_when_its_trig
         "why": "enforcement confirmed by sre",
     }
     assert steps.budget_check(confirmed.summary).branch == steps.DELETE
-    assert steps.pushes_metrics(ahead, confirmed.summary)  # what it deletes reaches the alerts
+    assert pushes_metrics(ahead, confirmed.summary)  # what it deletes reaches the alerts
 
     # A confirmation was given for the evidence its trigger saw: a cleared run (execution 1) is a dry run again.
     cleared = sweep(tmp_path / "r", stale_fleet(), execution=1, rollout={"gce": "report-only"})
@@ -783,12 +784,12 @@ def test_only_the_active_phases_sweeps_that_are_no_dry_run_push_metrics(tmp_path
     url = {"pushgateway_url": "http://127.0.0.1:1"}
     active = sweep(tmp_path, stale_fleet(), metrics=url, rollout={"gce": "enforcement"})
     summary = plan_through(active).summary
-    assert steps.pushes_metrics(active, summary)
-    assert steps.pushes_metrics(active, None)  # a failed sweep still pushes its attempt
-    assert not steps.pushes_metrics(active, msgspec.structs.replace(summary, dry_run=True))
+    assert pushes_metrics(active, summary)
+    assert pushes_metrics(active, None)  # a failed sweep still pushes its attempt
+    assert not pushes_metrics(active, msgspec.structs.replace(summary, dry_run=True))
     what_if = sweep(tmp_path / "w", [], metrics=url, rollout={"gce": "report-only"})
-    assert not steps.pushes_metrics(what_if, summary)
-    assert not steps.pushes_metrics(sweep(tmp_path / "n", [], rollout={"gce": "enforcement"}), summary)
+    assert not pushes_metrics(what_if, summary)
+    assert not pushes_metrics(sweep(tmp_path / "n", [], rollout={"gce": "enforcement"}), summary)
 
 
 def test_every_summary_records_the_active_phase(tmp_path: Path) -> None:

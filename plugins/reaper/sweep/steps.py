@@ -49,6 +49,7 @@ from reaper.sweep.deletes import (
     outcome_records,
     stale,
 )
+from reaper.sweep.gate import acts, check_confirmation, gated, phase_gate, pushes_metrics
 from reaper.sweep.overrides import (
     Overrides,
     check_budget_override,
@@ -56,7 +57,6 @@ from reaper.sweep.overrides import (
     check_raised_cap,
     run_overrides,
 )
-from reaper.sweep.params import param_text
 from reaper.sweep.targets import Target
 from reaper.transitions import group_of
 
@@ -288,15 +288,7 @@ def resolve_scopes(sweep: Sweep, params: dict[str, object]) -> Setup:
         )
     approved.check_form(params)
     check_budget_override(params, wanted, target)
-    reason = param_text(params, "override_reason")
-    confirm = param_text(params, "confirm_phase")
-    if confirm and confirm != sweep.phase.value:
-        raise AirflowFailException(
-            f"params.confirm_phase: {confirm!r} is not this DAG's phase; expected {sweep.phase.value!r} "
-            "for a run that deletes as that phase does, or empty for a dry run"
-        )
-    if confirm and not reason:
-        raise AirflowFailException("params.override_reason: expected a non-empty reason with confirm_phase")
+    check_confirmation(params, sweep.phase)
     check_raised_cap(params, config.max_deletions_per_sweep)
     ledger = sweep.ledger()
     ledger.ensure_indexes()
@@ -561,41 +553,6 @@ def summarize(
     )
 
 
-def gated(phase: Phase, active: Phase) -> bool:
-    """Whether a run of ``phase`` deletes only when its trigger confirms the phase (:func:`phase_gate`): every
-    phase but the target's active one and telemetry (which deletes nothing)."""
-    return phase not in (active, Phase.TELEMETRY)
-
-
-def phase_gate(sweep: Sweep, params: dict[str, object], triggered_by: str, rerun: bool) -> dict[str, object] | None:
-    """The ledger's record of the phase gate (docs/design.md §8), or None for the active phase (and telemetry,
-    which deletes nothing).
-
-    Only the active phase deletes on its own. A manual run of any other phase is a what-if, a dry run, unless
-    its trigger names that phase in ``confirm_phase`` and gives ``override_reason`` (:func:`resolve_scopes`
-    refused a confirmation without a reason or of another phase): then it deletes as its phase does and
-    pushes its metrics, so what it deletes reaches the alerts. A later phase deletes what the active one
-    keeps; an earlier one is no subset either: under the active phase's global cap it deletes nothing, the
-    earlier phase's smaller plan fits. Like an override, a confirmation was given for the evidence its
-    trigger saw: a cleared or re-run run is a dry run.
-    """
-    active = sweep.target.active_phase
-    if not gated(sweep.phase, active):
-        return None
-    record: dict[str, object] = {"phase": sweep.phase.value, "active": active.value, "user": triggered_by}
-    if param_text(params, "confirm_phase") != sweep.phase.value:
-        why = (
-            f"{sweep.phase.value} is not the active phase ({active.value}): a dry run, unless the trigger sets "
-            f"confirm_phase to {sweep.phase.value} with an override_reason"
-        )
-        return {**record, "confirmed": False, "why": why}
-    record["reason"] = param_text(params, "override_reason")
-    if rerun:
-        why = "the run was cleared or re-run: a phase confirmation applies to its first execution only"
-        return {**record, "confirmed": False, "why": why}
-    return {**record, "confirmed": True, "why": f"{sweep.phase.value} confirmed by {triggered_by}"}
-
-
 def budget_check(summary: Summary) -> Branch:
     """Delete, or only report, for the reasons that stop the whole sweep.
 
@@ -726,24 +683,6 @@ def record(
             f"the sweep did not complete ({problem}); its summary and outcomes so far are in the ledger"
         )
     return {"branch": branch.branch if branch else None, "outcomes": dict(outcomes), "stale_plan": stale_plans}
-
-
-def pushes_metrics(sweep: Sweep, summary: Summary | None) -> bool:
-    """Whether this sweep's metrics reach the Pushgateway: a sweep that :func:`acts`.
-
-    The alerts read these series: a what-if run of another phase, or a dry run, must not feed them.
-    """
-    return bool(sweep.config.metrics.pushgateway_url) and acts(sweep, summary)
-
-
-def acts(sweep: Sweep, summary: Summary | None) -> bool:
-    """Whether this sweep is one whose deletes count: the active phase's, or a confirmed run of another phase
-    (:func:`phase_gate`: what it deletes must reach the alerts); never a dry run. Only such a sweep pushes its
-    metrics and tells the owners (:mod:`reaper.sweep.notices`)."""
-    if summary is not None and summary.dry_run:
-        return False
-    gate = summary.phase_gate if summary is not None else None  # no summary: the sweep failed before its plan
-    return sweep.phase is sweep.target.active_phase or (gate is not None and bool(gate["confirmed"]))
 
 
 def push_metrics(
