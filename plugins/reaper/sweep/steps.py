@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Generic, TypeVar
 
@@ -21,7 +21,7 @@ import msgspec
 from airflow.sdk import ObjectStoragePath
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from reaper.approvals import fingerprint_of
+from reaper.approvals import Approval, fingerprint_of
 from reaper.config import Settings
 from reaper.fence import NOT_ATTEMPTED, SendGuard
 from reaper.model import (
@@ -32,6 +32,7 @@ from reaper.model import (
     Plan,
     QuotaUse,
     Resolved,
+    Resource,
     ScopeListing,
     SweepData,
     merge_use,
@@ -267,6 +268,35 @@ class Sweep:
         )
 
 
+@dataclass(frozen=True)
+class Terms:
+    """What an execution's plan is made under (docs/design.md §6 and §8).
+
+    ``gate``: the phase gate's record (None: the phase is not gated); ``confirmed``: a gated phase's run its
+    trigger confirmed, whose decisions and batches say so. ``stale_inputs``: the listing or the evidence was
+    read by another execution or under another lease. ``approval``: the run's approval, claimed by this
+    execution when its plan may delete.
+    """
+
+    overrides: Overrides
+    gate: dict[str, object] | None
+    confirmed: bool
+    dry_run: bool
+    stale_inputs: bool
+    approval: Approval | None = None
+
+    @property
+    def may_delete(self) -> bool:
+        """Neither a dry run nor a plan of inputs another execution read: what it deletes (the cap allowing) is
+        its own, so it claims the approval and records the resources' stories."""
+        return not (self.dry_run or self.stale_inputs)
+
+    @property
+    def approval_expires(self) -> float | None:
+        """When the approval ends, and with it every send under it; None without one."""
+        return self.approval.expires_at if self.approval else None
+
+
 # --- the steps ----------------------------------------------------------------------------------
 
 
@@ -410,40 +440,76 @@ def evaluate_policy(
     lease: Lease,
     started: datetime | None = None,
 ) -> Planned:
-    """Evaluate the policy, record every decision worth a record, and cut the deletes into batches.
+    """Evaluate the policy, record its decisions, choose what may be sent, fit it before the deadline and cut it
+    into batches.
 
     No batch is made for a dry run, a capped sweep, or inputs another execution read: their
     decisions are recorded and reported only. Deletes that cannot be sent before the run's deadline
     (:func:`send_deadline`, ``started``: when the run started) at the scopes' delete rates get no
-    batch either: their outcome, left for the next sweep, is recorded now (:func:`fit_before_deadline`).
+    batch either: their outcome, left for the next sweep, is recorded now (:func:`leave_what_does_not_fit`).
     """
-    from reaper.policy import evaluate
-
-    config, target = sweep.config, sweep.target
-    raw = ObjectStoragePath(sweep_input.path).read_bytes()
-    data = msgspec.msgpack.decode(raw, type=SweepData[target.resource_type])
+    config = sweep.config
+    data = read_sweep_input(sweep, sweep_input)
     ledger = sweep.ledger()
     ids = sweep.under(lease)
+    terms = plan_terms(sweep, sweep_input, params, triggered_by, ledger, ids)
+    plan = evaluate_under(sweep, data, sweep_input.as_of, terms)
+    record_decisions(ledger, ids, plan, config, terms)
+    # A what-if changes no resource's story; inputs another execution read are its.
+    unrecorded = record_stories(ledger, ids, plan, data.evidence, config) if terms.may_delete else []
+    sendable = deletes_to_send(ledger, ids, plan, terms)
+    deadline = send_deadline(config, sweep.target.name, lease.expires_at, started, terms.approval_expires)
+    fits, left = leave_what_does_not_fit(sweep, ledger, ids, sendable, deadline)
+    plan_ref = PlanRef(ids.execution, ids.lease, config_digest(config))
+    summary = summary_under(sweep, sweep_input, plan, plan_ref, terms, left, triggered_by, unrecorded)
+    return Planned(batches=batches_of(sweep, fits, plan_ref, terms), summary=summary)
+
+
+def read_sweep_input(sweep: Sweep, sweep_input: SweepInput) -> SweepData:
+    """The resources and evidence ``gather_evidence`` wrote to the sweep store."""
+    raw = ObjectStoragePath(sweep_input.path).read_bytes()
+    return msgspec.msgpack.decode(raw, type=SweepData[sweep.target.resource_type])
+
+
+def plan_terms(
+    sweep: Sweep,
+    sweep_input: SweepInput,
+    params: dict[str, object],
+    triggered_by: str,
+    ledger: Ledger,
+    ids: Ids,
+) -> Terms:
+    """What this execution plans under: the trigger's overrides and phase confirmation, which a cleared or
+    re-run run (the ledger holds an earlier execution of it) runs without; a dry run or not; inputs read
+    under its own lease or not; and the run's approval, claimed by this execution when its plan may delete."""
+    config = sweep.config
     rerun = ledger.earlier_execution(ids.fields())
     overrides = run_overrides(
-        params, ids, triggered_by, rerun, config.max_deletions_per_sweep, target.name, sweep_input.resolution
+        params, ids, triggered_by, rerun, config.max_deletions_per_sweep, sweep.target.name, sweep_input.resolution
     )
     gate = phase_gate(sweep, params, triggered_by, rerun or ids.execution > 0)
     confirmed = gate is not None and bool(gate["confirmed"])  # None: not gated
-    foreign = ids.lease == "" or set(sweep_input.tokens) != {ids.lease}
     dry_run = bool(params.get("dry_run")) or (gate is not None and not confirmed)
+    stale_inputs = ids.lease == "" or set(sweep_input.tokens) != {ids.lease}
+    terms = Terms(overrides, gate, confirmed, dry_run, stale_inputs)
     # Claimed before any decision is recorded under it; a plan that deletes nothing leaves it for a real run.
-    approval = approved.take(sweep, params, ledger, ids, claim=not (dry_run or foreign))
-    as_of = datetime.fromtimestamp(sweep_input.as_of, UTC)
-    if approval is None:
-        plan = evaluate(
-            data.resources, data.evidence, config, sweep.phase, as_of, overrides.budget, overrides.max_deletions
-        )
-    else:
-        plan = evaluate(data.resources, data.evidence, config, sweep.phase, as_of, approval=approval)
-    approval_record = (
-        approved.summary(approval, plan, config.max_deletions_per_sweep, not (dry_run or foreign)) if approval else None
-    )
+    return replace(terms, approval=approved.take(sweep, params, ledger, ids, claim=terms.may_delete))
+
+
+def evaluate_under(sweep: Sweep, data: SweepData, as_of: float, terms: Terms) -> Plan:
+    """The policy's plan as of ``as_of`` (when listing began), under the run's approval, else its overrides."""
+    from reaper.policy import evaluate
+
+    config, when = sweep.config, datetime.fromtimestamp(as_of, UTC)
+    if terms.approval is None:
+        budget, cap = terms.overrides.budget, terms.overrides.max_deletions
+        return evaluate(data.resources, data.evidence, config, sweep.phase, when, budget, cap)
+    return evaluate(data.resources, data.evidence, config, sweep.phase, when, approval=terms.approval)
+
+
+def record_decisions(ledger: Ledger, ids: Ids, plan: Plan, config: Settings, terms: Terms) -> None:
+    """Every decision that is not a keep, one ledger record each (docs/design.md §7), in one write."""
+    overrides, gate, confirmed, approval = terms.overrides, terms.gate, terms.confirmed, terms.approval
     ledger.write(
         {
             **ids.fields(),
@@ -469,17 +535,25 @@ def evaluate_policy(
         for d in plan.acted
         if d.action is not Action.KEEP
     )
-    plan_ref = PlanRef(ids.execution, ids.lease, config_digest(config))
-    warnings = list(sweep_input.warnings)
-    if not (dry_run or foreign):  # a what-if changes no resource's story; inputs another execution read are its
-        warnings += record_stories(ledger, ids, plan, data.evidence, config)
-    deletes = [] if dry_run or plan.capped or foreign else plan.deletes()
+
+
+def deletes_to_send(ledger: Ledger, ids: Ids, plan: Plan, terms: Terms) -> list[Resource]:
+    """The planned deletes this execution may send: none for a dry run, a capped plan or inputs another
+    execution read, and none it already has an outcome for."""
+    deletes = [] if terms.dry_run or plan.capped or terms.stale_inputs else plan.deletes()
     if deletes:  # one round trip, empty unless this execution planned before: what it recorded stands
         done = ledger.outcomes(ids.fields())
         deletes = [d for d in deletes if (d.resource.scope, d.resource.uid) not in done]
-    deadline = send_deadline(config, target.name, lease.expires_at, started, approval.expires_at if approval else None)
-    seconds = deadline - time.time()  # the deletes' guard's
-    fits, left = fit_before_deadline([d.resource for d in deletes], target.unit, target.delete_rate, seconds)
+    return [d.resource for d in deletes]
+
+
+def leave_what_does_not_fit(
+    sweep: Sweep, ledger: Ledger, ids: Ids, deletes: list[Resource], deadline: float
+) -> tuple[list[Resource], int]:
+    """The deletes that can be sent before ``deadline`` at the scopes' delete rates (:func:`fit_before_deadline`),
+    and how many cannot: those get no batch, and their outcome, left for the next sweep, is recorded now."""
+    target = sweep.target
+    fits, left = fit_before_deadline(deletes, target.unit, target.delete_rate, deadline - time.time())
     if left:
         why = (
             f"left for the next sweep: at {target.delete_rate:g} deletes/s per scope, no more of its "
@@ -487,14 +561,40 @@ def evaluate_policy(
         )
         log.warning("%d planned deletes %s", len(left), why)
         ledger.write(outcome_records(ids.fields(), target, NOT_ATTEMPTED, ((r, why) for r in left)))
-    units = cut_batches(fits, config.airflow.delete_batch_size, target.unit, config.airflow.max_delete_batches)
+    return fits, len(left)
+
+
+def batches_of(sweep: Sweep, deletes: list[Resource], plan_ref: PlanRef, terms: Terms) -> list[Batch]:
+    """The deletes cut into the batches ``delete`` maps over (:func:`cut_batches`), each stamped with the plan it
+    belongs to, its phase confirmation and its approval."""
+    config, target, approval = sweep.config, sweep.target, terms.approval
+    units = cut_batches(deletes, config.airflow.delete_batch_size, target.unit, config.airflow.max_delete_batches)
     stamp = {"approval": approval.id, "approval_expires": approval.expires_at} if approval else {}
+    return [Batch(plan_ref, unit, terms.confirmed, **stamp) for unit in units]
+
+
+def summary_under(
+    sweep: Sweep,
+    sweep_input: SweepInput,
+    plan: Plan,
+    plan_ref: PlanRef,
+    terms: Terms,
+    left: int,
+    triggered_by: str,
+    unrecorded: list[str],
+) -> Summary:
+    """The plan in numbers (:func:`summarize`) and the terms it was made under; ``unrecorded``: the warnings of
+    what the ledger refused, after the sweep input's. Under an approval, with the approval's record (per approved
+    item, what the plan made of it) and its cap, the number of its items."""
+    warnings = [*sweep_input.warnings, *unrecorded]
+    overrides, gate, approval = terms.overrides, terms.gate, terms.approval
     summary = summarize(
-        plan, plan_ref, sweep_input, overrides, len(left), triggered_by, dry_run, foreign, gate, warnings
+        plan, plan_ref, sweep_input, overrides, left, triggered_by, terms.dry_run, terms.stale_inputs, gate, warnings
     )
-    if approval_record is not None:
-        summary = msgspec.structs.replace(summary, approval=approval_record, max_deletions=len(approval.items))
-    return Planned(batches=[Batch(plan_ref, unit, confirmed, **stamp) for unit in units], summary=summary)
+    if approval is None:
+        return summary
+    record = approved.summary(approval, plan, sweep.config.max_deletions_per_sweep, terms.may_delete)
+    return msgspec.structs.replace(summary, approval=record, max_deletions=len(approval.items))
 
 
 def record_stories(ledger: Ledger, ids: Ids, plan: Plan, evidence: Evidence, config: Settings) -> list[str]:
