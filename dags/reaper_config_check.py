@@ -33,8 +33,8 @@ def reaper_config_check() -> None:
         # Imported in the task, not at parse time: parsing a DAG file must do no I/O.
         import logging
 
-        from reaper.config import Mode, load_config
-        from reaper.model import Phase
+        from reaper.config import load_config
+        from reaper.model import Mode, Phase
         from reaper.policy.modes import effective_modes
         from reaper.sweep.factory import executors, refuse_unshared_store
 

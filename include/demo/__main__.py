@@ -246,7 +246,7 @@ def confirmations(target: str) -> list[dict[str, object]]:
     manual run of any other phase is a dry run unless its trigger confirms the phase (with a reason)."""
     from reaper.model import Phase
     from reaper.sweep.factory import PHASES
-    from reaper.sweep.steps import gated
+    from reaper.sweep.gate import gated
 
     reason = "make demo: one sweep of every rollout phase, in order"
     active = Phase.ENFORCEMENT  # rollout in include/demo/reaper.yaml

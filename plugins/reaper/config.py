@@ -13,7 +13,6 @@ import os
 import re
 from dataclasses import dataclass
 from datetime import timedelta
-from enum import IntEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -30,6 +29,7 @@ from pydantic import (
 )
 
 from reaper.durations import parse_duration, short
+from reaper.model import Mode
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "include" / "reaper.yaml"
 CONFIG_ENV = "REAPER_CONFIG"
@@ -37,17 +37,6 @@ CONFIG_ENV = "REAPER_CONFIG"
 
 class ConfigError(Exception):
     """Invalid configuration or input: the message names the file, the key and what was expected."""
-
-
-class Mode(IntEnum):
-    """A rule's mode. Ordered, so the effective mode is a plain ``min()``."""
-
-    OFF = 0
-    REPORT = 1
-    DELETE = 2
-
-    def __str__(self) -> str:
-        return self.name.lower()
 
 
 def _mode(value: object) -> Mode:
@@ -689,7 +678,7 @@ class RolloutConfig(_Section):
 
     Only the active phase's DAG runs on the target's schedule, and only its sweeps push metrics, so
     the alerts follow it; the other phases' DAGs stay for manual triggers, dry runs unless the trigger
-    confirms the phase (``reaper.sweep.steps.phase_gate``).
+    confirms the phase (``reaper.sweep.gate.phase_gate``).
     Moving through the rollout is a change of this value (the sweep summaries record it).
     """
 

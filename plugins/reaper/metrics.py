@@ -2,7 +2,7 @@
 
 Grouped by target and scope, never by DAG, so that the alerts follow the active rollout phase:
 its pushes replace what an earlier phase left. Only the active phase's sweeps push, and a run of
-another phase its trigger confirmed (``reaper.sweep.steps.phase_gate``; unconfirmed, it is a what-if); a
+another phase its trigger confirmed (``reaper.sweep.gate.phase_gate``; unconfirmed, it is a what-if); a
 dry run pushes nothing, and a sweep of some scopes only (the
 ``scopes`` param) pushes theirs and its attempt, never the target's last success. Groups
 (``job="reaper"``), each replaced whole by its next push:

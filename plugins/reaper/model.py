@@ -10,13 +10,11 @@ never mistaken for one that said "gone".
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
+from enum import IntEnum, StrEnum
 from functools import cached_property
 from typing import Generic, TypeVar
 
 import msgspec
-
-from reaper.config import Mode
 
 T = TypeVar("T")
 
@@ -34,6 +32,18 @@ class Phase(StrEnum):
 def dag_id_of(target: str, phase: Phase) -> str:
     """The id of a target's DAG of a phase (``reaper_gce_report_only``): the factory names them so."""
     return f"reaper_{target}_{phase.value.replace('-', '_')}"
+
+
+class Mode(IntEnum):
+    """A rule's mode (``rules.<rule>`` in the config, a phase's preset). Ordered, so the effective mode is a plain
+    ``min()``."""
+
+    OFF = 0
+    REPORT = 1
+    DELETE = 2
+
+    def __str__(self) -> str:
+        return self.name.lower()
 
 
 class Action(StrEnum):

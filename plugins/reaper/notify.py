@@ -5,7 +5,7 @@ after ``notifications.remind_after`` while it lasts, and its end told too. ``fai
 told per scope the same way. ``deleted``: a digest of what was deleted, per window of ``digest_every``
 (aligned to UTC) or per sweep. Each notice is computed from the sweep's summary, its ledger records and what
 the channel was told before (:class:`ChannelState`), so a hold that lasts a day is one notice, not one per
-sweep. Sending is :mod:`reaper.notifiers`; ``reaper.sweep.steps.notify`` does the I/O between.
+sweep. Sending is :mod:`reaper.notifiers`; :mod:`reaper.sweep.notices` does the I/O between.
 
 A notice names scopes, locations, kinds, names, run keys and the reasons in words; never other label values,
 evidence it was not written for, Secret contents or credentials (API error text goes through

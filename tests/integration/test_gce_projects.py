@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 
 import googleapiclient
+import msgspec
 import pytest
 import requests
 from google.api_core import exceptions as gexc
@@ -178,7 +179,7 @@ def test_metrics_name_the_id_and_a_sweep_of_every_configured_name_is_full(world,
     summary, _, s = sweep(world, [NUMBER, "ci-b"])
     pushed: list[tuple[object, set[str]]] = []
     monkeypatch.setattr("reaper.metrics.push_sweep", lambda url, sweep, timeout, keep: pushed.append((sweep, keep)))
-    steps.push_metrics(s, json.loads(json.dumps(steps.msgspec.to_builtins(summary))), {}, True, None)
+    steps.push_metrics(s, json.loads(json.dumps(msgspec.to_builtins(summary))), {}, True, None)
     ((metrics, keep),) = pushed
     assert metrics.full and keep == {"ci-a", "ci-b"}  # ci-a's groups stay; one named 123456789012 is retired
 

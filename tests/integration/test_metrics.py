@@ -18,7 +18,8 @@ from reaper.cli import main
 from reaper.metrics import Sweep, push_sweep, retire
 from reaper.model import Phase
 from reaper.sweep.deletes import PlanRef
-from reaper.sweep.steps import Overrides, SweepInput, summarize
+from reaper.sweep.overrides import Overrides
+from reaper.sweep.steps import SweepInput, summarize
 from tests.builders import D, M, inst, plan, settings
 
 NONE = Overrides(budget=None, max_deletions=500, record=None)  # a sweep on the configured cap, no override

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from reaper.config import DEFAULT_CONFIG, ConfigError, Mode, load_config, parse_settings
+from reaper.config import DEFAULT_CONFIG, ConfigError, load_config, parse_settings
+from reaper.model import Mode
 
 
 def test_defaults_match_design() -> None:

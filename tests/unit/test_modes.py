@@ -2,8 +2,7 @@
 
 import pytest
 
-from reaper.config import Mode
-from reaper.model import Evidence, Phase, WriterRecord
+from reaper.model import Evidence, Mode, Phase, WriterRecord
 from reaper.policy.modes import blocking, effective_modes
 from tests.builders import NOW, D, inst, plan, settings
 

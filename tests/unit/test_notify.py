@@ -19,6 +19,7 @@ from reaper.report.reasons import Limits, explain_hold
 from reaper.sweep import steps
 from reaper.sweep.deletes import PlanRef
 from reaper.sweep.notices import time_left
+from reaper.sweep.overrides import Overrides
 from reaper.sweep.targets import GceTarget
 from tests.builders import NOW, D, H, M, inst, plan, settings
 
@@ -39,7 +40,7 @@ def summary_of(resources: list, phase: Phase = Phase.ENFORCEMENT, cap: int = 500
     """The summary ``evaluate_policy`` hands on, of a plan of ``resources`` (``tests.builders.plan``)."""
     p = plan(resources, config=settings(max_deletions_per_sweep=cap, **config), phase=phase)
     sweep_input = steps.SweepInput("", NOW, ["tok"], {}, {}, [])
-    overrides = steps.Overrides(None, cap, None)
+    overrides = Overrides(None, cap, None)
     return steps.summarize(p, PlanRef(0, "tok", "cfg"), sweep_input, overrides, 0, "sre", False, False)
 
 

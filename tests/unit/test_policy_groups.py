@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reaper.config import ConfigError, Mode
-from reaper.model import Action, Evidence, GceGroup, GceInstance, Phase
+from reaper.config import ConfigError
+from reaper.model import Action, Evidence, GceGroup, GceInstance, Mode, Phase
 from reaper.policy.modes import effective_modes
 from tests.builders import FLEETING, NOW, D, H, by_name, group, healthy, inst, plan, settings
 from tests.unit.test_properties import PROPS, instances, phases, writer_health

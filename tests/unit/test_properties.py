@@ -9,7 +9,6 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from reaper.config import Mode
 from reaper.model import (
     Action,
     Evidence,
@@ -17,6 +16,7 @@ from reaper.model import (
     K8sObject,
     Keyed,
     LeaseState,
+    Mode,
     Override,
     Phase,
     Plan,

@@ -33,6 +33,8 @@ from reaper.model import (
 from reaper.retry import Stop
 from reaper.sweep import steps
 from reaper.sweep.deletes import STALE_PLAN, PlanRef, config_digest
+from reaper.sweep.gate import pushes_metrics
+from reaper.sweep.overrides import run_overrides
 from reaper.sweep.targets import GceTarget
 from reaper.transitions import since
 from tests.builders import D, M, inst, settings
@@ -414,7 +416,7 @@ FIRST = steps.Ids("d", "r", 0, "t")
 def test_what_a_first_execution_lifts_and_records(
     params: dict[str, object], budget: bool, limit: int, record: dict[str, object] | None
 ) -> None:
-    got = steps.run_overrides(params, FIRST, "sre", rerun=False, configured=500, target="gce")
+    got = run_overrides(params, FIRST, "sre", rerun=False, configured=500, target="gce")
     assert (got.budget is not None, got.max_deletions, got.record) == (budget, limit, record)
     assert got.budget is None or (got.budget.user, got.budget.reason) == ("sre", params["override_reason"])
     assert got.budget is None or got.budget.scopes == {("gce", "p1"), ("gce", "p2")}
@@ -425,13 +427,13 @@ def test_an_override_applies_to_the_first_execution_only_and_a_lower_cap_to_ever
     ids: steps.Ids, rerun: bool
 ) -> None:
     params = {"override_budget": True, "max_deletions": 9000, "override_reason": "INC-42", "override_scopes": ["p1"]}
-    got = steps.run_overrides(params, ids, "sre", rerun, configured=500, target="gce")
+    got = run_overrides(params, ids, "sre", rerun, configured=500, target="gce")
     assert got.budget is None and got.max_deletions == 500
     assert got.record is not None and got.record["applied"] is False and "first execution" in str(got.record["why"])
-    assert steps.run_overrides({"max_deletions": 3}, ids, "sre", rerun, configured=500, target="gce").max_deletions == 3
+    assert run_overrides({"max_deletions": 3}, ids, "sre", rerun, configured=500, target="gce").max_deletions == 3
     # A lower cap beside a budget override is still a limit: the re-run drops the override, not the limit.
     with_budget = {"override_budget": True, "override_reason": "INC-42", "override_scopes": ["p1"], "max_deletions": 2}
-    assert steps.run_overrides(with_budget, ids, "sre", rerun, configured=500, target="gce").max_deletions == 2
+    assert run_overrides(with_budget, ids, "sre", rerun, configured=500, target="gce").max_deletions == 2
 
 
 def test_an_override_names_projects_as_configured_and_lifts_them_under_their_ids() -> None:
@@ -439,14 +441,14 @@ def test_an_override_names_projects_as_configured_and_lifts_them_under_their_ids
     that hold, and nothing else."""
     params = {"override_budget": True, "override_reason": "INC-42", "override_scopes": ["123456789012"]}
     resolution = [Resolved("ci-a", ("123456789012",), ("123456789012",)), Resolved("ci-b", ("ci-b",))]
-    got = steps.run_overrides(params, FIRST, "sre", rerun=False, configured=500, target="gce", resolution=resolution)
+    got = run_overrides(params, FIRST, "sre", rerun=False, configured=500, target="gce", resolution=resolution)
     assert got.budget is not None and got.budget.scopes == {("gce", "ci-a")}
     assert got.record is not None and got.record["scopes"] == ["ci-a"]
 
 
 def test_a_raise_is_checked_against_the_config_the_plan_is_made_under() -> None:
     # resolve_scopes let 4 pass without a reason under a cap of 10; the config now says 2.
-    got = steps.run_overrides({"max_deletions": 4}, FIRST, "sre", rerun=False, configured=2, target="gce")
+    got = run_overrides({"max_deletions": 4}, FIRST, "sre", rerun=False, configured=2, target="gce")
     assert (got.max_deletions, got.record) == (2, None)
 
 
@@ -706,7 +708,7 @@ def test_a_manual_run_of_a_phase_above_the_active_one_deletes_only_when_its_trig
     assert gate is not None and gate["confirmed"] is False and gate["active"] == "report-only"
     branch = steps.budget_check(what_if.summary)
     assert branch.branch == steps.REPORT_ONLY and "not the active phase (report-only)" in branch.why
-    assert "confirm_phase" in branch.why and not steps.pushes_metrics(ahead, what_if.summary)
+    assert "confirm_phase" in branch.why and not pushes_metrics(ahead, what_if.summary)
     # A confirmed run that also asks for a dry run deletes nothing.
     assert plan_through(ahead, {**CONFIRMED, "dry_run": True}).batches == []
 
@@ -722,7 +724,7 @@ def test_a_manual_run_of_a_phase_above_the_active_one_deletes_only_when_its_trig
         "why": "enforcement confirmed by sre",
     }
     assert steps.budget_check(confirmed.summary).branch == steps.DELETE
-    assert steps.pushes_metrics(ahead, confirmed.summary)  # what it deletes reaches the alerts
+    assert pushes_metrics(ahead, confirmed.summary)  # what it deletes reaches the alerts
 
     # A confirmation was given for the evidence its trigger saw: a cleared run (execution 1) is a dry run again.
     cleared = sweep(tmp_path / "r", stale_fleet(), execution=1, rollout={"gce": "report-only"})
@@ -782,12 +784,12 @@ def test_only_the_active_phases_sweeps_that_are_no_dry_run_push_metrics(tmp_path
     url = {"pushgateway_url": "http://127.0.0.1:1"}
     active = sweep(tmp_path, stale_fleet(), metrics=url, rollout={"gce": "enforcement"})
     summary = plan_through(active).summary
-    assert steps.pushes_metrics(active, summary)
-    assert steps.pushes_metrics(active, None)  # a failed sweep still pushes its attempt
-    assert not steps.pushes_metrics(active, msgspec.structs.replace(summary, dry_run=True))
+    assert pushes_metrics(active, summary)
+    assert pushes_metrics(active, None)  # a failed sweep still pushes its attempt
+    assert not pushes_metrics(active, msgspec.structs.replace(summary, dry_run=True))
     what_if = sweep(tmp_path / "w", [], metrics=url, rollout={"gce": "report-only"})
-    assert not steps.pushes_metrics(what_if, summary)
-    assert not steps.pushes_metrics(sweep(tmp_path / "n", [], rollout={"gce": "enforcement"}), summary)
+    assert not pushes_metrics(what_if, summary)
+    assert not pushes_metrics(sweep(tmp_path / "n", [], rollout={"gce": "enforcement"}), summary)
 
 
 def test_every_summary_records_the_active_phase(tmp_path: Path) -> None:

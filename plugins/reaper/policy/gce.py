@@ -17,7 +17,7 @@ from itertools import chain
 from operator import attrgetter
 from typing import NamedTuple
 
-from reaper.config import Mode, Settings
+from reaper.config import Settings
 from reaper.model import (
     ACTION_OF_MODE,
     Action,
@@ -26,6 +26,7 @@ from reaper.model import (
     GceGroup,
     GceInstance,
     Liveness,
+    Mode,
     Override,
     Reading,
     ScopeVerdict,

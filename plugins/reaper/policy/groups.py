@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from reaper.config import Mode, Settings
-from reaper.model import Action, Decision, Evidence, GceGroup
+from reaper.config import Settings
+from reaper.model import Action, Decision, Evidence, GceGroup, Mode
 from reaper.policy.projects import ProjectNames
 
 RULE = "residual_group"

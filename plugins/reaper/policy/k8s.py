@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import msgspec
 
-from reaper.config import Mode, Settings
+from reaper.config import Settings
 from reaper.model import (
     ACTION_OF_MODE,
     Action,
@@ -28,6 +28,7 @@ from reaper.model import (
     Keyed,
     LeaseState,
     Liveness,
+    Mode,
     Override,
     Reading,
     ScopeVerdict,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from reaper.config import Mode, Settings
-from reaper.model import Phase
+from reaper.config import Settings
+from reaper.model import Mode, Phase
 
 RULES = ("terminated", "heartbeat_stale", "unlabeled_age", "sandbox_orphan", "residual_group")
 TARGET_OF_RULE = {

@@ -19,6 +19,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from reaper.approvals import Approval, problem, used_elsewhere
 from reaper.model import Action, Plan
+from reaper.sweep.params import param_text
 
 if TYPE_CHECKING:
     from reaper.ledger import Ledger
@@ -30,7 +31,7 @@ NOT_LISTED = "not_listed"  # an approved item this sweep did not list: gone, or 
 
 def wanted(params: Mapping[str, object]) -> str:
     """The approval id a run's params name, trimmed; "" for none (the form's cleared field sends null)."""
-    return str(params.get("approval") or "").strip()
+    return param_text(params, "approval")
 
 
 def check_form(params: Mapping[str, object]) -> None:

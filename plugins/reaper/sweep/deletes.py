@@ -102,35 +102,6 @@ def cut_batches(
     return batches
 
 
-def fit_before_deadline(
-    resources: Iterable[Resource], unit: Callable[[Resource], Hashable], rate: float, seconds: float
-) -> tuple[list[Resource], list[Resource]]:
-    """The deletes that can be sent in ``seconds`` at ``rate`` per scope, whole units in plan order; the rest.
-
-    A bound, not an estimate: every send takes a token of its scope's bucket (one banked, then
-    ``rate`` a second), so no more than ``1 + rate * seconds`` of a scope go out however fast the
-    rest is (each delete task banks its own first token: a few of what is left might have fit,
-    never the other way round). Planning more would only queue batches past the run's deadline,
-    each a task that starts, finds the deadline passed and records its resources as left: at
-    incident scale, enough of them to outlast the margin and have the run killed by its own
-    timeout mid-batch.
-    """
-    most = 1 + rate * seconds if seconds > 0 else 0  # past the deadline the guard sends nothing
-    taken: Counter[str] = Counter()
-    full: set[str] = set()  # units stay in plan order: none of a full scope's later ones jumps the queue
-    fits: list[Resource] = []
-    left: list[Resource] = []
-    for members in units_of(resources, unit).values():
-        scope = members[0].scope
-        if scope not in full and taken[scope] + len(members) <= most:
-            taken[scope] += len(members)
-            fits += members
-        else:
-            full.add(scope)
-            left += members
-    return fits, left
-
-
 def outcome_records(
     ids: dict[str, object], target: Target, result: str, details: Iterable[tuple[Resource, str]]
 ) -> list[dict[str, object]]:

@@ -29,6 +29,7 @@ from reaper.config import ConfigError, Settings, config_path
 from reaper.model import Phase, QuotaUse, Resolved, dag_id_of
 from reaper.sweep import steps
 from reaper.sweep.alerts import notifiers
+from reaper.sweep.gate import gated
 from reaper.sweep.targets import TARGETS, Target
 
 log = logging.getLogger(__name__)
@@ -123,7 +124,7 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
                 "stays held. Used by one run only; not with override_budget or max_deletions."
             ),
         )
-    if steps.gated(phase, target.active_phase):
+    if gated(phase, target.active_phase):
         params["confirm_phase"] = Param(
             None,
             type=["null", "string"],

@@ -18,6 +18,7 @@ from reaper import notify
 from reaper.config import SEND_MARGIN_SLACK, NotifyChannel
 from reaper.notifiers import Sent, send_all
 from reaper.report.reasons import Limits
+from reaper.sweep.deadline import run_ends
 
 if TYPE_CHECKING:
     from reaper.ledger import Ledger
@@ -105,5 +106,5 @@ def time_left(sweep: Sweep, started: datetime | None) -> float:
     if started is None:
         return float("inf")
     config = sweep.config
-    ends = (started + config.run_timeout(sweep.target.name)).timestamp()
+    ends = run_ends(config, sweep.target.name, started)
     return ends - time.time() - (2 * config.ledger.timeout + SEND_MARGIN_SLACK).total_seconds()

@@ -13,8 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Generic, TypeVar
 
@@ -22,23 +21,25 @@ import msgspec
 from airflow.sdk import ObjectStoragePath
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from reaper.approvals import fingerprint_of
-from reaper.config import Mode, Settings, config_path
+from reaper.approvals import Approval, fingerprint_of
+from reaper.config import Settings
 from reaper.fence import NOT_ATTEMPTED, SendGuard
 from reaper.model import (
     Action,
     Evidence,
-    Override,
+    Mode,
     Phase,
     Plan,
     QuotaUse,
     Resolved,
+    Resource,
     ScopeListing,
     SweepData,
     merge_use,
 )
 from reaper.redact import error_for_log
 from reaper.sweep import approved, notices
+from reaper.sweep.deadline import fit_before_deadline, resolving_deadline, send_deadline
 from reaper.sweep.deletes import (
     STALE_PLAN,
     Fence,
@@ -46,9 +47,16 @@ from reaper.sweep.deletes import (
     config_digest,
     cut_batches,
     delete_batch,
-    fit_before_deadline,
     outcome_records,
     stale,
+)
+from reaper.sweep.gate import acts, check_confirmation, gated, phase_gate, pushes_metrics
+from reaper.sweep.overrides import (
+    Overrides,
+    check_budget_override,
+    check_override_scopes,
+    check_raised_cap,
+    run_overrides,
 )
 from reaper.sweep.targets import Target
 from reaper.transitions import group_of
@@ -220,24 +228,6 @@ class Planned(msgspec.Struct, frozen=True):
     summary: Summary
 
 
-@dataclass(frozen=True)
-class Overrides:
-    """What a manual trigger lifts in this execution, and the ledger's record of it (None: nothing asked)."""
-
-    budget: Override | None
-    max_deletions: int
-    record: dict[str, object] | None
-
-    def stamp(self, target: str, scope: str) -> dict[str, object] | None:
-        """The override record a decision in ``scope`` carries, if it was made under an applied override:
-        a raised cap is global and covers every scope, a budget override the scopes it names."""
-        if not self.record or not self.record["applied"]:
-            return None
-        if "max_deletions" in self.record or (self.budget is not None and self.budget.lifts(target, scope)):
-            return self.record
-        return None
-
-
 class Branch(msgspec.Struct, frozen=True):
     """``budget_check``'s choice and why."""
 
@@ -278,6 +268,35 @@ class Sweep:
         )
 
 
+@dataclass(frozen=True)
+class Terms:
+    """What an execution's plan is made under (docs/design.md §6 and §8).
+
+    ``gate``: the phase gate's record (None: the phase is not gated); ``confirmed``: a gated phase's run its
+    trigger confirmed, whose decisions and batches say so. ``stale_inputs``: the listing or the evidence was
+    read by another execution or under another lease. ``approval``: the run's approval, claimed by this
+    execution when its plan may delete.
+    """
+
+    overrides: Overrides
+    gate: dict[str, object] | None
+    confirmed: bool
+    dry_run: bool
+    stale_inputs: bool
+    approval: Approval | None = None
+
+    @property
+    def may_delete(self) -> bool:
+        """Neither a dry run nor a plan of inputs another execution read: what it deletes (the cap allowing) is
+        its own, so it claims the approval and records the resources' stories."""
+        return not (self.dry_run or self.stale_inputs)
+
+    @property
+    def approval_expires(self) -> float | None:
+        """When the approval ends, and with it every send under it; None without one."""
+        return self.approval.expires_at if self.approval else None
+
+
 # --- the steps ----------------------------------------------------------------------------------
 
 
@@ -298,26 +317,9 @@ def resolve_scopes(sweep: Sweep, params: dict[str, object]) -> Setup:
             f"{configured} (config key {target.name}.{target.scope_key})"
         )
     approved.check_form(params)
-    reason = param_text(params, "override_reason")
-    if params.get("override_budget") and not reason:
-        raise AirflowFailException("params.override_reason: expected a non-empty reason with override_budget")
-    check_override_scopes(params, wanted, target)
-    confirm = param_text(params, "confirm_phase")
-    if confirm and confirm != sweep.phase.value:
-        raise AirflowFailException(
-            f"params.confirm_phase: {confirm!r} is not this DAG's phase; expected {sweep.phase.value!r} "
-            "for a run that deletes as that phase does, or empty for a dry run"
-        )
-    if confirm and not reason:
-        raise AirflowFailException("params.override_reason: expected a non-empty reason with confirm_phase")
-    cap = params.get("max_deletions")
-    if cap is not None and (type(cap) is not int or cap < 0):
-        raise AirflowFailException(f"params.max_deletions: expected a whole number >= 0 or null, got {cap!r}")
-    if cap is not None and cap > config.max_deletions_per_sweep and not reason:
-        raise AirflowFailException(
-            f"params.max_deletions: {cap} is above max_deletions_per_sweep ({config.max_deletions_per_sweep} "
-            f"in {config_path()}); expected a non-empty override_reason with it"
-        )
+    check_budget_override(params, wanted, target)
+    check_confirmation(params, sweep.phase)
+    check_raised_cap(params, config.max_deletions_per_sweep)
     ledger = sweep.ledger()
     ledger.ensure_indexes()
     approved.check_param(sweep, params, ledger)
@@ -330,9 +332,8 @@ def resolve_scopes(sweep: Sweep, params: dict[str, object]) -> Setup:
         ledger.summary({**sweep.under(None).fields(), **skipped})
         raise AirflowSkipException(lease)
     try:
-        # A quarter of the time the run may send for, at most: waits for a used-up quota must leave the sweep room.
-        now = time.time()
-        stop = SendGuard(deadline=now + (send_deadline(sweep, lease, None) - now) / 4).stop_at
+        deadline = resolving_deadline(send_deadline(config, target.name, lease.expires_at, None), time.time())
+        stop = SendGuard(deadline=deadline).stop_at
         resolved = sorted(target.resolve(wanted, stop), key=lambda r: r.scope)
         check_override_scopes(params, wanted, target, resolved)  # by a configured name or the id it resolved to
     except BaseException:
@@ -346,52 +347,6 @@ def resolve_scopes(sweep: Sweep, params: dict[str, object]) -> Setup:
     scope_of = {name: r.scope for r in resolved for name in r.configured}
     spent = merge_use(*({scope_of.get(name, name): use} for name, use in target.quota_use().items()))
     return Setup([s for s in (resolved[i::shards] for i in range(shards)) if s], lease, spent)
-
-
-def check_override_scopes(
-    params: dict[str, object], wanted: list[str], target: Target, resolved: list[Resolved] | None = None
-) -> None:
-    """``override_scopes`` names the scopes whose budget hold ``override_budget`` lifts (docs/design.md §6):
-    some, each swept by this run (``wanted``), and only beside ``override_budget``.
-
-    Before the scopes are resolved (``resolved`` None) only the form of the param is checked; after, each name
-    must be a swept scope as configured or the id it resolved to (as the audit view shows it held).
-    """
-    named = override_scopes(params)
-    if not params.get("override_budget"):
-        if named:
-            raise AirflowFailException(
-                f"params.override_scopes: {named} given without override_budget; expected override_budget=true "
-                "with it, or no override_scopes"
-            )
-        return
-    if not named:
-        raise AirflowFailException(
-            "params.override_scopes: expected the scopes whose budget hold override_budget lifts (the audit "
-            "view's scopes held on budget_exceeded), got none"
-        )
-    if resolved is None:
-        return
-    ids = {r.scope for r in resolved if not r.problem}
-    outside = sorted(set(named) - set(wanted) - ids)
-    if outside:
-        also = f" or their ids {sorted(ids - set(wanted))}" if ids - set(wanted) else ""
-        among = (
-            f"params.scopes {sorted(wanted)}{also}"
-            if params.get("scopes")
-            else f"the configured {sorted(wanted)}{also} (config key {target.name}.{target.scope_key})"
-        )
-        raise AirflowFailException(
-            f"params.override_scopes: {outside} are not swept by this run; expected a subset of {among}"
-        )
-
-
-def override_scopes(params: dict[str, object]) -> list[str]:
-    """The scopes ``override_scopes`` names, each once, in order (a cleared form field sends null: none)."""
-    named = params.get("override_scopes") or []
-    if not isinstance(named, list) or not all(isinstance(s, str) for s in named):
-        raise AirflowFailException(f"params.override_scopes: expected a list of scope names, got {named!r}")
-    return list(dict.fromkeys(named))
 
 
 def wait_for_lease(ledger: Ledger, target: str, holder: str, ttl: timedelta, wait: timedelta) -> Lease | str:
@@ -413,7 +368,7 @@ def list_inventory(sweep: Sweep, shard: list[Resolved], map_index: int, lease: L
     target = sweep.target
     unresolved = [ScopeListing(target.name, r.scope, problems=[r.problem]) for r in shard if r.problem]
     # No wait for a used-up quota past the time the run's deletes must stop: the listing is then incomplete.
-    stop = SendGuard(deadline=send_deadline(sweep, lease, None)).stop_at
+    stop = SendGuard(deadline=send_deadline(sweep.config, target.name, lease.expires_at, None)).stop_at
     listings = target.list([r.scope for r in shard if not r.problem], stop) + unresolved
     path = sweep.path(f"inventory-{map_index}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -485,40 +440,76 @@ def evaluate_policy(
     lease: Lease,
     started: datetime | None = None,
 ) -> Planned:
-    """Evaluate the policy, record every decision worth a record, and cut the deletes into batches.
+    """Evaluate the policy, record its decisions, choose what may be sent, fit it before the deadline and cut it
+    into batches.
 
     No batch is made for a dry run, a capped sweep, or inputs another execution read: their
     decisions are recorded and reported only. Deletes that cannot be sent before the run's deadline
     (:func:`send_deadline`, ``started``: when the run started) at the scopes' delete rates get no
-    batch either: their outcome, left for the next sweep, is recorded now (:func:`fit_before_deadline`).
+    batch either: their outcome, left for the next sweep, is recorded now (:func:`leave_what_does_not_fit`).
     """
-    from reaper.policy import evaluate
-
-    config, target = sweep.config, sweep.target
-    raw = ObjectStoragePath(sweep_input.path).read_bytes()
-    data = msgspec.msgpack.decode(raw, type=SweepData[target.resource_type])
+    config = sweep.config
+    data = read_sweep_input(sweep, sweep_input)
     ledger = sweep.ledger()
     ids = sweep.under(lease)
+    terms = plan_terms(sweep, sweep_input, params, triggered_by, ledger, ids)
+    plan = evaluate_under(sweep, data, sweep_input.as_of, terms)
+    record_decisions(ledger, ids, plan, config, terms)
+    # A what-if changes no resource's story; inputs another execution read are its.
+    unrecorded = record_stories(ledger, ids, plan, data.evidence, config) if terms.may_delete else []
+    sendable = deletes_to_send(ledger, ids, plan, terms)
+    deadline = send_deadline(config, sweep.target.name, lease.expires_at, started, terms.approval_expires)
+    fits, left = leave_what_does_not_fit(sweep, ledger, ids, sendable, deadline)
+    plan_ref = PlanRef(ids.execution, ids.lease, config_digest(config))
+    summary = summary_under(sweep, sweep_input, plan, plan_ref, terms, left, triggered_by, unrecorded)
+    return Planned(batches=batches_of(sweep, fits, plan_ref, terms), summary=summary)
+
+
+def read_sweep_input(sweep: Sweep, sweep_input: SweepInput) -> SweepData:
+    """The resources and evidence ``gather_evidence`` wrote to the sweep store."""
+    raw = ObjectStoragePath(sweep_input.path).read_bytes()
+    return msgspec.msgpack.decode(raw, type=SweepData[sweep.target.resource_type])
+
+
+def plan_terms(
+    sweep: Sweep,
+    sweep_input: SweepInput,
+    params: dict[str, object],
+    triggered_by: str,
+    ledger: Ledger,
+    ids: Ids,
+) -> Terms:
+    """What this execution plans under: the trigger's overrides and phase confirmation, which a cleared or
+    re-run run (the ledger holds an earlier execution of it) runs without; a dry run or not; inputs read
+    under its own lease or not; and the run's approval, claimed by this execution when its plan may delete."""
+    config = sweep.config
     rerun = ledger.earlier_execution(ids.fields())
     overrides = run_overrides(
-        params, ids, triggered_by, rerun, config.max_deletions_per_sweep, target.name, sweep_input.resolution
+        params, ids, triggered_by, rerun, config.max_deletions_per_sweep, sweep.target.name, sweep_input.resolution
     )
     gate = phase_gate(sweep, params, triggered_by, rerun or ids.execution > 0)
     confirmed = gate is not None and bool(gate["confirmed"])  # None: not gated
-    foreign = ids.lease == "" or set(sweep_input.tokens) != {ids.lease}
     dry_run = bool(params.get("dry_run")) or (gate is not None and not confirmed)
+    stale_inputs = ids.lease == "" or set(sweep_input.tokens) != {ids.lease}
+    terms = Terms(overrides, gate, confirmed, dry_run, stale_inputs)
     # Claimed before any decision is recorded under it; a plan that deletes nothing leaves it for a real run.
-    approval = approved.take(sweep, params, ledger, ids, claim=not (dry_run or foreign))
-    as_of = datetime.fromtimestamp(sweep_input.as_of, UTC)
-    if approval is None:
-        plan = evaluate(
-            data.resources, data.evidence, config, sweep.phase, as_of, overrides.budget, overrides.max_deletions
-        )
-    else:
-        plan = evaluate(data.resources, data.evidence, config, sweep.phase, as_of, approval=approval)
-    approval_record = (
-        approved.summary(approval, plan, config.max_deletions_per_sweep, not (dry_run or foreign)) if approval else None
-    )
+    return replace(terms, approval=approved.take(sweep, params, ledger, ids, claim=terms.may_delete))
+
+
+def evaluate_under(sweep: Sweep, data: SweepData, as_of: float, terms: Terms) -> Plan:
+    """The policy's plan as of ``as_of`` (when listing began), under the run's approval, else its overrides."""
+    from reaper.policy import evaluate
+
+    config, when = sweep.config, datetime.fromtimestamp(as_of, UTC)
+    if terms.approval is None:
+        budget, cap = terms.overrides.budget, terms.overrides.max_deletions
+        return evaluate(data.resources, data.evidence, config, sweep.phase, when, budget, cap)
+    return evaluate(data.resources, data.evidence, config, sweep.phase, when, approval=terms.approval)
+
+
+def record_decisions(ledger: Ledger, ids: Ids, plan: Plan, config: Settings, terms: Terms) -> None:
+    """Every decision that is not a keep, one ledger record each (docs/design.md §7), in one write."""
+    overrides, gate, confirmed, approval = terms.overrides, terms.gate, terms.confirmed, terms.approval
     ledger.write(
         {
             **ids.fields(),
@@ -544,17 +535,25 @@ def evaluate_policy(
         for d in plan.acted
         if d.action is not Action.KEEP
     )
-    plan_ref = PlanRef(ids.execution, ids.lease, config_digest(config))
-    warnings = list(sweep_input.warnings)
-    if not (dry_run or foreign):  # a what-if changes no resource's story; inputs another execution read are its
-        warnings += record_stories(ledger, ids, plan, data.evidence, config)
-    deletes = [] if dry_run or plan.capped or foreign else plan.deletes()
+
+
+def deletes_to_send(ledger: Ledger, ids: Ids, plan: Plan, terms: Terms) -> list[Resource]:
+    """The planned deletes this execution may send: none for a dry run, a capped plan or inputs another
+    execution read, and none it already has an outcome for."""
+    deletes = [] if terms.dry_run or plan.capped or terms.stale_inputs else plan.deletes()
     if deletes:  # one round trip, empty unless this execution planned before: what it recorded stands
         done = ledger.outcomes(ids.fields())
         deletes = [d for d in deletes if (d.resource.scope, d.resource.uid) not in done]
-    ends = send_deadline(sweep, lease, started)
-    seconds = (min(ends, approval.expires_at) if approval else ends) - time.time()  # the deletes' guard's deadline
-    fits, left = fit_before_deadline([d.resource for d in deletes], target.unit, target.delete_rate, seconds)
+    return [d.resource for d in deletes]
+
+
+def leave_what_does_not_fit(
+    sweep: Sweep, ledger: Ledger, ids: Ids, deletes: list[Resource], deadline: float
+) -> tuple[list[Resource], int]:
+    """The deletes that can be sent before ``deadline`` at the scopes' delete rates (:func:`fit_before_deadline`),
+    and how many cannot: those get no batch, and their outcome, left for the next sweep, is recorded now."""
+    target = sweep.target
+    fits, left = fit_before_deadline(deletes, target.unit, target.delete_rate, deadline - time.time())
     if left:
         why = (
             f"left for the next sweep: at {target.delete_rate:g} deletes/s per scope, no more of its "
@@ -562,14 +561,40 @@ def evaluate_policy(
         )
         log.warning("%d planned deletes %s", len(left), why)
         ledger.write(outcome_records(ids.fields(), target, NOT_ATTEMPTED, ((r, why) for r in left)))
-    units = cut_batches(fits, config.airflow.delete_batch_size, target.unit, config.airflow.max_delete_batches)
+    return fits, len(left)
+
+
+def batches_of(sweep: Sweep, deletes: list[Resource], plan_ref: PlanRef, terms: Terms) -> list[Batch]:
+    """The deletes cut into the batches ``delete`` maps over (:func:`cut_batches`), each stamped with the plan it
+    belongs to, its phase confirmation and its approval."""
+    config, target, approval = sweep.config, sweep.target, terms.approval
+    units = cut_batches(deletes, config.airflow.delete_batch_size, target.unit, config.airflow.max_delete_batches)
     stamp = {"approval": approval.id, "approval_expires": approval.expires_at} if approval else {}
+    return [Batch(plan_ref, unit, terms.confirmed, **stamp) for unit in units]
+
+
+def summary_under(
+    sweep: Sweep,
+    sweep_input: SweepInput,
+    plan: Plan,
+    plan_ref: PlanRef,
+    terms: Terms,
+    left: int,
+    triggered_by: str,
+    unrecorded: list[str],
+) -> Summary:
+    """The plan in numbers (:func:`summarize`) and the terms it was made under; ``unrecorded``: the warnings of
+    what the ledger refused, after the sweep input's. Under an approval, with the approval's record (per approved
+    item, what the plan made of it) and its cap, the number of its items."""
+    warnings = [*sweep_input.warnings, *unrecorded]
+    overrides, gate, approval = terms.overrides, terms.gate, terms.approval
     summary = summarize(
-        plan, plan_ref, sweep_input, overrides, len(left), triggered_by, dry_run, foreign, gate, warnings
+        plan, plan_ref, sweep_input, overrides, left, triggered_by, terms.dry_run, terms.stale_inputs, gate, warnings
     )
-    if approval_record is not None:
-        summary = msgspec.structs.replace(summary, approval=approval_record, max_deletions=len(approval.items))
-    return Planned(batches=[Batch(plan_ref, unit, confirmed, **stamp) for unit in units], summary=summary)
+    if approval is None:
+        return summary
+    record = approved.summary(approval, plan, sweep.config.max_deletions_per_sweep, terms.may_delete)
+    return msgspec.structs.replace(summary, approval=record, max_deletions=len(approval.items))
 
 
 def record_stories(ledger: Ledger, ids: Ids, plan: Plan, evidence: Evidence, config: Settings) -> list[str]:
@@ -628,92 +653,6 @@ def summarize(
     )
 
 
-def run_overrides(
-    params: dict[str, object],
-    ids: Ids,
-    triggered_by: str,
-    rerun: bool,
-    configured: int,
-    target: str,
-    resolution: Sequence[Resolved] = (),
-) -> Overrides:
-    """What this execution's params lift, and what the ledger records about it (docs/design.md §6).
-
-    ``override_budget`` lifts the budget holds of the scopes of ``target`` that ``override_scopes``
-    names, and no other; ``max_deletions`` above the configured cap (``configured``) raises the
-    global cap, for incident recovery. Both need ``override_reason`` (:func:`resolve_scopes`
-    refused them without, and the budget without its scopes) and are given for the evidence their trigger saw:
-    they apply to the run's first execution only. A cleared or re-run run (``rerun``: the ledger
-    holds an earlier execution of it) sees new evidence and runs without them, and records that it
-    did; Airflow does not tell a task who cleared its run (its audit log does). A ``max_deletions``
-    at or below the cap only lowers it: a limit, no override, kept in every execution.
-
-    ``override_scopes`` names scopes as configured; ``resolution`` maps each to the scope the policy keys
-    it by (a GCE project configured by its number is held, and lifted, under its id).
-    """
-    wanted = params.get("max_deletions")
-    reason = param_text(params, "override_reason")
-    asked = configured if wanted is None else int(wanted)  # type: ignore[call-overload]
-    lower = min(asked, configured)  # what holds in every execution, override or not
-    # Raised only with a reason, checked again here: the config may have lowered the cap since resolve_scopes.
-    raised = asked > configured and bool(reason)
-    budget = bool(params.get("override_budget"))
-    if not (budget or raised):
-        return Overrides(None, lower, None)
-    record: dict[str, object] = {"reason": reason, "user": triggered_by, "budget": budget}
-    scope_of = {name: r.scope for r in resolution for name in (*r.configured, r.scope)}
-    scopes = sorted({scope_of.get(name, name) for name in override_scopes(params)}) if budget else []
-    if budget:
-        record["scopes"] = scopes
-    if raised:
-        record["max_deletions"] = asked
-    if rerun or ids.execution > 0:
-        why = "the run was cleared or re-run: an override applies to its first execution only"
-        return Overrides(None, lower, {**record, "applied": False, "why": why})
-    lifted = Override(reason, triggered_by, frozenset((target, s) for s in scopes)) if budget else None
-    return Overrides(lifted, asked, {**record, "applied": True})
-
-
-def param_text(params: dict[str, object], name: str) -> str:
-    """A text Param as the run gave it, trimmed; "" when empty (the form's cleared field sends null)."""
-    return str(params.get(name) or "").strip()
-
-
-def gated(phase: Phase, active: Phase) -> bool:
-    """Whether a run of ``phase`` deletes only when its trigger confirms the phase (:func:`phase_gate`): every
-    phase but the target's active one and telemetry (which deletes nothing)."""
-    return phase not in (active, Phase.TELEMETRY)
-
-
-def phase_gate(sweep: Sweep, params: dict[str, object], triggered_by: str, rerun: bool) -> dict[str, object] | None:
-    """The ledger's record of the phase gate (docs/design.md §8), or None for the active phase (and telemetry,
-    which deletes nothing).
-
-    Only the active phase deletes on its own. A manual run of any other phase is a what-if, a dry run, unless
-    its trigger names that phase in ``confirm_phase`` and gives ``override_reason`` (:func:`resolve_scopes`
-    refused a confirmation without a reason or of another phase): then it deletes as its phase does and
-    pushes its metrics, so what it deletes reaches the alerts. A later phase deletes what the active one
-    keeps; an earlier one is no subset either: under the active phase's global cap it deletes nothing, the
-    earlier phase's smaller plan fits. Like an override, a confirmation was given for the evidence its
-    trigger saw: a cleared or re-run run is a dry run.
-    """
-    active = sweep.target.active_phase
-    if not gated(sweep.phase, active):
-        return None
-    record: dict[str, object] = {"phase": sweep.phase.value, "active": active.value, "user": triggered_by}
-    if param_text(params, "confirm_phase") != sweep.phase.value:
-        why = (
-            f"{sweep.phase.value} is not the active phase ({active.value}): a dry run, unless the trigger sets "
-            f"confirm_phase to {sweep.phase.value} with an override_reason"
-        )
-        return {**record, "confirmed": False, "why": why}
-    record["reason"] = param_text(params, "override_reason")
-    if rerun:
-        why = "the run was cleared or re-run: a phase confirmation applies to its first execution only"
-        return {**record, "confirmed": False, "why": why}
-    return {**record, "confirmed": True, "why": f"{sweep.phase.value} confirmed by {triggered_by}"}
-
-
 def budget_check(summary: Summary) -> Branch:
     """Delete, or only report, for the reasons that stop the whole sweep.
 
@@ -759,25 +698,14 @@ def delete(sweep: Sweep, batch: Batch, lease: Lease, started: datetime | None) -
     # nothing after its expiry: the guard's deadline, so every send and re-read stops there, a batch begun after it
     # sends nothing, and a retried one leaves an earlier try's outcomes as they are.
     target = sweep.target.pinned() if batch.approval else sweep.target
-    deadline = send_deadline(sweep, lease, started)
-    if batch.approval:
-        deadline = min(deadline, batch.approval_expires)
+    expires = batch.approval_expires if batch.approval else None
+    deadline = send_deadline(config, target.name, lease.expires_at, started, expires)
     fence = Fence(ids, sweep.ids.holder, lease.token, deadline)
     try:
         outcomes = delete_batch(sweep.ledger(), target, fence, batch.resources, sweep.config.ledger)
     finally:
         spent = target.quota_use()  # drained also when the batch halted: the next task's are its own
     return Deleted(outcomes, spent)
-
-
-def send_deadline(sweep: Sweep, lease: Lease, started: datetime | None) -> float:
-    """Unix seconds after which this execution sends no delete: the run's timeout (from ``started``) or the
-    lease's expiry, whichever comes first, less ``send_margin`` (the last request and its outcome's write)."""
-    config, name = sweep.config, sweep.target.name
-    ends = [lease.expires_at]
-    if started is not None:
-        ends.append((started + config.run_timeout(name)).timestamp())
-    return min(ends) - config.send_margin(name).total_seconds()
 
 
 def report_only(summary: Summary) -> int:
@@ -855,24 +783,6 @@ def record(
             f"the sweep did not complete ({problem}); its summary and outcomes so far are in the ledger"
         )
     return {"branch": branch.branch if branch else None, "outcomes": dict(outcomes), "stale_plan": stale_plans}
-
-
-def pushes_metrics(sweep: Sweep, summary: Summary | None) -> bool:
-    """Whether this sweep's metrics reach the Pushgateway: a sweep that :func:`acts`.
-
-    The alerts read these series: a what-if run of another phase, or a dry run, must not feed them.
-    """
-    return bool(sweep.config.metrics.pushgateway_url) and acts(sweep, summary)
-
-
-def acts(sweep: Sweep, summary: Summary | None) -> bool:
-    """Whether this sweep is one whose deletes count: the active phase's, or a confirmed run of another phase
-    (:func:`phase_gate`: what it deletes must reach the alerts); never a dry run. Only such a sweep pushes its
-    metrics and tells the owners (:mod:`reaper.sweep.notices`)."""
-    if summary is not None and summary.dry_run:
-        return False
-    gate = summary.phase_gate if summary is not None else None  # no summary: the sweep failed before its plan
-    return sweep.phase is sweep.target.active_phase or (gate is not None and bool(gate["confirmed"]))
 
 
 def push_metrics(
