@@ -40,6 +40,17 @@ os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "True")
 os.environ.setdefault("REAPER_EMULATOR_QUOTA_WINDOW", "1")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The heaviest modules first, by their ``slow`` marker's seconds: ``make test``'s workers each take whole
+    modules, so a long one started last would run alone at the end of the suite."""
+    weight: dict[str, float] = {}
+    for item in items:
+        mark = item.get_closest_marker("slow")
+        module = item.nodeid.split("::")[0]
+        weight[module] = max(weight.get(module, 0.0), float(mark.args[0]) if mark and mark.args else 0.0)
+    items.sort(key=lambda item: -weight[item.nodeid.split("::")[0]])
+
+
 # --- emulators ----------------------------------------------------------------------------------
 
 

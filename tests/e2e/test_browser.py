@@ -27,6 +27,8 @@ from include.emulators.http import free_port, wait_until
 from tests.helpers import ROOT
 from tests.helpers.gce import add_instance
 
+pytestmark = pytest.mark.slow(50)  # seconds, about: the heaviest modules start first (tests/conftest.py)
+
 PASSWORD = "reaper-browser-test"
 REPORT_ONLY, ENFORCEMENT = "reaper_gce_report_only", "reaper_gce_enforcement"
 ARTIFACTS = Path(os.environ.get("REAPER_TEST_ARTIFACTS", ROOT / "var" / "test-artifacts" / "audit-view"))

@@ -35,7 +35,7 @@ from tests.helpers.airflow import Rest, Site, airflow_site
 from tests.helpers.gce import add_instance, seed_terminated, slow_deletes
 from tests.helpers.k8s import seed_run
 
-pytestmark = pytest.mark.slow  # heavy: real Airflow processes; see the docstring
+pytestmark = pytest.mark.slow(175)  # heavy: real Airflow processes; see the docstring
 
 GCE, K8S = "reaper_gce_enforcement", "reaper_k8s_enforcement"
 PROJECTS = ["p", "q", "r", "s"]  # in two listing shards; "p" is where test_scheduler's helpers seed

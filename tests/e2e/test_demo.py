@@ -10,12 +10,15 @@ import sys
 import uuid
 
 import psycopg
+import pytest
 import requests
 
 from include.emulators.http import free_port
 from include.local_postgres import password_file
 from reaper.gce.clients import compute_clients
 from tests.helpers import POSTGRES_DSN, ROOT
+
+pytestmark = pytest.mark.slow(185)  # seconds, about: the heaviest modules start first (tests/conftest.py)
 
 LIVE_GCE = {f"m{m}-runner-{i}" for m in (1, 2, 3, 5) for i in range(4)}
 HELD_IN_C = {"gone-runner-2"}  # ci-runners-c: its writer fails, so nothing there may go

@@ -59,7 +59,7 @@ def tail(path: Path, lines: int = 60) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else "(no log)"
 
 
-@pytest.mark.slow
+@pytest.mark.slow(70)
 def test_the_deployment_guide_sweeps_each_target_report_only(tmp_path: Path) -> None:
     script = guide("emulators")
     trial = tmp_path / "trial"

@@ -9,6 +9,8 @@ from pymongo import MongoClient
 
 from tests.helpers.gce import add_instance, healthy_writers
 
+pytestmark = pytest.mark.slow(95)  # seconds, about: the heaviest modules start first (tests/conftest.py)
+
 PROJECTS = ["p1", "p2"]
 P1_ORPHANS = {"p1-terminated", "p1-stale", "p1-unlabeled-old"}
 

@@ -26,6 +26,8 @@ from reaper.config import QUOTA_WINDOW_ENV
 from tests.helpers.gce import add_instance
 from tests.integration.prometheus import Prometheus
 
+pytestmark = pytest.mark.slow(55)  # seconds, about: the heaviest modules start first (tests/conftest.py)
+
 PROJECTS = ["ci-a", "ci-b"]
 ZONE = "us-east1-b"
 WINDOW = 4.0  # seconds: the quotas' synchronized "minute", for the emulator and the reaper

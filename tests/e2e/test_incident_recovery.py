@@ -21,6 +21,8 @@ from pymongo import MongoClient
 
 from tests.helpers.gce import add_instance, busiest_second, healthy_writers
 
+pytestmark = pytest.mark.slow(65)  # seconds, about: the heaviest modules start first (tests/conftest.py)
+
 PROJECTS = [f"proj-{i}" for i in range(10)]
 CRASHED = PROJECTS[:2]
 LIVE_PER_PROJECT = 10

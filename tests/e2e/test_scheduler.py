@@ -29,6 +29,8 @@ from tests.helpers import one_outcome_per_intent
 from tests.helpers.airflow import Rest, airflow_site
 from tests.helpers.gce import seed_terminated, slow_deletes
 
+pytestmark = pytest.mark.slow(220)  # seconds, about: the heaviest modules start first (tests/conftest.py)
+
 DAG = "reaper_gce_terminated_cleanup"
 # The run's timeout in seconds; deletes stop 3s + 3s + 5s (request, ledger, slack) before it. The five tasks
 # before the first delete start as processes: 25 s here beside `make test`'s other worker (the first one pays

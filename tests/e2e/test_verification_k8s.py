@@ -16,6 +16,8 @@ from include.emulators.k8s import RESOURCE_OF_KIND
 from reaper.sweep.targets import K8sTarget
 from tests.helpers.k8s import MANAGED, put_leases, seed_pod, seed_run
 
+pytestmark = pytest.mark.slow(50)  # seconds, about: the heaviest modules start first (tests/conftest.py)
+
 ENFORCEMENT = "reaper_k8s_enforcement"
 STEP = {"iterion.io/step": "build", "iterion.io/attempt": "1"}
 
