@@ -20,8 +20,8 @@ from typing import Protocol
 
 import msgspec
 
+from reaper.durations import duration
 from reaper.model import GceInstance, K8sObject, Override, Resource
-from reaper.report.reasons import duration
 
 DEFAULT_EXPIRY = timedelta(hours=4)  # long enough to trigger the run after a review, short enough to stay current
 MAX_EXPIRY = timedelta(days=7)  # the evidence an approval was given for is old by then: review again

@@ -1,11 +1,14 @@
-"""Duration strings of the config: short forms (``90s``, ``15m``, ``3h``, ``2d``) and ISO 8601 (``P3D``, ``PT72H``).
+"""Duration strings of the config: short forms (``90s``, ``15m``, ``3h``, ``2d``) and ISO 8601 (``P3D``, ``PT72H``);
+and durations in words for people (``5 h 12 min``).
 
 Kept separate from the config model so the CLI and the tests can parse durations
-with exactly the rules the config uses.
+with exactly the rules the config uses, and so the reasons' sentences (:mod:`reaper.vocabulary`) can
+quote durations without importing the report.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import timedelta
 
@@ -71,3 +74,17 @@ def short(span: timedelta) -> str:
     if seconds or not parts:
         parts.append(f"{seconds:g}s")
     return " ".join(parts)
+
+
+def duration(seconds: object) -> str:
+    """``5 h 12 min``, ``3 d 4 h``, ``45 s``: the largest unit and the next one when not zero, for people."""
+    if not isinstance(seconds, int | float) or not math.isfinite(seconds):
+        return "unknown"
+    left = int(abs(seconds))
+    units = (("d", 86400), ("h", 3600), ("min", 60), ("s", 1))
+    first = next((i for i, (_, size) in enumerate(units) if left >= size), len(units) - 1)
+    (big, big_size), rest = units[first], units[first + 1 : first + 2]
+    parts = [f"{left // big_size} {big}"] + [
+        f"{left % big_size // size} {unit}" for unit, size in rest if left % big_size // size
+    ]
+    return ("-" if seconds < 0 else "") + " ".join(parts)

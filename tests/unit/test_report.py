@@ -14,10 +14,12 @@ import pytest
 
 from reaper.cli import main
 from reaper.config import Settings
+from reaper.durations import duration
 from reaper.report.charts import Column, stacked_bars
-from reaper.report.reasons import SENTENCES, Limits, duration, explain
+from reaper.report.reasons import Limits, explain
 from reaper.report.rows import ledger_rows, resource_kind
 from reaper.report.timeline import MAX_COLUMNS, panels
+from reaper.vocabulary import Reason
 from tests.unit.test_cli import INPUTS, NOW
 
 POLICY = Path(__file__).resolve().parents[2] / "plugins" / "reaper" / "policy"
@@ -49,8 +51,10 @@ def _policy_strings() -> set[str]:
 
 def test_every_reason_code_the_policy_can_give_has_a_sentence() -> None:
     # A new code in the policy fails here until it has a sentence (or is listed as not a reason).
-    unknown = _policy_strings() - set(SENTENCES) - NOT_REASONS - {"gce", "k8s", "keep", "report", "delete"}
-    assert unknown == set(), f"give these a sentence in reaper.report.reasons (or list them as not reasons): {unknown}"
+    unknown = _policy_strings() - {r.value for r in Reason} - NOT_REASONS - {"gce", "k8s", "keep", "report", "delete"}
+    assert unknown == set(), (
+        f"give these a sentence in reaper.vocabulary.Reason (or list them as not reasons): {unknown}"
+    )
 
 
 def test_only_the_policy_makes_decisions() -> None:
@@ -71,7 +75,7 @@ def test_the_samples_decisions_all_read_as_sentences(phase: str) -> None:
     limits = Limits.of(Settings())
     for d in json.loads(out.getvalue())["decisions"]:
         words = explain(d["reason"], d["evidence"], limits)
-        assert d["reason"] in SENTENCES and words != d["reason"] and not words.startswith(d["reason"] + " ("), d
+        assert d["reason"] in set(Reason) and words != d["reason"] and not words.startswith(d["reason"] + " ("), d
 
 
 def test_sentences_quote_the_evidence_and_the_thresholds() -> None:

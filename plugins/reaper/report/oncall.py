@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
 from reaper.alerting import reapers
-from reaper.report.reasons import duration
+from reaper.durations import duration
 
 
 class Runbook(NamedTuple):
