@@ -24,12 +24,14 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from reaper.durations import parse_duration, short
 from reaper.model import Mode
+from reaper.rules import RULE
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "include" / "reaper.yaml"
 CONFIG_ENV = "REAPER_CONFIG"
@@ -110,16 +112,17 @@ def _at_least(least: timedelta, why: str) -> AfterValidator:
 Timeout = Annotated[
     Duration, _at_least(timedelta(seconds=1), "every call is bounded by it; 0 means no bound to some clients")
 ]
-RuleMode = Annotated[Mode, BeforeValidator(_mode), Shown('`"off"`, `report` or `delete`')]
+
+
+def _modes_up_to(ceiling: Mode) -> str:
+    """The modes a rule whose presets reach ``ceiling`` may be set to, as the config reference shows them."""
+    shown = [f'`"{mode}"`' if mode is Mode.OFF else f"`{mode}`" for mode in Mode if mode <= ceiling]
+    return " or ".join(filter(None, [", ".join(shown[:-1]), shown[-1]]))
+
+
+RuleMode = Annotated[Mode, BeforeValidator(_mode), Shown(_modes_up_to(Mode.DELETE))]
+ReportMode = Annotated[Mode, BeforeValidator(_mode), Shown(_modes_up_to(Mode.REPORT))]  # a rule that only reports
 LabelPair = Annotated[tuple[str, str], BeforeValidator(_label_pair), Shown("label `key=value`")]
-
-
-def _report_at_most(value: object) -> Mode:
-    """A report-only rule's mode: ``off`` or ``report``; ``delete`` is refused, never capped silently."""
-    mode = _mode(value)
-    if mode is Mode.DELETE:
-        raise ValueError("expected off or report: this rule only ever reports (it never deletes)")
-    return mode
 
 
 Selector = Annotated[dict[str, str], Field(min_length=1), Shown("labels `{key: value}`")]
@@ -493,7 +496,8 @@ class BudgetConfig(_Section):
 
 
 class RulesConfig(_Section):
-    """Configured mode per rule. Config can only restrict: the phase preset is the ceiling."""
+    """Configured mode per rule (one key per rule of :data:`reaper.rules.RULES`). Config can only restrict: the
+    phase preset is the ceiling."""
 
     terminated: RuleMode = Mode.DELETE
     """Mode of the GCE `TERMINATED` rule."""
@@ -503,8 +507,19 @@ class RulesConfig(_Section):
     """Mode of the GCE unlabeled-age rule."""
     sandbox_orphan: RuleMode = Mode.DELETE
     """Mode of the Kubernetes orphaned-sandbox rule."""
-    residual_group: Annotated[Mode, BeforeValidator(_report_at_most), Shown('`"off"` or `report`')] = Mode.REPORT
+    residual_group: ReportMode = Mode.REPORT
     """Mode of the residual fleeting-group rule (`delete` is refused: it only ever reports)."""
+
+    @field_validator("*")
+    @classmethod
+    def _within_presets(cls, mode: Mode, info: ValidationInfo) -> Mode:
+        """A mode above every preset of the rule (:attr:`reaper.rules.Rule.ceiling`) is refused, never capped
+        silently: a rule that only ever reports is never set to delete (docs/design.md §3)."""
+        ceiling = RULE[str(info.field_name)].ceiling
+        if mode > ceiling:
+            allowed = " or ".join(str(m) for m in Mode if m <= ceiling)
+            raise ValueError(f"expected {allowed}: this rule only ever reports (it never deletes)")
+        return mode
 
 
 class LedgerConfig(_Section):

@@ -2,6 +2,9 @@
 
 import pytest
 
+from reaper import rules
+from reaper.config import ConfigError, RulesConfig, Settings
+from reaper.config_reference import rows
 from reaper.model import Evidence, Mode, Phase, WriterRecord
 from reaper.policy.modes import blocking, effective_modes
 from tests.builders import NOW, D, inst, plan, settings
@@ -74,3 +77,20 @@ def test_the_holds_of_a_protected_project_block_nothing() -> None:
     (writer,) = plan(stale, evidence=unhealthy, config=config, phase=Phase.ENFORCEMENT).scopes
     assert "writer_unhealthy" in writer.holds and writer.blocking == ()
     assert blocking("gce", ("protected_scope", *GCE_HOLDS), effective_modes(config, Phase.ENFORCEMENT)) == ()
+
+
+def test_the_config_has_one_key_per_rule_of_the_table_defaulting_to_its_highest_preset() -> None:
+    # reaper.rules is the one list of rules: the config's keys, their defaults and what they accept follow it.
+    assert tuple(RulesConfig.model_fields) == tuple(rule.name for rule in rules.RULES)
+    reference = {key: (kind, default) for key, kind, default, _ in rows()}
+    for rule in rules.RULES:
+        assert getattr(Settings().rules, rule.name) is rule.ceiling == max(rule.presets.values()), rule.name
+        allowed = [mode for mode in Mode if mode <= rule.ceiling]
+        shown = ", ".join(f'`"{m}"`' if m is Mode.OFF else f"`{m}`" for m in allowed).rsplit(", ", 1)
+        assert reference[f"rules.{rule.name}"] == (" or ".join(shown), f"`{rule.ceiling}`"), rule.name
+        for mode in Mode:
+            if mode in allowed:
+                assert getattr(settings(rules={rule.name: str(mode)}).rules, rule.name) is mode
+            else:
+                with pytest.raises(ConfigError, match=rf"rules\.{rule.name}: expected off or report"):
+                    settings(rules={rule.name: str(mode)})
