@@ -22,18 +22,19 @@ import msgspec
 
 from reaper.durations import duration
 from reaper.model import GceInstance, K8sObject, Override, Resource
+from reaper.vocabulary import Reason
 
 DEFAULT_EXPIRY = timedelta(hours=4)  # long enough to trigger the run after a review, short enough to stay current
 MAX_EXPIRY = timedelta(days=7)  # the evidence an approval was given for is old by then: review again
 # The holds an approval can lift: the budget's, the global cap's, and those of an earlier approval's run
 # (its items changed or new since their review, or the approval expired): reviewed again, approved again.
 APPROVABLE = (
-    "budget_exceeded",
-    "max_deletions_exceeded",
-    "approval_changed",
-    "approval_expired",
-    "approval_run_partial",
-    "not_approved",
+    Reason.BUDGET_EXCEEDED,
+    Reason.MAX_DELETIONS_EXCEEDED,
+    Reason.APPROVAL_CHANGED,
+    Reason.APPROVAL_EXPIRED,
+    Reason.APPROVAL_RUN_PARTIAL,
+    Reason.NOT_APPROVED,
 )
 
 

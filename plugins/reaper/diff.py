@@ -28,8 +28,9 @@ from reaper.model import (
     ScopeVerdict,
     place,
 )
-from reaper.policy import CAPPED, evaluate, liveness
+from reaper.policy import evaluate, liveness
 from reaper.policy.k8s import object_guard
+from reaper.vocabulary import Reason
 
 TARGET_OF: dict[type, str] = {GceInstance: "gce", GceGroup: "gce", K8sObject: "k8s"}
 TARGETS = ("gce", "k8s")
@@ -103,13 +104,15 @@ class Change:
             return True
         if (self.old is not None and self.old.reason in GUARDS) or self.old_guard is not None:
             return True
-        return self.old is None and self.target == "gce" and self.liveness.reason != "heartbeat_stale"
+        return self.old is None and self.target == "gce" and self.liveness.reason != Reason.HEARTBEAT_STALE
 
 
 def _deletes(decision: Decision | None) -> bool:
     """A delete, also one the global cap turned into a report: the cap is a circuit breaker that a manual
     ``max_deletions`` lifts, not the policy (docs/design.md §6)."""
-    return decision is not None and (decision.action is Action.DELETE or decision.reason == CAPPED)
+    return decision is not None and (
+        decision.action is Action.DELETE or decision.reason == Reason.MAX_DELETIONS_EXCEEDED
+    )
 
 
 def _verdict(decision: Decision | None) -> tuple[object, ...] | None:

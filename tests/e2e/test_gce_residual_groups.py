@@ -7,8 +7,8 @@ import time
 import requests
 
 from include.emulators.shapes import gcloud_instance
-from reaper.policy.groups import RULE
 from reaper.report.rows import ledger_rows
+from reaper.rules import RESIDUAL_GROUP
 from tests.e2e.test_gce_dags import ledger, prometheus  # noqa: F401  (prometheus: the module's writers, m-p1 live)
 from tests.helpers.gce import STARTED
 
@@ -72,7 +72,12 @@ def test_a_residual_group_is_reported_and_nothing_of_any_group_is_deleted(
     assert record["location"] == "us-east1-b" and record["uid"] == "igm/102"
     assert record["evidence"]["manager"] == "m-gone" and record["evidence"]["instances"] == 3
     (row,) = ledger_rows(records, [])  # the audit view's row of it
-    assert (row.kind, row.name, row.action, row.reason) == ("InstanceGroupManager", "fleeting-m-gone", "report", RULE)
+    assert (row.kind, row.name, row.action, row.reason) == (
+        "InstanceGroupManager",
+        "fleeting-m-gone",
+        "report",
+        RESIDUAL_GROUP.name,
+    )
     assert "m-gone" in row.why and "3 instances" in row.why
     summary = db.sweeps.find_one({"run_id": run.run_id})
     census = summary["census"]["gce"]["p1"]

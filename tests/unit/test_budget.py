@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from reaper.model import Override
-from reaper.policy.budget import BUDGET_EXCEEDED, budget_hold, budget_tripped
+from reaper.policy.budget import budget_hold, budget_tripped
+from reaper.vocabulary import Reason
 from tests.builders import settings
 
 DEFAULT = settings()  # budget.min_stale 3, budget.max_stale_fraction 0.5
@@ -57,17 +58,17 @@ def test_thresholds_follow_config(min_stale: int, fraction: float, stale: int, t
 
 
 def test_a_tripped_budget_holds_the_scope() -> None:
-    assert budget_hold(3, 5, DEFAULT, None, "gce", "p1") == ((BUDGET_EXCEEDED,), ())
+    assert budget_hold(3, 5, DEFAULT, None, "gce", "p1") == ((Reason.BUDGET_EXCEEDED,), ())
 
 
 def test_an_override_records_the_tripped_budget_as_overridden() -> None:
-    assert budget_hold(3, 5, DEFAULT, OVERRIDE, "gce", "p1") == ((), (BUDGET_EXCEEDED,))
+    assert budget_hold(3, 5, DEFAULT, OVERRIDE, "gce", "p1") == ((), (Reason.BUDGET_EXCEEDED,))
 
 
 @pytest.mark.parametrize(("target", "scope"), [("gce", "p2"), ("k8s", "p1")])
 def test_an_override_lifts_the_hold_only_in_the_scopes_it_names(target: str, scope: str) -> None:
     # Another project, or a cluster of the same name: the hold stands.
-    assert budget_hold(3, 5, DEFAULT, OVERRIDE, target, scope) == ((BUDGET_EXCEEDED,), ())
+    assert budget_hold(3, 5, DEFAULT, OVERRIDE, target, scope) == ((Reason.BUDGET_EXCEEDED,), ())
 
 
 def test_an_override_names_its_scopes() -> None:
@@ -81,4 +82,4 @@ def test_a_budget_not_tripped_neither_holds_nor_is_overridden(override: Override
 
 
 def test_the_hold_is_named_as_the_verdicts_and_alerts_know_it() -> None:
-    assert BUDGET_EXCEEDED == "budget_exceeded"
+    assert Reason.BUDGET_EXCEEDED == "budget_exceeded"

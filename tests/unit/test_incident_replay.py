@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from reaper.model import Evidence, GceInstance
-from reaper.policy.budget import BUDGET_EXCEEDED
+from reaper.vocabulary import Reason
 from tests.builders import M, healthy, inst, leases, plan, runs, settings
 
 REPLAY = Path(__file__).resolve().parents[2] / "include" / "prometheus" / "incident-replay.test.yml"
@@ -41,7 +41,7 @@ def blocking(minutes_after_t0: int) -> dict[str, tuple[str, ...]]:
 
 def budget_holds(minutes_after_t0: int) -> dict[str, bool]:
     """Project -> whether the enforcement sweep at t0 + ``minutes_after_t0`` holds it on its budget."""
-    return {scope: BUDGET_EXCEEDED in holds for scope, holds in blocking(minutes_after_t0).items()}
+    return {scope: Reason.BUDGET_EXCEEDED in holds for scope, holds in blocking(minutes_after_t0).items()}
 
 
 def first_present_minute(values: str) -> int:
@@ -75,8 +75,8 @@ def test_the_replay_pushes_the_holds_from_those_sweeps_on() -> None:
     series = r'series: reaper_scope_hold\{[^}]*scope="([^"]+)"[^}]*hold="([^"]+)"[^}]*\}\n\s+values: (.+)'
     holds = re.findall(series, text)
     assert {(scope, hold) for scope, hold, _ in holds} == {
-        (scope, hold) for scope in CRASHED for hold in ("writer_health_unknown", BUDGET_EXCEEDED)
+        (scope, hold) for scope in CRASHED for hold in ("writer_health_unknown", Reason.BUDGET_EXCEEDED)
     }
     # Scraped one evaluation (a minute) after the sweep that pushed it.
     first = {hold: {first_present_minute(v.split("#")[0]) for _, h, v in holds if h == hold} for _, hold, _ in holds}
-    assert first == {"writer_health_unknown": {T0 + FIRST_SWEEP + 1}, BUDGET_EXCEEDED: {T0 + 245 + 1}}
+    assert first == {"writer_health_unknown": {T0 + FIRST_SWEEP + 1}, Reason.BUDGET_EXCEEDED: {T0 + 245 + 1}}

@@ -6,6 +6,7 @@ from reaper import rules
 from reaper.config import ConfigError, RulesConfig, Settings
 from reaper.config_reference import rows
 from reaper.model import Evidence, Mode, Phase, WriterRecord
+from reaper.policy.gce import HEARTBEAT_HOLDS
 from reaper.policy.modes import blocking, effective_modes
 from tests.builders import NOW, D, inst, plan, settings
 
@@ -94,3 +95,10 @@ def test_the_config_has_one_key_per_rule_of_the_table_defaulting_to_its_highest_
             else:
                 with pytest.raises(ConfigError, match=rf"rules\.{rule.name}: expected off or report"):
                     settings(rules={rule.name: str(mode)})
+
+
+def test_the_heartbeat_holds_are_the_heartbeat_rules_own() -> None:
+    # Those the listing's hold (every rule's) leaves: what makes a stale heartbeat no proof (docs/design.md §4).
+    assert HEARTBEAT_HOLDS == ("writer_health_unknown", "writer_unhealthy", "budget_exceeded")
+    gce = [rule for rule in rules.RULES if rule.target == "gce"]
+    assert {rule.name for rule in gce if set(HEARTBEAT_HOLDS) & set(rule.held_by)} == {"heartbeat_stale"}

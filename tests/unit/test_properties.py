@@ -23,8 +23,9 @@ from reaper.model import (
     StoreState,
     WriterRecord,
 )
-from reaper.policy import evaluate
+from reaper.policy import evaluate, liveness
 from reaper.policy.k8s import lease_state, run_state, selector_matches
+from reaper.vocabulary import Reason
 from tests.builders import HB, NOW, NOW_DT, D, H, M, settings
 
 Q = 4 * H
@@ -431,3 +432,18 @@ def test_an_orphaned_run_is_deleted_exactly_when_no_pod_outside_it_uses_it(selec
         if d.resource in members
     }
     assert got == ({(Action.REPORT, "in_use_outside_run")} if used else {(Action.DELETE, "sandbox_orphan")})
+
+
+@PROPS
+@given(st.lists(instances(), max_size=30), k8s_fleets(), writer_health, configs, phases)
+def test_every_reason_the_policy_gives_is_a_member_of_the_vocabulary(fleet, k8s, writers, config, phase) -> None:
+    # A member, not merely an equal string: the report has its sentence (reaper.vocabulary).
+    objects, evidence = k8s
+    evidence = msgspec.structs.replace(evidence, writer_health=writers)
+    resources = [*fleet, *objects]
+    plan = run(resources, evidence, config, phase)
+    reasons = [d.reason for d in plan.acted] + [reason for _, reason, _ in plan.kept]
+    reasons += [r for d in plan.acted for r in (*d.evidence.get("findings", ()), *d.evidence.get("holds", ()))]
+    reasons += [h for v in plan.scopes for h in (*v.holds, *v.overridden, *v.blocking)]
+    reasons += [reading.reason for _, _, reading in liveness(resources, evidence, config, NOW_DT, plan.scopes)]
+    assert {r for r in reasons if type(r) is not Reason} == set()

@@ -33,10 +33,9 @@ from reaper.policy.approval import held_unless_approved
 from reaper.policy.gce import evaluate_gce
 from reaper.policy.k8s import evaluate_k8s
 from reaper.policy.modes import blocking, effective_modes
+from reaper.vocabulary import Reason
 
-__all__ = ["CAPPED", "evaluate", "liveness"]
-# The reason of a delete the global cap turned into a report.
-CAPPED = "max_deletions_exceeded"
+__all__ = ["evaluate", "liveness"]
 
 
 def evaluate(
@@ -112,7 +111,9 @@ def _capped(decision: Decision, limit: int) -> Decision:
     if decision.action is not Action.DELETE:
         return decision
     evidence = {**(decision.evidence or {}), "finding": decision.reason, "max_deletions_per_sweep": limit}
-    return Decision(decision.target, decision.resource, Action.REPORT, decision.rule, CAPPED, evidence)
+    return Decision(
+        decision.target, decision.resource, Action.REPORT, decision.rule, Reason.MAX_DELETIONS_EXCEEDED, evidence
+    )
 
 
 def liveness(

@@ -23,32 +23,26 @@ from collections import defaultdict
 
 from reaper.approvals import Approval, ApprovedItem, fingerprint_of
 from reaper.model import Action, Decision, GceInstance, K8sObject, status_class
-
-EXPIRED, NOT_APPROVED, CHANGED, RUN_PARTIAL = (
-    "approval_expired",
-    "not_approved",
-    "approval_changed",
-    "approval_run_partial",
-)
+from reaper.vocabulary import Reason
 
 
 def held_unless_approved(acted: list[Decision], approval: Approval, now: float, run_label: str) -> list[Decision]:
     """``acted`` with every delete that ``approval`` does not cover, as listed at ``now``, held as a report."""
     approved = approval.by_key()
-    why: dict[tuple[str, str], str] = {}
+    why: dict[tuple[str, str], Reason] = {}
     for d in acted:
         if d.action is not Action.DELETE:
             continue
         key = (d.scope, d.resource.uid)
         item = approved.get(key)
         if now >= approval.expires_at:
-            why[key] = EXPIRED
+            why[key] = Reason.APPROVAL_EXPIRED
         elif item is None or d.target != approval.target:
-            why[key] = NOT_APPROVED
+            why[key] = Reason.NOT_APPROVED
         elif not item.fingerprint or fingerprint_of(d.resource) != item.fingerprint or d.rule != item.rule:
-            why[key] = CHANGED  # a label written, or found now by another rule
+            why[key] = Reason.APPROVAL_CHANGED  # a label written, or found now by another rule
         elif isinstance(d.resource, GceInstance) and status_class(d.resource.status) != status_class(item.status):
-            why[key] = CHANGED  # started (or stopped) since the review: no label need change
+            why[key] = Reason.APPROVAL_CHANGED  # started (or stopped) since the review: no label need change
     _hold_partial_runs(acted, approval, why, run_label)
     return [
         _held(d, why[key], approval.id, approved.get(key))
@@ -59,7 +53,7 @@ def held_unless_approved(acted: list[Decision], approval: Approval, now: float, 
 
 
 def _hold_partial_runs(
-    acted: list[Decision], approval: Approval, why: dict[tuple[str, str], str], run_label: str
+    acted: list[Decision], approval: Approval, why: dict[tuple[str, str], Reason], run_label: str
 ) -> None:
     """Hold every delete of a Kubernetes run that is not approved and unchanged whole (``why`` gains them)."""
     runs: dict[tuple[str, str], list[Decision]] = defaultdict(list)
@@ -71,10 +65,10 @@ def _hold_partial_runs(
     for run, members in runs.items():
         if run in missing or any((d.scope, d.resource.uid) in why for d in members):
             for d in members:
-                why.setdefault((d.scope, d.resource.uid), RUN_PARTIAL)
+                why.setdefault((d.scope, d.resource.uid), Reason.APPROVAL_RUN_PARTIAL)
 
 
-def _held(decision: Decision, reason: str, approval: str, item: ApprovedItem | None) -> Decision:
+def _held(decision: Decision, reason: Reason, approval: str, item: ApprovedItem | None) -> Decision:
     """The delete held, with what it was found, by which approval, and both states (listed and approved)."""
     evidence = {
         **(decision.evidence or {}),

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from reaper.config import Settings
 from reaper.model import Override
-
-BUDGET_EXCEEDED = "budget_exceeded"
+from reaper.vocabulary import Reason
 
 
 def budget_tripped(stale: int, total: int, config: Settings) -> bool:
@@ -27,7 +26,7 @@ def budget_tripped(stale: int, total: int, config: Settings) -> bool:
 
 def budget_hold(
     stale: int, total: int, config: Settings, override: Override | None, target: str, scope: str
-) -> tuple[tuple[str, ...], tuple[str, ...]]:
+) -> tuple[tuple[Reason, ...], tuple[Reason, ...]]:
     """The budget's part of ``scope``'s verdict: (holds, overridden), each empty or ``("budget_exceeded",)``.
 
     An override (a manual trigger with a reason) lifts this hold and no other, and only in the
@@ -37,4 +36,4 @@ def budget_hold(
     if not budget_tripped(stale, total, config):
         return (), ()
     lifted = override is not None and override.lifts(target, scope)
-    return ((), (BUDGET_EXCEEDED,)) if lifted else ((BUDGET_EXCEEDED,), ())
+    return ((), (Reason.BUDGET_EXCEEDED,)) if lifted else ((Reason.BUDGET_EXCEEDED,), ())

@@ -33,17 +33,20 @@ from reaper.model import (
     TargetResult,
     WriterRecord,
 )
-from reaper.policy.budget import BUDGET_EXCEEDED, budget_hold
-from reaper.policy.groups import RULE as GROUP_RULE
+from reaper.policy.budget import budget_hold
 from reaper.policy.groups import empty_census, evaluate_groups
 from reaper.policy.projects import ProjectNames
+from reaper.rules import HEARTBEAT_STALE, RESIDUAL_GROUP, RULES, TERMINATED, UNLABELED_AGE
+from reaper.vocabulary import Reason
 
 TARGET = "gce"
 _ID, _STATUS = attrgetter("id"), attrgetter("status")
 KEEP, REPORT, DELETE = Action.KEEP, Action.REPORT, Action.DELETE
 _RANK = {KEEP: 0, REPORT: 1, DELETE: 2}
-# Holds that turn a heartbeat_stale delete into a report; the other rules ignore them.
-HEARTBEAT_HOLDS = ("writer_health_unknown", "writer_unhealthy", BUDGET_EXCEEDED)
+_RULES = tuple(rule for rule in RULES if rule.target == TARGET)
+# The holds of the heartbeat rule alone, those that say the writers' silence may be no proof: not the listing's,
+# which holds every rule (docs/design.md §4).
+HEARTBEAT_HOLDS = tuple(h for h in HEARTBEAT_STALE.held_by if h is not Reason.INVENTORY_INCOMPLETE)
 
 # Upper bounds (seconds) of the heartbeat-age census buckets; a last "+Inf" bucket is implied.
 AGE_BUCKETS = (600, 1800, 3600, 2 * 3600, 4 * 3600, 8 * 3600, 86400, 3 * 86400, 7 * 86400)
@@ -58,21 +61,20 @@ class Candidate(NamedTuple):
     report, and they belong to the heartbeat rule (docs/design.md §3).
     """
 
-    rule: str  # the rule whose mode decides it
-    reason: str  # what was found: the decision's reason unless a hold or guard replaces it
+    rule: str  # the rule whose mode decides it, and whose holds stop its delete
+    reason: Reason  # what was found: the decision's reason unless a hold or guard replaces it
     is_finding: bool  # a finding acts as the rule's mode says; an anomaly is at most a report
-    heartbeat_held: bool  # a delete is held by the heartbeat holds (writer health, budget)
 
 
-_TERMINATED = Candidate("terminated", "terminated", True, False)
-_STALE = Candidate("heartbeat_stale", "heartbeat_stale", True, True)
-_UNLABELED = Candidate("unlabeled_age", "unlabeled_age", True, False)
-_FUTURE = Candidate("heartbeat_stale", "heartbeat_in_future", False, False)
-_MALFORMED = Candidate("heartbeat_stale", "heartbeat_malformed", False, False)
-_BEFORE_CREATION = Candidate("heartbeat_stale", "heartbeat_before_creation", False, False)
+_TERMINATED = Candidate(TERMINATED.name, TERMINATED.finding, True)
+_STALE = Candidate(HEARTBEAT_STALE.name, HEARTBEAT_STALE.finding, True)
+_UNLABELED = Candidate(UNLABELED_AGE.name, UNLABELED_AGE.finding, True)
+_FUTURE = Candidate(HEARTBEAT_STALE.name, Reason.HEARTBEAT_IN_FUTURE, False)
+_MALFORMED = Candidate(HEARTBEAT_STALE.name, Reason.HEARTBEAT_MALFORMED, False)
+_BEFORE_CREATION = Candidate(HEARTBEAT_STALE.name, Reason.HEARTBEAT_BEFORE_CREATION, False)
 # A creation time in the future makes every age meaningless: it belongs to the rule that would have used it.
-_CREATED_FUTURE_LABELED = Candidate("heartbeat_stale", "created_in_future", False, False)
-_CREATED_FUTURE_UNLABELED = Candidate("unlabeled_age", "created_in_future", False, False)
+_CREATED_FUTURE_LABELED = Candidate(HEARTBEAT_STALE.name, Reason.CREATED_IN_FUTURE, False)
+_CREATED_FUTURE_UNLABELED = Candidate(UNLABELED_AGE.name, Reason.CREATED_IN_FUTURE, False)
 
 
 def evaluate_gce(
@@ -104,7 +106,7 @@ def evaluate_gce(
         result.verdicts.append(part.verdict)
         result.census[project] = part.census
     if config.gce.group_selector:
-        reports, kept, census = evaluate_groups(groups or [], evidence, config, modes[GROUP_RULE])
+        reports, kept, census = evaluate_groups(groups or [], evidence, config, modes[RESIDUAL_GROUP.name])
         result.acted += reports
         result.kept += kept
         for project, part in result.census.items():
@@ -129,7 +131,7 @@ class _ProjectResult(NamedTuple):
     """One project's part of the :class:`TargetResult`."""
 
     acted: list[Decision]
-    kept: list[tuple[str, str, list[GceInstance]]]
+    kept: list[tuple[str, Reason, list[GceInstance]]]
     verdict: ScopeVerdict
     census: dict[str, object]
 
@@ -137,10 +139,10 @@ class _ProjectResult(NamedTuple):
 class _Holds(NamedTuple):
     """A project's holds, and what they mean for its instances, worked out once per project."""
 
-    names: tuple[str, ...]  # as the verdict records them, in precedence order
+    names: tuple[Reason, ...]  # as the verdict records them, in precedence order
     protected: bool  # a protected project: every instance is a plain keep, nothing is decided
-    incomplete: bool  # the listing is not a complete one: no delete at all
-    heartbeat: str | None  # the first of HEARTBEAT_HOLDS: holds heartbeat_stale deletes only
+    # Per rule, the first of its holds in force (docs/design.md §4): the reason that replaces a delete's.
+    of_rule: dict[str, Reason | None]
 
 
 class _Project:
@@ -233,7 +235,7 @@ class _Thresholds:
 
 def writer_hold(
     records: list[WriterRecord] | None, config: Settings, now: float
-) -> tuple[str | None, list[dict[str, object]]]:
+) -> tuple[Reason | None, list[dict[str, object]]]:
     """The writer-health hold of one project, and the managers that caused it.
 
     ``records is None`` means the source could not be read: unknown, so hold. So does a
@@ -245,10 +247,10 @@ def writer_hold(
     are reaped. ``now`` is when the records were read: a later clock only flags more writers stale.
     """
     if not records:
-        return "writer_health_unknown", []
+        return Reason.WRITER_HEALTH_UNKNOWN, []
     unreadable = [{"manager": r.manager, "problem": "unreadable"} for r in records if not math.isfinite(r.last_pass)]
     if unreadable:
-        return "writer_health_unknown", unreadable
+        return Reason.WRITER_HEALTH_UNKNOWN, unreadable
     stale_before = now - config.gce.writer_stale_after.total_seconds()
     future_after = now + config.gce.clock_skew.total_seconds()
     bad = []
@@ -259,7 +261,7 @@ def writer_hold(
             bad.append({"manager": r.manager, "problem": "stale", "last_pass": r.last_pass})
         elif r.last_pass > future_after:
             bad.append({"manager": r.manager, "problem": "last_pass_in_future", "last_pass": r.last_pass})
-    return ("writer_unhealthy" if bad else None), bad
+    return (Reason.WRITER_UNHEALTHY if bad else None), bad
 
 
 def _writers_unknown(writers: dict[str, list[WriterRecord]] | None, project: str) -> str:
@@ -287,7 +289,7 @@ def _evaluate_project(project: str, group: _Project, sweep: _Sweep) -> _ProjectR
     instances = group.instances()
     duplicated = group.duplicated()
     findings: dict[str, int] = defaultdict(int)
-    findings["opt_out"] = len(opted)
+    findings[Reason.OPT_OUT] = len(opted)
     findings["heartbeat_absent"] = len(young)
     pending: list[tuple[GceInstance, list[Candidate], dict[str, object]]] = []
     members: list[GceInstance] = []
@@ -301,21 +303,21 @@ def _evaluate_project(project: str, group: _Project, sweep: _Sweep) -> _ProjectR
             pending.append((inst, candidates, facts))
         else:
             (fresh if beat is not None else young).append(inst)
-    findings["group_member"] = len(members)
+    findings[Reason.GROUP_MEMBER] = len(members)
 
-    stale = findings.get("heartbeat_stale", 0)
+    stale = findings.get(Reason.HEARTBEAT_STALE, 0)
     holds, overridden, details = _project_holds(project, len(beats), stale, duplicated, sweep)
     acted: list[Decision] = []
-    kept: list[tuple[str, str, list[GceInstance]]]
+    kept: list[tuple[str, Reason, list[GceInstance]]]
     if holds.protected:
-        kept = [(TARGET, "protected_scope", instances)]
+        kept = [(TARGET, Reason.PROTECTED_SCOPE, instances)]
     else:
         acted = [_resolve(inst, candidates, facts, sweep.modes, holds) for inst, candidates, facts in pending]
         kept = [
-            (TARGET, "fresh", fresh),
-            (TARGET, "no_finding", young),
-            (TARGET, "opt_out", opted),
-            (TARGET, "group_member", members),
+            (TARGET, Reason.FRESH, fresh),
+            (TARGET, Reason.NO_FINDING, young),
+            (TARGET, Reason.OPT_OUT, opted),
+            (TARGET, Reason.GROUP_MEMBER, members),
         ]
 
     census: dict[str, object] = {
@@ -345,34 +347,34 @@ def _classify(
     unlabeled = raw is None
     created_in_future = inst.created > t.future_after
     if created_in_future:
-        findings["created_in_future"] += 1
+        findings[Reason.CREATED_IN_FUTURE] += 1
         candidates.append(_CREATED_FUTURE_UNLABELED if unlabeled else _CREATED_FUTURE_LABELED)
     elif unlabeled:
         findings["heartbeat_absent"] += 1
     elif raw.isdigit() and raw.isascii():
         if int(raw) > t.future_after:
-            findings["heartbeat_in_future"] += 1
+            findings[Reason.HEARTBEAT_IN_FUTURE] += 1
             candidates.append(_FUTURE)
         elif int(raw) < inst.created - t.skew:
             unlabeled = True
-            findings["heartbeat_before_creation"] += 1
+            findings[Reason.HEARTBEAT_BEFORE_CREATION] += 1
             candidates.append(_BEFORE_CREATION)
         else:
             beat = int(raw)
             age = t.now - beat
             if beat < t.stale_before:
-                findings["heartbeat_stale"] += 1
+                findings[Reason.HEARTBEAT_STALE] += 1
                 candidates.append(_STALE)
     else:
         unlabeled = True
-        findings["heartbeat_malformed"] += 1
+        findings[Reason.HEARTBEAT_MALFORMED] += 1
         candidates.append(_MALFORMED)
     stopped = max(inst.last_stop or inst.created, inst.created)
     if inst.status == "TERMINATED" and stopped < t.stopped_before:
-        findings["terminated"] += 1
+        findings[Reason.TERMINATED] += 1
         candidates.insert(0, _TERMINATED)
     if unlabeled and not created_in_future and inst.created < t.aged_before:
-        findings["unlabeled_age"] += 1
+        findings[Reason.UNLABELED_AGE] += 1
         candidates.append(_UNLABELED)
     facts: dict[str, object] = {"status": inst.status, "heartbeat": raw, "heartbeat_age_s": age}
     if inst.deletion_protection:
@@ -401,19 +403,21 @@ def liveness(
     for inst in instances:
         candidates, facts, beat = _classify(inst, t, defaultdict(int))
         reasons = [c.reason for c in candidates]
-        if "terminated" in reasons:
-            state, reason = Liveness.STALE, "terminated"
-        elif surprising := [r for r in reasons if r in ("created_in_future", "heartbeat_in_future")]:
+        if Reason.TERMINATED in reasons:
+            state, reason = Liveness.STALE, Reason.TERMINATED
+        elif surprising := [r for r in reasons if r in (Reason.CREATED_IN_FUTURE, Reason.HEARTBEAT_IN_FUTURE)]:
             state, reason = Liveness.UNKNOWN, surprising[0]
-        elif "heartbeat_stale" in reasons:
+        elif Reason.HEARTBEAT_STALE in reasons:
             held = next((h for h in holds.get(inst.project, ()) if h in HEARTBEAT_HOLDS), None)
-            state, reason = (Liveness.UNKNOWN, held) if held else (Liveness.STALE, "heartbeat_stale")
-        elif "unlabeled_age" in reasons:
-            state, reason = Liveness.STALE, "unlabeled_age"
+            state, reason = (Liveness.UNKNOWN, held) if held else (Liveness.STALE, Reason.HEARTBEAT_STALE)
+        elif Reason.UNLABELED_AGE in reasons:
+            state, reason = Liveness.STALE, Reason.UNLABELED_AGE
         elif reasons:  # a malformed or copied label on a VM younger than the maximum age
             state, reason = Liveness.UNKNOWN, reasons[0]
+        elif beat is not None:
+            state, reason = Liveness.FRESH, Reason.FRESH
         else:
-            state, reason = (Liveness.FRESH, "fresh") if beat is not None else (Liveness.UNKNOWN, "no_finding")
+            state, reason = Liveness.UNKNOWN, Reason.NO_FINDING
         yield inst, Reading(state, reason, facts)
 
 
@@ -431,19 +435,19 @@ def _age_histogram(beats: list[int], now: float) -> dict[str, object]:
 
 def _project_holds(
     project: str, labeled: int, stale: int, duplicated: bool, sweep: _Sweep
-) -> tuple[_Holds, tuple[str, ...], dict[str, object]]:
+) -> tuple[_Holds, tuple[Reason, ...], dict[str, object]]:
     """A project's holds, the holds an override lifted, and the verdict's details.
 
     ``labeled`` counts the valid heartbeats, ``stale`` the stale ones among them: the budget's sides.
     """
     config = sweep.config
-    holds: list[str] = []
+    holds: list[Reason] = []
     protected_by = sweep.names.protected_by(project, config.gce.protected_projects)
     if protected_by is not None:
-        holds.append("protected_scope")
+        holds.append(Reason.PROTECTED_SCOPE)
     # An instance listed twice means the pages moved under the listing: it is not a complete one.
     if (TARGET, project) in sweep.evidence.incomplete or duplicated:
-        holds.append("inventory_incomplete")
+        holds.append(Reason.INVENTORY_INCOMPLETE)
     records = None if sweep.writers is None else sweep.writers.get(project, [])
     # No series for a project without a valid heartbeat is no news: it has no heartbeat delete to hold.
     silent = records == [] and not labeled
@@ -459,12 +463,12 @@ def _project_holds(
     }
     if protected_by not in (None, project):  # protected by its number, or by a number that may be its own
         details["protected_by"] = protected_by
-    unknown = _writers_unknown(sweep.writers, project) if writer == "writer_health_unknown" else ""
+    unknown = _writers_unknown(sweep.writers, project) if writer == Reason.WRITER_HEALTH_UNKNOWN else ""
     if unknown:
         details["unknown_evidence"] = [unknown]
     names = (*holds, *budget)
-    heartbeat = next((h for h in names if h in HEARTBEAT_HOLDS), None)
-    return _Holds(names, "protected_scope" in names, "inventory_incomplete" in names, heartbeat), overridden, details
+    of_rule = {rule.name: next((h for h in names if h in rule.held_by), None) for rule in _RULES}
+    return _Holds(names, Reason.PROTECTED_SCOPE in names, of_rule), overridden, details
 
 
 def _resolve(
@@ -475,26 +479,24 @@ def _resolve(
     holds: _Holds,
 ) -> Decision:
     """Pick the strongest action among the instance's candidates after holds; ties go to the first."""
-    best: tuple[Action, str | None, str] | None = None
-    for rule, reason, is_finding, heartbeat_held in candidates:
+    best: tuple[Action, str | None, Reason] | None = None
+    for rule, reason, is_finding in candidates:
         mode = modes[rule]
         if mode is Mode.OFF:
             continue
         action = ACTION_OF_MODE[mode] if is_finding else REPORT
         if action is DELETE:
-            if holds.incomplete:
-                action, reason = REPORT, "inventory_incomplete"
-            elif heartbeat_held and holds.heartbeat:
-                action, reason = REPORT, holds.heartbeat
+            if held := holds.of_rule[rule]:
+                action, reason = REPORT, held
             elif inst.deletion_protection:
-                action, reason = REPORT, "deletion_protected"  # the API would refuse it every sweep
+                action, reason = REPORT, Reason.DELETION_PROTECTED  # the API would refuse it every sweep
             elif "opt_out_label" in facts:
-                action, reason = REPORT, "opt_out_malformed"
+                action, reason = REPORT, Reason.OPT_OUT_MALFORMED
         if best is None or _RANK[action] > _RANK[best[0]]:
             best = (action, rule, reason)
     facts["findings"] = [c.reason for c in candidates]
     if holds.names:
         facts["holds"] = list(holds.names)
     if best is None:
-        return Decision(TARGET, inst, KEEP, candidates[0].rule, "rule_off", facts)
+        return Decision(TARGET, inst, KEEP, candidates[0].rule, Reason.RULE_OFF, facts)
     return Decision(TARGET, inst, best[0], best[1], best[2], facts)

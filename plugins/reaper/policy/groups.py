@@ -27,21 +27,22 @@ from collections import defaultdict
 from reaper.config import Settings
 from reaper.model import Action, Decision, Evidence, GceGroup, Mode
 from reaper.policy.projects import ProjectNames
+from reaper.rules import RESIDUAL_GROUP
+from reaper.vocabulary import Reason
 
-RULE = "residual_group"
 TARGET = "gce"
 
 
 def evaluate_groups(
     groups: list[GceGroup], evidence: Evidence, config: Settings, mode: Mode
-) -> tuple[list[Decision], list[tuple[str, str, list[GceGroup]]], dict[str, dict[str, int]]]:
+) -> tuple[list[Decision], list[tuple[str, Reason, list[GceGroup]]], dict[str, dict[str, int]]]:
     """Decide every selected group: its reports, plain-keep groups by reason, and the census per project.
 
     The census (``listed``, ``residual`` and the instances the residual groups hold) is counted
     whatever the mode, as the other censuses are.
     """
     acted: list[Decision] = []
-    kept: dict[str, list[GceGroup]] = defaultdict(list)
+    kept: dict[Reason, list[GceGroup]] = defaultdict(list)
     census: dict[str, dict[str, int]] = defaultdict(empty_census)
     names = ProjectNames(evidence.resolved)
     reporting = names.reporting(evidence.reporting)
@@ -52,20 +53,20 @@ def evaluate_groups(
         counts = census[group.project]
         counts["listed"] += 1
         reason = _row(group, manager, reporting, config, names)
-        if reason != RULE:
+        if reason != Reason.RESIDUAL_GROUP:
             kept[reason].append(group)
             continue
         counts["residual"] += 1
         counts["residual_instances"] += group.instances
         if mode is Mode.OFF:
-            kept["rule_off"].append(group)
+            kept[Reason.RULE_OFF].append(group)
             continue
         facts: dict[str, object] = {
             "manager": manager,
             "instances": group.instances,
             "quarantine_s": config.gce.quarantine.total_seconds(),
         }
-        acted.append(Decision(TARGET, group, Action.REPORT, RULE, RULE, facts))
+        acted.append(Decision(TARGET, group, Action.REPORT, RESIDUAL_GROUP.name, RESIDUAL_GROUP.finding, facts))
     return acted, [(TARGET, reason, found) for reason, found in kept.items()], dict(census)
 
 
@@ -80,14 +81,14 @@ def _row(
     reporting: frozenset[tuple[str, str]] | None,
     config: Settings,
     names: ProjectNames,
-) -> str:
+) -> Reason:
     """The first row of the module's table that applies to ``group`` (``reporting`` labelled by project id)."""
     if names.protected_by(group.project, config.gce.protected_projects) is not None:
-        return "protected_scope"
+        return Reason.PROTECTED_SCOPE
     if group.instances <= 0:
-        return "group_empty"
+        return Reason.GROUP_EMPTY
     if reporting is None:
-        return "writer_health_unknown"
+        return Reason.WRITER_HEALTH_UNKNOWN
     if (manager, group.project) in reporting:
-        return "manager_reporting"
-    return RULE
+        return Reason.MANAGER_REPORTING
+    return Reason.RESIDUAL_GROUP

@@ -36,18 +36,19 @@ from reaper.model import (
     TargetResult,
     step_key,
 )
-from reaper.policy.budget import BUDGET_EXCEEDED, budget_hold
+from reaper.policy.budget import budget_hold
+from reaper.rules import SANDBOX_ORPHAN
+from reaper.vocabulary import Reason
 
 TARGET = "k8s"
 # The target's one rule, and its one finding (row 8: the run is an orphan, reapable): one name for both.
-ORPHAN = "sandbox_orphan"
+RULE, ORPHAN = SANDBOX_ORPHAN.name, SANDBOX_ORPHAN.finding
 KEEP, REPORT, DELETE = Action.KEEP, Action.REPORT, Action.DELETE
 # The run-wide guards before the table, in precedence order: they count in neither side of the budget.
 # An opt-out label with another value than the configured one is surprising: reported, never deleted.
-KEPT_RUNS = ("opt_out", "protected_scope", "opt_out_malformed")
+KEPT_RUNS = (Reason.OPT_OUT, Reason.PROTECTED_SCOPE, Reason.OPT_OUT_MALFORMED)
 # Run outcomes that keep: two of the guards, a terminating Pod, rows 1-2. Everything else but row 8 reports.
-KEEP_ROWS = ("opt_out", "protected_scope", "pod_terminating", "min_age", "lease_held")
-TERMINATING = "terminating"
+KEEP_ROWS = (Reason.OPT_OUT, Reason.PROTECTED_SCOPE, Reason.POD_TERMINATING, Reason.MIN_AGE, Reason.LEASE_HELD)
 
 
 def lease_state(key: str, leases: Keyed[float | None] | None, now: float, skew: float) -> LeaseState:
@@ -176,7 +177,7 @@ def evaluate_k8s(
     guards = _run_guards((o for members in by_cluster.values() for o in members), config)
     keys = {key for members in by_cluster.values() for o in members if (key := o.labels.get(config.k8s.run_label))}
     evidence = msgspec.structs.replace(evidence, runs=cross_checked(keys, evidence, config, now))
-    sweep = _Sweep(config, modes[ORPHAN], now, evidence, override, guards, unknown_sources(evidence))
+    sweep = _Sweep(config, modes[RULE], now, evidence, override, guards, unknown_sources(evidence))
     result = TargetResult()
     for cluster in sorted(by_cluster.keys() | {scope for target, scope in evidence.swept if target == TARGET}):
         part = _evaluate_cluster(cluster, by_cluster[cluster], sweep)
@@ -195,7 +196,7 @@ class _Sweep:
     now: float
     evidence: Evidence
     override: Override | None
-    guards: dict[str, tuple[str, list[str]]]  # run key -> the guard that keeps it in every cluster
+    guards: dict[str, tuple[Reason, list[str]]]  # run key -> the guard that keeps it in every cluster
     unknown: list[str]  # why a source answers unknown for every key it did not answer (the verdicts say so)
 
 
@@ -234,16 +235,16 @@ def _evaluate_cluster(cluster: str, objects: list[K8sObject], sweep: _Sweep) -> 
         if reason == ORPHAN:
             user = _used_outside_run(key, runs[key], pods, k8s.run_label)
             if user:
-                rows[key] = "in_use_outside_run", {**facts, "used_by": user}
+                rows[key] = Reason.IN_USE_OUTSIDE_RUN, {**facts, "used_by": user}
     orphans = sum(1 for reason, _ in rows.values() if reason == ORPHAN)
     managed = sum(1 for reason, _ in rows.values() if reason not in KEPT_RUNS)
     # The same object listed twice means the listing moved under us (docs/design.md §4, applied to lists).
     incomplete = (TARGET, cluster) in sweep.evidence.incomplete or duplicated
     budget, overridden = budget_hold(orphans, managed, sweep.config, sweep.override, TARGET, cluster)
-    holds = ("inventory_incomplete", *budget) if incomplete else budget
+    holds = (Reason.INVENTORY_INCOMPLETE, *budget) if incomplete else budget
 
     acted: list[Decision] = []
-    by_reason: dict[str, int] = defaultdict(int)
+    by_reason: dict[Reason, int] = defaultdict(int)
     for key, members in runs.items():
         reason, facts = rows[key]
         by_reason[reason] += 1
@@ -253,7 +254,7 @@ def _evaluate_cluster(cluster: str, objects: list[K8sObject], sweep: _Sweep) -> 
             facts = {**facts, "holds": list(holds)}
         acted += [_member_decision(obj, action, reason, facts) for obj in members]
     for obj in unlabeled:
-        reason = object_guard(obj, sweep.config) or "run_label_missing"
+        reason = object_guard(obj, sweep.config) or Reason.RUN_LABEL_MISSING
         by_reason[reason] += 1
         acted.append(_member_decision(obj, _row_action(reason, sweep.mode), reason, {"run_label": k8s.run_label}))
 
@@ -280,38 +281,38 @@ def _count(values: Iterable[object]) -> dict[str, int]:
     return dict(counts)
 
 
-def _row_action(reason: str, mode: Mode) -> Action:
+def _row_action(reason: Reason, mode: Mode) -> Action:
     if mode is Mode.OFF or reason in KEEP_ROWS:
         return KEEP
     return ACTION_OF_MODE[mode] if reason == ORPHAN else REPORT
 
 
-def _member_decision(obj: K8sObject, action: Action, reason: str, facts: dict[str, object]) -> Decision:
+def _member_decision(obj: K8sObject, action: Action, reason: Reason, facts: dict[str, object]) -> Decision:
     """The run's decision for one of its objects; an object already being deleted is never sent a delete."""
     if obj.deleting and action is not KEEP:
-        return Decision(TARGET, obj, KEEP, ORPHAN, TERMINATING, facts)
-    return Decision(TARGET, obj, action, ORPHAN, reason, facts)
+        return Decision(TARGET, obj, KEEP, RULE, Reason.TERMINATING, facts)
+    return Decision(TARGET, obj, action, RULE, reason, facts)
 
 
-def object_guard(obj: K8sObject, config: Settings) -> str | None:
+def object_guard(obj: K8sObject, config: Settings) -> Reason | None:
     """Why this object alone keeps its run (opt-out label, protected namespace), or None."""
     opt_key, opt_value = config.k8s.opt_out_label
     if obj.labels.get(opt_key) == opt_value:
-        return "opt_out"
+        return Reason.OPT_OUT
     if obj.namespace in config.k8s.protected_namespaces:
-        return "protected_scope"
+        return Reason.PROTECTED_SCOPE
     if opt_key in obj.labels:
-        return "opt_out_malformed"
+        return Reason.OPT_OUT_MALFORMED
     return None
 
 
-def _run_guards(objects: Iterable[K8sObject], config: Settings) -> dict[str, tuple[str, list[str]]]:
+def _run_guards(objects: Iterable[K8sObject], config: Settings) -> dict[str, tuple[Reason, list[str]]]:
     """Run key -> the guard that holds the whole run, and the objects that carry it.
 
     Across every cluster of the sweep: a run key (and its lease) is global, so an opted-out Pod in
     one cluster keeps the run's Secrets in another.
     """
-    found: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    found: dict[str, dict[Reason, list[str]]] = defaultdict(lambda: defaultdict(list))
     run_label = config.k8s.run_label
     for obj in objects:
         guard = object_guard(obj, config)
@@ -387,7 +388,7 @@ def _used_outside_run(key: str, members: list[K8sObject], pods: _PodIndex, run_l
     return None
 
 
-def _run_row(key: str, members: list[K8sObject], sweep: _Sweep) -> tuple[str, dict[str, object]]:
+def _run_row(key: str, members: list[K8sObject], sweep: _Sweep) -> tuple[Reason, dict[str, object]]:
     """The first matching row of docs/design.md §5 for one run, and the evidence it used.
 
     Before the table, run-wide guards hold every object of the run: any object (in any cluster)
@@ -401,13 +402,13 @@ def _run_row(key: str, members: list[K8sObject], sweep: _Sweep) -> tuple[str, di
     pods = [obj for obj in members if obj.kind == "Pod"]
     if any(pod.deleting for pod in pods):
         facts["terminating"] = [pod.name for pod in pods if pod.deleting]
-        return "pod_terminating", facts
+        return Reason.POD_TERMINATING, facts
     return evidence_row(key, members, sweep.evidence, sweep.config, sweep.now)
 
 
 def evidence_row(
     key: str, members: list[K8sObject], evidence: Evidence, config: Settings, now: float
-) -> tuple[str, dict[str, object]]:
+) -> tuple[Reason, dict[str, object]]:
     """Rows 1 to 8 of docs/design.md §5 for one run (``evidence`` cross-checked), and the evidence they used:
     what the run's age, lease, run store, sidecar and step results say, whatever guards its objects carry."""
     k8s = config.k8s
@@ -415,31 +416,31 @@ def evidence_row(
     pods = [obj for obj in members if obj.kind == "Pod"]
     if shared := _not_one_run(members, config):
         facts["pods"] = shared
-        return "run_key_shared", facts  # the run label is not this run's id: no store's answer is about it
+        return Reason.RUN_KEY_SHARED, facts  # the run label is not this run's id: no store's answer is about it
     youngest = max(obj.created for obj in members)
     facts["youngest_age_s"] = now - youngest
     if now - youngest < k8s.min_age.total_seconds():
-        return "min_age", facts  # row 1: creation races the lease
+        return Reason.MIN_AGE, facts  # row 1: creation races the lease
     lease = lease_state(key, evidence.leases, now, k8s.lease_clock_skew.total_seconds())
     facts["lease"] = lease.value
     if lease is LeaseState.HELD:
-        return "lease_held", facts  # row 2
+        return Reason.LEASE_HELD, facts  # row 2
     if lease is LeaseState.UNKNOWN:
-        return "lease_unknown", facts  # row 3
+        return Reason.LEASE_UNKNOWN, facts  # row 3
     store, status = run_state(key, evidence.runs, k8s.terminal_statuses)
     facts["store"] = store.value
     facts["status"] = status
     if store is StoreState.ACTIVE:
-        return "lease_absent_run_active", facts  # row 4
+        return Reason.LEASE_ABSENT_RUN_ACTIVE, facts  # row 4
     if store is StoreState.UNKNOWN:
-        return "store_unknown", facts  # row 5
+        return Reason.STORE_UNKNOWN, facts  # row 5
     if any(pod.containers.get(k8s.results_sidecar) is False for pod in pods):
-        return "results_egress_in_progress", facts  # row 6: a container status always beats the phase
+        return Reason.RESULTS_EGRESS_IN_PROGRESS, facts  # row 6: a container status always beats the phase
     if k8s.step_store != "none":
         pending = _undurable_steps(key, pods, evidence, config)
         if pending:
             facts["steps"] = pending
-            return "results_not_durable", facts  # row 7
+            return Reason.RESULTS_NOT_DURABLE, facts  # row 7
     return ORPHAN, facts  # row 8
 
 
@@ -465,14 +466,14 @@ def _not_one_run(members: list[K8sObject], config: Settings) -> list[str]:
 # its lease to count, or whose results are not proven durable, is unknown; a held lease, an active run or a
 # running results sidecar says it may be alive.
 ROW_LIVENESS = {
-    "min_age": Liveness.UNKNOWN,
-    "lease_held": Liveness.FRESH,
-    "lease_unknown": Liveness.UNKNOWN,
-    "lease_absent_run_active": Liveness.FRESH,
-    "store_unknown": Liveness.UNKNOWN,
-    "run_key_shared": Liveness.UNKNOWN,
-    "results_egress_in_progress": Liveness.FRESH,
-    "results_not_durable": Liveness.UNKNOWN,
+    Reason.MIN_AGE: Liveness.UNKNOWN,
+    Reason.LEASE_HELD: Liveness.FRESH,
+    Reason.LEASE_UNKNOWN: Liveness.UNKNOWN,
+    Reason.LEASE_ABSENT_RUN_ACTIVE: Liveness.FRESH,
+    Reason.STORE_UNKNOWN: Liveness.UNKNOWN,
+    Reason.RUN_KEY_SHARED: Liveness.UNKNOWN,
+    Reason.RESULTS_EGRESS_IN_PROGRESS: Liveness.FRESH,
+    Reason.RESULTS_NOT_DURABLE: Liveness.UNKNOWN,
     ORPHAN: Liveness.STALE,
 }
 
@@ -492,7 +493,7 @@ def liveness(
         if key := obj.labels.get(label):
             runs[(obj.cluster, key)].append(obj)
         else:
-            yield obj, Reading(Liveness.UNKNOWN, "run_label_missing", {"run_label": label})
+            yield obj, Reading(Liveness.UNKNOWN, Reason.RUN_LABEL_MISSING, {"run_label": label})
     evidence = msgspec.structs.replace(evidence, runs=cross_checked({k for _, k in runs}, evidence, config, now))
     pods = {c: _PodIndex(o for o in members if o.kind == "Pod") for c, members in clusters.items()}
     for (cluster, key), members in runs.items():
@@ -500,9 +501,9 @@ def liveness(
         state = ROW_LIVENESS[reason]
         if reason == ORPHAN:
             if user := _used_outside_run(key, members, pods[cluster], label):
-                state, reason, facts = Liveness.FRESH, "in_use_outside_run", {**facts, "used_by": user}
-            elif BUDGET_EXCEEDED in holds.get(cluster, ()):
-                state, reason = Liveness.UNKNOWN, BUDGET_EXCEEDED
+                state, reason, facts = Liveness.FRESH, Reason.IN_USE_OUTSIDE_RUN, {**facts, "used_by": user}
+            elif Reason.BUDGET_EXCEEDED in holds.get(cluster, ()):
+                state, reason = Liveness.UNKNOWN, Reason.BUDGET_EXCEEDED
         for obj in members:
             yield obj, Reading(state, reason, facts)
 
