@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections import defaultdict
 
 import msgspec
 from hypothesis import HealthCheck, given
@@ -23,7 +24,7 @@ from reaper.model import (
     StoreState,
     WriterRecord,
 )
-from reaper.policy import evaluate, liveness
+from reaper.policy import evaluate, gce, liveness
 from reaper.policy.k8s import lease_state, run_state, selector_matches
 from reaper.vocabulary import Reason
 from tests.builders import HB, NOW, NOW_DT, D, H, M, settings
@@ -447,3 +448,30 @@ def test_every_reason_the_policy_gives_is_a_member_of_the_vocabulary(fleet, k8s,
     reasons += [h for v in plan.scopes for h in (*v.holds, *v.overridden, *v.blocking)]
     reasons += [reading.reason for _, _, reading in liveness(resources, evidence, config, NOW_DT, plan.scopes)]
     assert {r for r in reasons if type(r) is not Reason} == set()
+
+
+@PROPS
+@given(
+    st.lists(instances(), max_size=30), configs, st.one_of(st.none(), st.integers(0, 900).map(NOW.__add__)), st.data()
+)
+def test_the_first_pass_sets_aside_exactly_what_classify_finds_nothing_on(fleet, config, observed, data) -> None:
+    # docs/design.md §4: the first pass decides a fresh or young instance in a few comparisons and never
+    # classifies it; _classify must find nothing on it, and something on every other plain one it classifies.
+    fleet = [
+        msgspec.structs.replace(
+            inst,
+            group_member=data.draw(one_in(10)),
+            labels={**inst.labels, **({"reaper_keep": "false"} if data.draw(one_in(10)) else {})},
+        )
+        for inst in fleet
+    ]
+    t = gce._Thresholds(config, NOW, observed)
+    for project in gce._first_pass(fleet, config, t).values():
+        for inst in [*project.fresh, *project.young]:
+            candidates, _, beat = gce._classify(inst, t, defaultdict(int))
+            assert candidates == [] and (beat is not None) == (inst in project.fresh), inst
+        assert project.beats == [int(inst.labels[HB]) for inst in project.fresh]
+        for inst in project.rare:
+            plain = inst.status != "TERMINATED" and "reaper_keep" not in inst.labels and not inst.group_member
+            if plain and inst.created <= t.future_after:
+                assert gce._classify(inst, t, defaultdict(int))[0], inst

@@ -173,11 +173,14 @@ def _first_pass(instances: Iterable[GceInstance], config: Settings, t: _Threshol
     This loop touches every instance of the fleet, so it is written for speed: a
     fresh, labeled, running instance (nearly all of a healthy fleet) costs a few
     dict lookups and comparisons. Listings arrive project by project, so the
-    project's lists are rebound only when the project changes.
+    project's lists are rebound only when the project changes. A heartbeat is fresh
+    by :meth:`_Thresholds.fresh`, as :func:`_classify` decides it; what this pass
+    calls fresh or young, ``_classify`` would find nothing on (a property test holds
+    the two to that).
     """
     (sel_key, sel_value), *sel_rest = config.gce.selector.items()
-    hb_label, opt_key, opt_value, skew = t.hb_label, t.opt_key, t.opt_value, t.skew
-    stale_before, future_after, aged_before = t.stale_before, t.future_after, t.aged_before
+    hb_label, opt_key, opt_value, fresh_beat = t.hb_label, t.opt_key, t.opt_value, t.fresh
+    future_after, aged_before = t.future_after, t.aged_before
     projects: dict[str, _Project] = {}
     current = None
     for inst in instances:
@@ -209,7 +212,7 @@ def _first_pass(instances: Iterable[GceInstance], config: Settings, t: _Threshol
                 continue
         elif raw.isdigit() and raw.isascii():
             beat = int(raw)
-            if stale_before <= beat <= future_after and beat >= created - skew:
+            if fresh_beat(beat, created):
                 beats(beat)
                 fresh(inst)
                 continue
@@ -231,6 +234,11 @@ class _Thresholds:
         self.future_after = self.observed + gce.clock_skew.total_seconds()  # newer than this: in the future
         self.stopped_before = now - gce.terminated_grace.total_seconds()
         self.aged_before = now - gce.unlabeled_max_age.total_seconds()
+
+    def fresh(self, beat: int, created: float) -> bool:
+        """Whether a heartbeat is valid (not in the future, not before its instance's creation) and within the
+        quarantine: the one test of a fresh heartbeat, for the first pass and :func:`_classify` alike."""
+        return self.stale_before <= beat <= self.future_after and beat >= created - self.skew
 
 
 def writer_hold(
@@ -352,19 +360,21 @@ def _classify(
     elif unlabeled:
         findings["heartbeat_absent"] += 1
     elif raw.isdigit() and raw.isascii():
-        if int(raw) > t.future_after:
+        if t.fresh(int(raw), inst.created):
+            beat = int(raw)
+            age = t.now - beat
+        elif int(raw) > t.future_after:
             findings[Reason.HEARTBEAT_IN_FUTURE] += 1
             candidates.append(_FUTURE)
         elif int(raw) < inst.created - t.skew:
             unlabeled = True
             findings[Reason.HEARTBEAT_BEFORE_CREATION] += 1
             candidates.append(_BEFORE_CREATION)
-        else:
+        else:  # valid, and older than the quarantine
             beat = int(raw)
             age = t.now - beat
-            if beat < t.stale_before:
-                findings[Reason.HEARTBEAT_STALE] += 1
-                candidates.append(_STALE)
+            findings[Reason.HEARTBEAT_STALE] += 1
+            candidates.append(_STALE)
     else:
         unlabeled = True
         findings[Reason.HEARTBEAT_MALFORMED] += 1
