@@ -18,11 +18,7 @@ from collections.abc import Callable, Collection, Iterator
 from typing import Protocol
 
 from reaper.model import Resource
-
-NOT_ATTEMPTED = "not_attempted"
-# A delete call went out, its answer was lost (timeout, 5xx), and no retry was allowed (deadline, stop):
-# it may have been applied; the next sweep finds out.
-UNCONFIRMED = "unconfirmed"
+from reaper.vocabulary import Result
 
 
 class Halted(Exception):
@@ -115,10 +111,10 @@ class SendGuard:
         """Sleep, cut short by :meth:`halt` (a SIGTERM): a task told to stop does not sit out a quota's minute."""
         self._stop.wait(seconds)
 
-    def unsent(self, resource: Resource) -> str:
+    def unsent(self, resource: Resource) -> Result:
         """The result of a resource this try stops before its send: ``not_attempted``, unless an earlier
         try's delete call for it went out (its answer lost): then it may have been applied, ``unconfirmed``."""
-        return UNCONFIRMED if resource.uid in self.sent_before else NOT_ATTEMPTED
+        return Result.UNCONFIRMED if resource.uid in self.sent_before else Result.NOT_ATTEMPTED
 
     def before_send(self, resource: Resource, lease: bool = True) -> str | None:
         """Check (the lease too), then make the intent durable. None: send now. A failed intent write halts

@@ -32,6 +32,7 @@ from pymongo.read_concern import ReadConcern
 from reaper.config import LedgerConfig
 from reaper.model import Evidence, Plan
 from reaper.stores.mongo import mongo_client
+from reaper.vocabulary import RecordAction, Result
 
 # An execution of a sweep: the DAG run, its clear_number and the token of the sweep lease it took
 # (clearing tasks without resetting the run keeps the clear_number, never the token). A retried task
@@ -247,11 +248,13 @@ class Ledger:
         whole answer comes in the first batch (a delete batch is small; a sweep's outcomes are
         capped by ``max_deletions_per_sweep``), so no ``getMore`` follows.
         """
-        return {(str(r["scope"]), str(r["uid"])): r for r in self._find(ids, "outcome", uids)}
+        return {(str(r["scope"]), str(r["uid"])): r for r in self._find(ids, RecordAction.OUTCOME, uids)}
 
     def intents(self, ids: dict[str, object], uids: Collection[str]) -> set[tuple[str, str]]:
         """(scope, uid) of the intents of this execution whose delete call went out (marked ``sent``)."""
-        return {(str(r["scope"]), str(r["uid"])) for r in self._find(ids, "delete_intent", uids) if r.get("sent")}
+        return {
+            (str(r["scope"]), str(r["uid"])) for r in self._find(ids, RecordAction.DELETE_INTENT, uids) if r.get("sent")
+        }
 
     def _find(self, ids: dict[str, object], action: str, uids: Collection[str] | None) -> Iterable[dict[str, object]]:
         query: dict[str, object] = {f: ids[f] for f in EXECUTION}
@@ -314,7 +317,7 @@ class Ledger:
             "at": {"$gte": datetime.fromtimestamp(since, UTC), "$lt": datetime.fromtimestamp(until, UTC)},
             "kind": "outcome",
             "target": target,
-            "result": "deleted",
+            "result": Result.DELETED,
         }
         return list(self.records.find(query, {"_id": 0}, batch_size=ONE_BATCH).sort("at", 1))
 

@@ -183,8 +183,8 @@ def test_no_send_after_the_approval_expires_and_a_retry_after_it_keeps_the_first
     # batch after the expiry rewrote the first try's deleted outcomes as not_attempted.
     import time
 
-    from reaper.fence import NOT_ATTEMPTED
     from reaper.model import Outcome
+    from reaper.vocabulary import Result
 
     fleet = held_fleet()
     plan_through(run(tmp_path, ledger, fleet, "manual__1"))
@@ -200,7 +200,7 @@ def test_no_send_after_the_approval_expires_and_a_retry_after_it_keeps_the_first
         for r in resources:
             time.sleep(0.3)
             why = guard.before_send(r)
-            out.append(Outcome(r, NOT_ATTEMPTED, why) if why else Outcome(r, "deleted"))
+            out.append(Outcome(r, Result.NOT_ATTEMPTED, why) if why else Outcome(r, "deleted"))
             if not why:
                 sent_at.append(time.time())
             guard.record(r, out[-1].result, out[-1].detail)

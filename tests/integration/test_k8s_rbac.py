@@ -15,8 +15,9 @@ from pymongo import MongoClient
 
 from include.emulators.k8s import Cluster, K8sEmulator
 from reaper.config import parse_settings
-from reaper.k8s.deleter import CHANGED, K8sDeleter
+from reaper.k8s.deleter import K8sDeleter
 from reaper.k8s.inventory import list_cluster
+from reaper.vocabulary import Result
 from tests.helpers import ROOT, fast_backoff
 from tests.helpers.k8s import MANAGED, put_leases, seed_run, sweep
 
@@ -135,7 +136,7 @@ def test_a_server_that_ignores_the_field_selector_keeps_the_run(kube, answer) ->
 
     outcomes = K8sDeleter(lambda _: api, config, fast_backoff(0)).delete(objects)
 
-    assert {o.result for o in outcomes} == {CHANGED} and len(cluster.objects) == 4
+    assert {o.result for o in outcomes} == {Result.CHANGED_SINCE_PLAN} and len(cluster.objects) == 4
     assert all("unreadable before the delete" in o.detail for o in outcomes)
 
 
@@ -167,7 +168,7 @@ def test_a_new_pod_in_the_secrets_own_namespace_keeps_them_whatever_k8s_namespac
 
     outcomes = K8sDeleter(lambda _: api, settings("unused", ["other"]), fast_backoff()).delete(objects)
 
-    assert {o.result for o in outcomes} == {CHANGED} and len(cluster.objects) == 4
+    assert {o.result for o in outcomes} == {Result.CHANGED_SINCE_PLAN} and len(cluster.objects) == 4
 
 
 def test_the_emulator_puts_a_role_without_a_namespace_in_default_as_kubectl_does() -> None:
@@ -218,4 +219,4 @@ def test_a_new_pod_in_any_namespace_of_the_runs_secrets_keeps_them(kube) -> None
 
     outcomes = K8sDeleter(lambda _: api, settings("unused", ["other"]), fast_backoff()).delete(objects)
 
-    assert {o.result for o in outcomes} == {CHANGED} and len(cluster.objects) == 7
+    assert {o.result for o in outcomes} == {Result.CHANGED_SINCE_PLAN} and len(cluster.objects) == 7

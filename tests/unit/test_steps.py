@@ -18,7 +18,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from reaper.config import Settings
-from reaper.fence import NOT_ATTEMPTED, SendGuard
+from reaper.fence import SendGuard
 from reaper.model import (
     Evidence,
     GceInstance,
@@ -32,11 +32,12 @@ from reaper.model import (
 )
 from reaper.retry import Stop
 from reaper.sweep import steps
-from reaper.sweep.deletes import STALE_PLAN, PlanRef, config_digest
+from reaper.sweep.deletes import PlanRef, config_digest
 from reaper.sweep.gate import pushes_metrics
 from reaper.sweep.overrides import run_overrides
 from reaper.sweep.targets import GceTarget
 from reaper.transitions import since
+from reaper.vocabulary import Result
 from tests.builders import D, M, inst, settings
 
 LEASE = steps.Lease(holder="reaper_gce_enforcement/manual__1#0", token="tok", expires_at=time.time() + 3600)
@@ -121,7 +122,7 @@ class FakeGce(GceTarget):
         outcomes = []
         for r in resources:
             why = guard.before_send(r)
-            outcomes.append(Outcome(r, NOT_ATTEMPTED, why) if why else Outcome(r, "deleted"))
+            outcomes.append(Outcome(r, Result.NOT_ATTEMPTED, why) if why else Outcome(r, "deleted"))
             guard.record(r, outcomes[-1].result, outcomes[-1].detail)
         return outcomes
 
@@ -503,10 +504,10 @@ def test_a_batch_is_run_only_by_its_own_execution_lease_and_config(tmp_path: Pat
         sweep(tmp_path, [], **{"max_deletions_per_sweep": 7}),  # another config
     ]
     for other in others:
-        assert steps.delete(other, batch, LEASE, None).outcomes == {STALE_PLAN: 2}
+        assert steps.delete(other, batch, LEASE, None).outcomes == {Result.STALE_PLAN: 2}
         assert other.target.guards == []  # type: ignore[attr-defined]
     relet = msgspec.structs.replace(LEASE, token="another")
-    assert steps.delete(s, batch, relet, None).outcomes == {STALE_PLAN: 2}
+    assert steps.delete(s, batch, relet, None).outcomes == {Result.STALE_PLAN: 2}
     assert steps.delete(s, batch, LEASE, None).outcomes == {"deleted": 2}
 
 
@@ -522,7 +523,7 @@ def test_a_batch_of_a_phase_other_than_the_active_one_is_sent_only_with_its_conf
         msgspec.structs.replace(batch, phase_confirmed=False),
         msgspec.convert(planned_before, type(batch)),
     ):
-        assert steps.delete(s, unconfirmed, LEASE, None).outcomes == {STALE_PLAN: 2}
+        assert steps.delete(s, unconfirmed, LEASE, None).outcomes == {Result.STALE_PLAN: 2}
         assert s.target.guards == []  # type: ignore[attr-defined]
     assert steps.delete(s, batch, LEASE, None).outcomes == {"deleted": 2}
     # The active phase's batches need no confirmation.
@@ -576,7 +577,7 @@ def test_deletes_that_cannot_be_sent_before_the_deadline_are_left_recorded_and_g
     sent = Counter(r.project for b in planned.batches for r in b.resources)
     assert sent == {"p1": 3, "p2": 3} and planned.summary.left == 6 and planned.summary.deletes == 12
     left = [r for r in s.ledger().records if r["action"] == "outcome"]
-    assert len(left) == 6 and {r["result"] for r in left} == {NOT_ATTEMPTED}
+    assert len(left) == 6 and {r["result"] for r in left} == {Result.NOT_ATTEMPTED}
     assert "left for the next sweep" in str(left[0]["detail"]) and not {r["uid"] for r in left} & {
         r.uid for b in planned.batches for r in b.resources
     }
@@ -608,7 +609,10 @@ def test_a_late_batch_records_a_delete_an_earlier_try_sent_as_unconfirmed(tmp_pa
     sent = batch.resources[0]
     s.ledger().intents = lambda ids, uids: {(sent.scope, sent.uid)}  # type: ignore[method-assign]
     late = datetime.now(UTC) - s.config.run_timeout("gce")
-    assert steps.delete(s, batch, LEASE, late).outcomes == {"unconfirmed": 1, NOT_ATTEMPTED: len(batch.resources) - 1}
+    assert steps.delete(s, batch, LEASE, late).outcomes == {
+        "unconfirmed": 1,
+        Result.NOT_ATTEMPTED: len(batch.resources) - 1,
+    }
     results = {r["uid"]: r["result"] for r in s.ledger().records if r["action"] == "outcome"}
     assert results[sent.uid] == "unconfirmed"
 
@@ -620,7 +624,7 @@ def test_a_batch_that_begins_after_the_deadline_sends_nothing_and_records_it_in_
     write = s.ledger().write
     s.ledger().write = lambda records: writes.append(write(records)) or writes[-1]  # type: ignore[method-assign]
     late = datetime.now(UTC) - s.config.run_timeout("gce")
-    assert steps.delete(s, batch, LEASE, late).outcomes == {NOT_ATTEMPTED: len(batch.resources)}
+    assert steps.delete(s, batch, LEASE, late).outcomes == {Result.NOT_ATTEMPTED: len(batch.resources)}
     assert s.target.guards == [] and writes == [len(batch.resources)]  # type: ignore[attr-defined]
     assert {r["detail"] for r in s.ledger().records if r["action"] == "outcome"} == {
         "deadline reached: left for the next sweep"

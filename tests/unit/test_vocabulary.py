@@ -1,5 +1,5 @@
-"""The reaper's words (reaper.vocabulary): every reason has its sentence, and the policy names its reasons only
-through the enum, so none can be written that the report cannot explain."""
+"""The reaper's words (reaper.vocabulary): every reason has its sentence, and the policy and the deleters name their
+reasons and results only through the enums, so none can be written that the report cannot explain."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from reaper.vocabulary import GONE, Reason, RecordAction, Result
 
 PLUGINS = Path(__file__).resolve().parents[2] / "plugins" / "reaper"
 POLICY = sorted((PLUGINS / "policy").glob("*.py"))
+# Where delete results are made: the deleters, the fence, and the batch that records what it did not send.
+DELETING = [PLUGINS / "gce" / "deleter.py", PLUGINS / "k8s" / "deleter.py", PLUGINS / "fence.py"]
 
 
 def _words_in(path: Path) -> set[str]:
@@ -72,6 +74,12 @@ def test_the_policy_names_its_reasons_only_through_the_enum(path: Path) -> None:
     # names, which their findings share, are the table's: reaper.rules.)
     written = _words_in(path) & {r.value for r in Reason}
     assert not written, f"{path.name}: name these through reaper.vocabulary.Reason: {sorted(written)}"
+
+
+@pytest.mark.parametrize("path", DELETING, ids=lambda p: p.parent.name + "/" + p.name)
+def test_the_deleters_name_their_results_only_through_the_enum(path: Path) -> None:
+    written = _words_in(path) & {r.value for r in Result}
+    assert not written, f"{path.name}: name these through reaper.vocabulary.Result: {sorted(written)}"
 
 
 def test_only_the_policy_makes_decisions() -> None:

@@ -40,16 +40,15 @@ from google.cloud import compute_v1
 from requests import exceptions as rexc
 
 from reaper.config import Settings
-from reaper.fence import UNCONFIRMED, SendGuard
+from reaper.fence import SendGuard
 from reaper.gce.clients import ComputeClients, throttled, transient
 from reaper.gce.quota import ProjectQuota, QuotaGroup
 from reaper.model import GceInstance, Outcome, status_class
 from reaper.ratelimit import BucketsPerScope, round_robin
 from reaper.retry import Backoff, GaveUp
+from reaper.vocabulary import Result
 
 GET_FIELD_MASK = "id,name,status,labels,labelFingerprint,deletionProtection"  # what re-validation compares
-DELETED, ALREADY_GONE, CHANGED, FAILED = "deleted", "already_gone", "changed_since_plan", "failed"
-OPERATION_PENDING = "operation_pending"  # the delete was accepted; its operation had not finished by the deadline
 _DONE = compute_v1.Operation.Status.DONE
 _POLL = 1.0  # seconds between operation waits that returned early (the API may answer at once when loaded)
 # zoneOperations.wait returns at DONE or "after 2 minutes" (compute.v1.json, zoneOperations.wait): a call may
@@ -103,8 +102,8 @@ class GceDeleter:
     def _gone(self, inst: GceInstance, guard: SendGuard, where: str, sent: bool) -> Outcome:
         """A 404: this sweep's own doing when its delete call (now or in an earlier try) went out."""
         if sent or inst.id in guard.sent_before:
-            return Outcome(inst, DELETED, f"404 on {where} after this sweep's delete call")
-        return Outcome(inst, ALREADY_GONE, f"404 on {where}")
+            return Outcome(inst, Result.DELETED, f"404 on {where} after this sweep's delete call")
+        return Outcome(inst, Result.ALREADY_GONE, f"404 on {where}")
 
     def _call(self, project: str, fn, guard: SendGuard):  # type: ignore[no-untyped-def]
         """``fn()`` with the project's retries: throttled answers after the quota refills, errors with backoff,
@@ -140,18 +139,20 @@ class GceDeleter:
                 if attempt or time.time() >= window_ends:  # after a wait, or slots that would count in the next window
                     window_ends = self._slots(inst, guard)
             except GaveUp as exc:
-                return Outcome(inst, UNCONFIRMED if lost else guard.unsent(inst), exc.why)
+                return Outcome(inst, Result.UNCONFIRMED if lost else guard.unsent(inst), exc.why)
             read = self._reread(inst, guard, lost)
             if isinstance(read, Outcome):
                 return read
             changes = self._changes(inst, read)
             if changes:
                 if lost:  # an earlier call may still take effect: nobody can say what happens to it
-                    return Outcome(inst, UNCONFIRMED, f"changed after a delete call whose answer was lost: {changes}")
-                return Outcome(inst, CHANGED, "; ".join(changes))
+                    return Outcome(
+                        inst, Result.UNCONFIRMED, f"changed after a delete call whose answer was lost: {changes}"
+                    )
+                return Outcome(inst, Result.CHANGED_SINCE_PLAN, "; ".join(changes))
             why = guard.ready(inst)  # the intent durable, the lease and the deadline right before the send
             if why:
-                return Outcome(inst, UNCONFIRMED if lost else guard.unsent(inst), why)
+                return Outcome(inst, Result.UNCONFIRMED if lost else guard.unsent(inst), why)
             sent = self._send(inst, guard, lost)
             if isinstance(sent, compute_v1.Operation):
                 guard.sent(inst)
@@ -164,10 +165,10 @@ class GceDeleter:
             if attempt + 1 < tries:
                 why = self._pause_before_retry(inst, sent, attempt, guard)
                 if why:
-                    return Outcome(inst, UNCONFIRMED if lost else guard.unsent(inst), why)
+                    return Outcome(inst, Result.UNCONFIRMED if lost else guard.unsent(inst), why)
         if last is not None and throttled(last):
-            return Outcome(inst, UNCONFIRMED if lost else guard.unsent(inst), f"throttled on every try: {last}")
-        return Outcome(inst, FAILED, f"delete: {type(last).__name__}: {last}")
+            return Outcome(inst, Result.UNCONFIRMED if lost else guard.unsent(inst), f"throttled on every try: {last}")
+        return Outcome(inst, Result.FAILED, f"delete: {type(last).__name__}: {last}")
 
     def _slots(self, inst: GceInstance, guard: SendGuard) -> float:
         """A read slot (the re-read) and a mutation slot (the delete) of the project's quota share, in one window;
@@ -208,11 +209,11 @@ class GceDeleter:
         except gexc.NotFound:
             return self._gone(inst, guard, "get", sent=lost)
         except GaveUp as exc:
-            return Outcome(inst, UNCONFIRMED if lost else guard.unsent(inst), exc.why)
+            return Outcome(inst, Result.UNCONFIRMED if lost else guard.unsent(inst), exc.why)
         except Exception as exc:
             if throttled(exc):  # every try throttled: no permission problem, the quota is used up
-                return Outcome(inst, UNCONFIRMED if lost else guard.unsent(inst), f"get throttled: {exc}")
-            return Outcome(inst, FAILED, f"get: {type(exc).__name__}: {exc}")
+                return Outcome(inst, Result.UNCONFIRMED if lost else guard.unsent(inst), f"get throttled: {exc}")
+            return Outcome(inst, Result.FAILED, f"get: {type(exc).__name__}: {exc}")
 
     def _send(self, inst: GceInstance, guard: SendGuard, lost: bool) -> compute_v1.Operation | Outcome | _Retry:
         """One delete call by id: its operation, the outcome it ends in, or :class:`_Retry` (refused by a used-up
@@ -224,17 +225,19 @@ class GceDeleter:
             return self._gone(inst, guard, "delete", sent=lost)
         except (gexc.Conflict, gexc.PreconditionFailed) as exc:
             if lost:  # an earlier try's answer was lost: it may have been applied, and be the conflict
-                return Outcome(inst, UNCONFIRMED, f"delete: {exc.code} on a retry of a delete that may have gone")
+                return Outcome(
+                    inst, Result.UNCONFIRMED, f"delete: {exc.code} on a retry of a delete that may have gone"
+                )
             # A delete by id carries no precondition: a refusal is a failure, which alerts if it repeats.
-            return Outcome(inst, FAILED, f"delete: {exc.code} {type(exc).__name__}: {exc.message}")
+            return Outcome(inst, Result.FAILED, f"delete: {exc.code} {type(exc).__name__}: {exc.message}")
         except Exception as exc:
             if throttled(exc):  # refused, not applied
                 return _Retry(exc, lost=False)
             if transient(exc):  # unanswered: it may have been applied
                 return _Retry(exc, lost=True)
             if lost:
-                return Outcome(inst, UNCONFIRMED, f"delete: {type(exc).__name__}: {exc} after a lost answer")
-            return Outcome(inst, FAILED, f"delete: {type(exc).__name__}: {exc}")
+                return Outcome(inst, Result.UNCONFIRMED, f"delete: {type(exc).__name__}: {exc} after a lost answer")
+            return Outcome(inst, Result.FAILED, f"delete: {type(exc).__name__}: {exc}")
 
     def _changes(self, planned: GceInstance, current: compute_v1.Instance) -> list[str]:
         """Everything that makes the instance now a different one from what the plan decided on."""
@@ -282,23 +285,23 @@ class GceDeleter:
         while op.status != _DONE:
             why = guard.check(lease=False)
             if why:
-                return Outcome(inst, OPERATION_PENDING, f"operation {name} not done: {why}")
+                return Outcome(inst, Result.OPERATION_PENDING, f"operation {name} not done: {why}")
             if time.monotonic() > give_up:
-                return Outcome(inst, FAILED, f"operation {name} not done after {self.operation_timeout:.0f}s")
+                return Outcome(inst, Result.FAILED, f"operation {name} not done after {self.operation_timeout:.0f}s")
             try:
                 op = self._call(inst.project, wait, guard)
             except GaveUp as exc:
-                return Outcome(inst, OPERATION_PENDING, f"operation {name} not done: {exc.why}")
+                return Outcome(inst, Result.OPERATION_PENDING, f"operation {name} not done: {exc.why}")
             except Exception as exc:
                 if throttled(exc) or transient(exc):  # retries spent on the wait, not on the delete
-                    return Outcome(inst, OPERATION_PENDING, f"operation {name}: {type(exc).__name__}: {exc}")
-                return Outcome(inst, FAILED, f"operation {name}: {type(exc).__name__}: {exc}")
+                    return Outcome(inst, Result.OPERATION_PENDING, f"operation {name}: {type(exc).__name__}: {exc}")
+                return Outcome(inst, Result.FAILED, f"operation {name}: {type(exc).__name__}: {exc}")
             if op.status != _DONE and not guard.stop_at(time.time() + _POLL):
                 guard.pause(_POLL)
         if "error" in op and op.error.errors:
             errors = ", ".join(f"{e.code}: {e.message}" for e in op.error.errors)
-            return Outcome(inst, FAILED, f"operation {name} failed: {errors}")
-        return Outcome(inst, DELETED)
+            return Outcome(inst, Result.FAILED, f"operation {name} failed: {errors}")
+        return Outcome(inst, Result.DELETED)
 
     def _wait_timeout(self, guard: SendGuard) -> float:
         """A wait call's read timeout: as long as the API may take (about two minutes), but ending by the guard's

@@ -43,22 +43,15 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from reaper.config import Settings
-from reaper.fence import UNCONFIRMED, Halted, SendGuard
+from reaper.fence import Halted, SendGuard
 from reaper.k8s.api import ClusterApi, Conflict, Gone, ObjectMeta
 from reaper.k8s.client import answer, retryable
 from reaper.k8s.evidence import reread_timeout
 from reaper.model import K8sObject, Outcome
 from reaper.ratelimit import BucketsPerScope
 from reaper.retry import Backoff, GaveUp
+from reaper.vocabulary import GONE, Result
 
-DELETED, ALREADY_GONE, CHANGED, FAILED, TERMINATING = (
-    "deleted",
-    "already_gone",
-    "changed_since_plan",
-    "failed",
-    "terminating",
-)
-GONE = (DELETED, ALREADY_GONE)
 ORDER = {"Pod": 0, "Secret": 1, "NetworkPolicy": 2}
 _POLL = (0.1, 1.0)  # seconds between reads of a terminating Pod: first, doubling up to the last
 
@@ -126,7 +119,7 @@ class K8sDeleter:
             except (Stopped, GaveUp) as exc:
                 stopped, changed = str(exc), None
             if changed:
-                return [self._record(obj, guard, CHANGED, changed) for obj in members]
+                return [self._record(obj, guard, Result.CHANGED_SINCE_PLAN, changed) for obj in members]
         outcomes: list[Outcome] = []
         for i, obj in enumerate(members):
             if not stopped and obj.kind != "Pod" and (i == 0 or members[i - 1].kind == "Pod"):
@@ -137,7 +130,7 @@ class K8sDeleter:
                 except Stopped as exc:
                     stopped, changed = str(exc), None
                 if changed:
-                    return outcomes + [self._record(o, guard, CHANGED, changed) for o in rest]
+                    return outcomes + [self._record(o, guard, Result.CHANGED_SINCE_PLAN, changed) for o in rest]
             if stopped:
                 outcomes.append(self._record(obj, guard, guard.unsent(obj), stopped))
                 continue
@@ -244,26 +237,28 @@ class K8sDeleter:
             removed = self.backoff.call(send, retryable, stop=guard.stop_at)
         except Gone:
             if attempts > 1 or obj.uid in guard.sent_before:
-                return Outcome(obj, DELETED, "404 after this sweep's delete call")
-            return Outcome(obj, ALREADY_GONE, "404 on delete")
+                return Outcome(obj, Result.DELETED, "404 after this sweep's delete call")
+            return Outcome(obj, Result.ALREADY_GONE, "404 on delete")
         except Conflict:
             if obj.kind == "Pod" and self._terminating(api, obj, guard):
-                return Outcome(obj, TERMINATING, "409, and the Pod is already terminating")
-            return Outcome(obj, CHANGED, "409: a precondition failed (recreated, relabelled or opted out)")
+                return Outcome(obj, Result.STILL_TERMINATING, "409, and the Pod is already terminating")
+            return Outcome(
+                obj, Result.CHANGED_SINCE_PLAN, "409: a precondition failed (recreated, relabelled or opted out)"
+            )
         except ApiException as exc:
-            return Outcome(obj, FAILED, answer(exc))
+            return Outcome(obj, Result.FAILED, answer(exc))
         except Halted as exc:
-            return Outcome(obj, UNCONFIRMED, f"the delete call's answer was lost and no retry was sent: {exc}")
+            return Outcome(obj, Result.UNCONFIRMED, f"the delete call's answer was lost and no retry was sent: {exc}")
         except GaveUp as exc:
             guard.sent(obj)  # as a retry would have marked it: a later try's 404 is this call's doing
             why = f"{exc.why} (no retry after {answer(exc.last)})"
-            return Outcome(obj, UNCONFIRMED, f"the delete call was not confirmed and may not be retried: {why}")
+            return Outcome(obj, Result.UNCONFIRMED, f"the delete call was not confirmed and may not be retried: {why}")
         except Exception as exc:
-            return Outcome(obj, FAILED, f"{type(exc).__name__}: {exc}")
+            return Outcome(obj, Result.FAILED, f"{type(exc).__name__}: {exc}")
         guard.sent(obj)
         if obj.kind == "Pod" and self._still_terminating(api, obj, removed, guard):
-            return Outcome(obj, TERMINATING, "the Pod is terminating; its Secrets and NetworkPolicy wait")
-        return Outcome(obj, DELETED)
+            return Outcome(obj, Result.STILL_TERMINATING, "the Pod is terminating; its Secrets and NetworkPolicy wait")
+        return Outcome(obj, Result.DELETED)
 
     def _terminating(self, api: ClusterApi, obj: K8sObject, guard: SendGuard) -> bool:
         """Whether the planned Pod (same uid) still exists with a deletionTimestamp; in doubt (a failed

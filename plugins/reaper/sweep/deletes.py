@@ -26,10 +26,9 @@ from reaper.ledger import FENCE
 from reaper.model import Resource
 from reaper.ratelimit import round_robin
 from reaper.sweep.targets import Target
+from reaper.vocabulary import GONE, RecordAction
 
 log = logging.getLogger(__name__)
-GONE = ("deleted", "already_gone")
-STALE_PLAN = "stale_plan"
 
 
 class PlanRef(msgspec.Struct, frozen=True):
@@ -106,7 +105,9 @@ def outcome_records(
     ids: dict[str, object], target: Target, result: str, details: Iterable[tuple[Resource, str]]
 ) -> list[dict[str, object]]:
     """The outcome records of resources with one result, each with its detail: one ledger write for them all."""
-    return [_record(ids, target, r, "outcome", {"result": result, "detail": detail}) for r, detail in details]
+    return [
+        _record(ids, target, r, RecordAction.OUTCOME, {"result": result, "detail": detail}) for r, detail in details
+    ]
 
 
 class LedgerLike(Protocol):
@@ -186,8 +187,8 @@ def delete_batch(
         deadline=fence.deadline,
         lease=commits.lease_problem,
         # An intent never lowers ``sent``: a retry rewriting its intent keeps an earlier try's call on record.
-        intent=lambda r: commits.submit([_record(fence.ids, target, r, "delete_intent", {})]),
-        sent=lambda r: commits.submit([_record(fence.ids, target, r, "delete_intent", {"sent": True})]),
+        intent=lambda r: commits.submit([_record(fence.ids, target, r, RecordAction.DELETE_INTENT, {})]),
+        sent=lambda r: commits.submit([_record(fence.ids, target, r, RecordAction.DELETE_INTENT, {"sent": True})]),
         outcome=lambda r, result, detail: commits.submit(outcome_records(fence.ids, target, result, [(r, detail)])),
         sent_before={uid for _, uid in sent},
     )
@@ -218,9 +219,9 @@ def delete_batch(
 
 
 def _record(
-    ids: dict[str, object], target: Target, resource: Resource, action: str, extra: dict[str, object]
+    ids: dict[str, object], target: Target, resource: Resource, action: RecordAction, extra: dict[str, object]
 ) -> dict[str, object]:
-    kind = "intent" if action == "delete_intent" else action
+    kind = action.kind
     return {
         **ids,
         "target": target.name,

@@ -23,7 +23,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from reaper.approvals import Approval, fingerprint_of
 from reaper.config import Settings
-from reaper.fence import NOT_ATTEMPTED, SendGuard
+from reaper.fence import SendGuard
 from reaper.model import (
     Action,
     Evidence,
@@ -41,7 +41,6 @@ from reaper.redact import error_for_log
 from reaper.sweep import approved, notices
 from reaper.sweep.deadline import fit_before_deadline, resolving_deadline, send_deadline
 from reaper.sweep.deletes import (
-    STALE_PLAN,
     Fence,
     PlanRef,
     config_digest,
@@ -60,6 +59,7 @@ from reaper.sweep.overrides import (
 )
 from reaper.sweep.targets import Target
 from reaper.transitions import group_of
+from reaper.vocabulary import Result
 
 if TYPE_CHECKING:
     from reaper.ledger import Ledger
@@ -560,7 +560,7 @@ def leave_what_does_not_fit(
             "scope could be sent before this run's deadline"
         )
         log.warning("%d planned deletes %s", len(left), why)
-        ledger.write(outcome_records(ids.fields(), target, NOT_ATTEMPTED, ((r, why) for r in left)))
+        ledger.write(outcome_records(ids.fields(), target, Result.NOT_ATTEMPTED, ((r, why) for r in left)))
     return fits, len(left)
 
 
@@ -692,7 +692,7 @@ def delete(sweep: Sweep, batch: Batch, lease: Lease, started: datetime | None) -
         why = f"{sweep.phase.value} is not the active phase and the plan's trigger did not confirm it"
     if why:
         log.warning("not deleting %d planned resources: %s", len(batch.resources), why)
-        return Deleted({STALE_PLAN: len(batch.resources)})
+        return Deleted({Result.STALE_PLAN: len(batch.resources)})
     ids = sweep.under(lease).fields()
     # Under an approval, what is deleted is exactly what was approved, to the last label (docs/design.md §6), and
     # nothing after its expiry: the guard's deadline, so every send and re-read stops there, a batch begun after it
@@ -739,7 +739,7 @@ def record(
     ids = sweep.under(lease)
     ledger = sweep.ledger()
     # A delete task that refused another execution's plan ran in this one: its refusal counts here.
-    stale_plans = sum(r.outcomes.get(STALE_PLAN, 0) for r in results)
+    stale_plans = sum(r.outcomes.get(Result.STALE_PLAN, 0) for r in results)
     foreign = summary is not None and (summary.plan.execution, summary.plan.token) != (ids.execution, ids.lease)
     pushes = pushes_metrics(sweep, summary)  # from the plan's own summary: a foreign dry run's is a dry run's too
     if foreign and summary is not None:  # (the second test only narrows the type)
