@@ -36,11 +36,11 @@ from prometheus_client.exposition import delete_from_gateway, push_to_gateway
 from prometheus_client.registry import Collector
 
 from reaper.redact import error_for_log, url_for_log
+from reaper.vocabulary import Reason, Result
 
 log = logging.getLogger(__name__)
 JOB = "reaper"
 ALL, ATTEMPT = "_all", "_attempt"  # the target-wide groups' scope label
-CAPPED = "max_deletions_exceeded"  # the reason of a delete the global cap turned into a report
 PUSH_FAILURES = 0  # Pushgateway calls that failed in this process; logged with each failure
 
 
@@ -87,7 +87,8 @@ def scope_metrics(sweep: Sweep, scope: str) -> list[Metric]:
     decisions = [d for d in summary.get("decisions", []) if d["scope"] == scope]  # type: ignore[union-attr]
     verdict = next((v for v in summary.get("scopes", []) if v["scope"] == scope), {})  # type: ignore[union-attr]
     blocking = set(verdict.get("blocking", []))
-    stopped = {*verdict.get("holds", []), CAPPED}  # reasons a finding the phase deletes was reported instead
+    # The reasons a finding the phase deletes was reported instead: its scope's holds, and the global cap.
+    stopped = {*verdict.get("holds", []), Reason.MAX_DELETIONS_EXCEEDED}
     held = sum(
         d["count"]
         for d in decisions
@@ -190,7 +191,7 @@ def target_metrics(sweep: Sweep, push_failures: int, retire_failures: int) -> li
             "reaper_last_sweep_deletions",
             "Deletions of the last sweep by outcome.",
             ["target", "outcome"],
-            [([target, k], v) for k, v in sorted({"failed": 0, **sweep.outcomes}.items())],
+            [([target, k], v) for k, v in sorted({Result.FAILED: 0, **sweep.outcomes}.items())],
         ),
         _gauge(
             "reaper_last_sweep_capped",

@@ -26,13 +26,13 @@ from reaper.config import NotificationsConfig, NotifyChannel
 from reaper.redact import text_for_log
 from reaper.report.reasons import Limits, explain, explain_hold
 from reaper.report.rows import when
+from reaper.vocabulary import Reason, Result
 
 if TYPE_CHECKING:
     from reaper.sweep.steps import Summary
 
 EVERY_SCOPE = "(every scope)"  # the sweep-wide hold: the plan exceeded max_deletions_per_sweep
 DETAIL_CHARS = 300  # of an API's error text, per failed delete
-FAILED, DELETED = "failed", "deleted"  # the outcomes notices tell of (the deleters' results)
 
 
 class Event(StrEnum):
@@ -139,8 +139,8 @@ def facts(
     (:meth:`reaper.ledger.Ledger.deciding`)."""
     failed, deleted = [], []
     for outcome, decision in outcomes:
-        if outcome.get("result") in (FAILED, DELETED):
-            (failed if outcome["result"] == FAILED else deleted).append(row(outcome, decision, limits))
+        if outcome.get("result") in (Result.FAILED, Result.DELETED):  # the outcomes notices tell of
+            (failed if outcome["result"] == Result.FAILED else deleted).append(row(outcome, decision, limits))
     swept = frozenset(str(v["scope"]) for v in summary.scopes) | {EVERY_SCOPE}
     held = held_scopes(summary, limits)
     return Facts(target, run, key, swept, held, tuple(sorted(failed, key=_order)), tuple(sorted(deleted, key=_order)))
@@ -164,20 +164,22 @@ def held_scopes(summary: Summary, limits: Limits | None) -> tuple[Held, ...]:
     if summary.capped:
         planned = sum(summary.capped.values())
         verdict = {"planned": planned, "cap": summary.max_deletions}
-        hold = "max_deletions_exceeded"
+        hold = Reason.MAX_DELETIONS_EXCEEDED
         held.append(Held(EVERY_SCOPE, (hold,), (f"{hold}: {explain_hold(hold, verdict, limits)}",), planned))
     return tuple(held)
 
 
 def _problems(summary: Summary, scope: str, hold: str) -> str:
     """Why a listing was incomplete, as its scope's listing said (an API's words: redacted)."""
-    problems = summary.incomplete.get(scope) if hold == "inventory_incomplete" else None
+    problems = summary.incomplete.get(scope) if hold == Reason.INVENTORY_INCOMPLETE else None
     return f" ({text_for_log('; '.join(problems))[:DETAIL_CHARS]})" if problems else ""
 
 
 def row(outcome: Mapping[str, object], decision: Mapping[str, object] | None, limits: Limits | None) -> Row:
     """A resource as a notice names it, from its outcome and (when the ledger has it) its decision."""
-    detail = text_for_log(str(outcome.get("detail") or ""))[:DETAIL_CHARS] if outcome.get("result") == FAILED else ""
+    detail = (
+        text_for_log(str(outcome.get("detail") or ""))[:DETAIL_CHARS] if outcome.get("result") == Result.FAILED else ""
+    )
     if decision is None:
         what, why = str(outcome.get("name")), "its decision is not in the ledger"
     else:

@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 from reaper.alerting import reapers
 from reaper.durations import duration
+from reaper.vocabulary import Reason, Result
 
 
 class Runbook(NamedTuple):
@@ -26,19 +27,19 @@ class Runbook(NamedTuple):
 
 # A hold that blocks deletes -> its runbook entry.
 HOLD_ACTIONS = {
-    "budget_exceeded": Runbook(
+    Reason.BUDGET_EXCEEDED: Runbook(
         "ReaperBudgetHold",
         "Check that the stale ones are really dead, then approve the reviewed ones on the sweep's page (or "
         "reaper approve) and trigger the DAG with approval=<id>; override_budget is the blunter tool.",
     ),
-    "writer_unhealthy": Runbook(
+    Reason.WRITER_UNHEALTHY: Runbook(
         "ReaperWriterHold", "Fix the runner managers the scope's verdict lists as unhealthy writers."
     ),
-    "writer_health_unknown": Runbook(
+    Reason.WRITER_HEALTH_UNKNOWN: Runbook(
         "ReaperWriterHold",
         "Make the managers' writer-health series readable; the scope's verdict says what is unknown.",
     ),
-    "inventory_incomplete": Runbook(
+    Reason.INVENTORY_INCOMPLETE: Runbook(
         "ReaperInventoryIncomplete",
         "Fix what made the listing partial (the sweep's incomplete problems): usually a permission or the quota.",
     ),
@@ -116,7 +117,7 @@ def needs(
                 why = "deletes held: " + ", ".join(blocking)
                 hold = HOLD_ACTIONS.get(blocking[0], OTHER_HOLD)
                 found.append(Need("scope held", dag_id, str(by.get("run_id")), scope, why, hold, by.get("at")))
-        failed = int((s.get("outcomes") or {}).get("failed", 0))  # type: ignore[union-attr]
+        failed = int((s.get("outcomes") or {}).get(Result.FAILED, 0))  # type: ignore[union-attr]
         if failed:
             found.append(Need("deletions failing", dag_id, run, "", f"{failed} deletes failed", FAILED, at))
         for target, planned in (s.get("capped") or {}).items():  # type: ignore[union-attr]

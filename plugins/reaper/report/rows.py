@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from reaper.report.reasons import Limits, explain
+from reaper.vocabulary import RecordAction
 
 if TYPE_CHECKING:
     from reaper.model import Decision
@@ -98,8 +99,8 @@ def resource_kind(decision: dict[str, object], companions: Iterable[dict[str, ob
 
 def ledger_row(decision: dict[str, object], companions: list[dict[str, object]], limits: Limits | None = None) -> Row:
     """The row of one decision record and its intent and outcome records (``companions``)."""
-    intent = next((r for r in companions if r.get("action") == "delete_intent"), {})
-    outcome = next((r for r in companions if r.get("action") == "outcome"), {})
+    intent = next((r for r in companions if r.get("action") == RecordAction.DELETE_INTENT), {})
+    outcome = next((r for r in companions if r.get("action") == RecordAction.OUTCOME), {})
     evidence = decision.get("evidence") or {}
     reason = str(decision.get("reason") or "")
     return Row(

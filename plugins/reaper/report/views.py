@@ -20,6 +20,7 @@ from reaper.report.reasons import explain
 from reaper.report.rows import Row, plan_row, when
 from reaper.report.timeline import Panel, census_counts, marks
 from reaper.transitions import described
+from reaper.vocabulary import Reason, Result
 
 if TYPE_CHECKING:
     from reaper.ledger import History
@@ -259,7 +260,7 @@ def sweeps_table(summaries: list[dict[str, object]], urls: Urls) -> str:
                 text(s.get("execution", 0)),
                 text(s.get("phase")),
                 f"<b>{text(s.get('branch'))}</b> {text(s.get('why'))}",
-                text((s.get("outcomes") or {}).get("deleted", 0)),  # type: ignore[union-attr]
+                text((s.get("outcomes") or {}).get(Result.DELETED, 0)),  # type: ignore[union-attr]
                 text(reported),
                 "<br>".join(text(m) for m in marks(s, None)),
             ]
@@ -575,14 +576,14 @@ def approvals_page(dag_id: str, approvals: list[dict[str, object]], urls: Urls, 
 # What came of an approved item, in words (:func:`reaper.sweep.approved.summary` and ``with_outcomes``); any other
 # state is a keep's or an outcome's code (heartbeat_fresh, failed, ...), shown as it is.
 ITEM_STATES = {
-    "deleted": "deleted",
+    Result.DELETED: Result.DELETED.phrase,
     "planned": "planned, no outcome recorded (the run ended first)",
     "not_listed": "not listed by this sweep: gone already, or in a scope it did not sweep",
-    "approval_changed": "changed since the review (its labelFingerprint or resourceVersion): kept",
-    "approval_run_partial": "its Kubernetes run is not approved and unchanged whole: kept",
-    "approval_expired": "the approval had expired when the sweep listed: kept",
-    "changed_since_plan": "changed between the plan and the delete: kept",
-    "not_attempted": "not attempted before the run's deadline",
+    Reason.APPROVAL_CHANGED: "changed since the review (its labelFingerprint or resourceVersion): kept",
+    Reason.APPROVAL_RUN_PARTIAL: "its Kubernetes run is not approved and unchanged whole: kept",
+    Reason.APPROVAL_EXPIRED: "the approval had expired when the sweep listed: kept",
+    Result.CHANGED_SINCE_PLAN: Result.CHANGED_SINCE_PLAN.phrase,
+    Result.NOT_ATTEMPTED: Result.NOT_ATTEMPTED.phrase,
 }
 
 

@@ -19,6 +19,7 @@ from reaper.config import SEND_MARGIN_SLACK, NotifyChannel
 from reaper.notifiers import Sent, send_all
 from reaper.report.reasons import Limits
 from reaper.sweep.deadline import run_ends
+from reaper.vocabulary import Result
 
 if TYPE_CHECKING:
     from reaper.ledger import Ledger
@@ -42,9 +43,9 @@ def send(
     limits = Limits.of(sweep.config)
     every = config.digest_every.total_seconds()
     events = {e for c in channels for e in c.events}
-    wanted = {notify.FAILED} if notify.Event.FAILED in events else set()
+    wanted = {Result.FAILED} if notify.Event.FAILED in events else set()
     if notify.Event.DELETED in events and not every:
-        wanted.add(notify.DELETED)
+        wanted.add(Result.DELETED)
     outcomes = [o for o in recorded if o.get("result") in wanted]
     ids = sweep.ids
     run = f"{ids.dag_id} run {ids.run_id}, execution {ids.execution}, phase {sweep.phase.value}"
