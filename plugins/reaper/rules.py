@@ -2,10 +2,10 @@
 its deletes (docs/design.md §3, with the holds of §4 and §5).
 
 Everything that asks about a rule reads this table: the policy's effective modes and which holds page
-(:mod:`reaper.policy.modes`), the GCE rules' heartbeat holds (:mod:`reaper.policy.gce`), the config's
-``rules`` section (:class:`reaper.config.RulesConfig`: a mode above any phase's preset is refused), and the
-report (a rule's finding is the :class:`reaper.vocabulary.Reason` of its name). It lives beside, not in,
-:mod:`reaper.policy`, because the config reads it and the policy imports the config.
+(:mod:`reaper.policy.modes`), the GCE rules' holds (:mod:`reaper.policy.gce`), and the config's ``rules``
+section (:class:`reaper.config.RulesConfig`: a mode above every preset of the rule is refused). A rule's
+finding is the :class:`reaper.vocabulary.Reason` of its name, whose sentence the report shows. It lives
+beside, not in, :mod:`reaper.policy`, because the config reads it and the policy imports the config.
 """
 
 from __future__ import annotations
