@@ -11,8 +11,8 @@ Where one string is both a reason and a result (``terminating``: an object kept 
 deleted, and a Pod whose delete was accepted but which is still there), each enum has its member, named
 for what it means there: the ledger stores the same string for both, as it always has.
 
-This module imports nothing of the reaper's but :mod:`reaper.durations`: the policy, the deleters and the
-report all read it.
+This module imports nothing of the reaper's but :mod:`reaper.durations` (and, for type checkers only, the
+report's ``Limits``): the policy, the deleters and the report all read it.
 """
 
 from __future__ import annotations

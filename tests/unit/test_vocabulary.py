@@ -16,7 +16,12 @@ from reaper.vocabulary import GONE, Reason, RecordAction, Result
 PLUGINS = Path(__file__).resolve().parents[2] / "plugins" / "reaper"
 POLICY = sorted((PLUGINS / "policy").glob("*.py"))
 # Where delete results are made: the deleters, the fence, and the batch that records what it did not send.
-DELETING = [PLUGINS / "gce" / "deleter.py", PLUGINS / "k8s" / "deleter.py", PLUGINS / "fence.py"]
+DELETING = [
+    PLUGINS / "gce" / "deleter.py",
+    PLUGINS / "k8s" / "deleter.py",
+    PLUGINS / "fence.py",
+    PLUGINS / "sweep" / "deletes.py",
+]
 
 
 def _words_in(path: Path) -> set[str]:
