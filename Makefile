@@ -48,10 +48,11 @@ lint: $(STAMP)
 # pytest exits 5 when a selection (PYTEST_ARGS) collects nothing: that is not a failure of the suite.
 # Two workers (pytest-xdist), each test file on one of them: most end-to-end tests wait on servers, and a
 # module's fixtures (an Airflow site, Celery workers) are then set up once. The heaviest files start first (their
-# `slow` marker's seconds, tests/conftest.py), so none runs alone at the end. TEST_WORKERS=0: one process.
+# `slow` marker's seconds, tests/conftest.py), so none runs alone at the end; --no-loadscope-reorder keeps that
+# order (xdist would otherwise start the files with the most tests first). TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
 test: lint
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS); code=$$?; [ $$code -eq 0 ] || [ $$code -eq 5 ] || exit $$code
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS); code=$$?; [ $$code -eq 0 ] || [ $$code -eq 5 ] || exit $$code
 
 bench: $(STAMP)
 	$(BIN)/python bench/policy.py
