@@ -3,7 +3,9 @@ no decision.
 
 It hashes, per input set, every plan of every rollout phase as MessagePack: the property tests' inputs (drawn
 from their own strategies, derandomized, so the same on every run of the same strategies) and the policy
-benchmark's fleets. Run it before and after a change; equal lines mean byte-identical plans.
+benchmark's fleets. Run the same version of this file on the code before and after a change (copy it into
+the old checkout): equal lines mean byte-identical plans. Hypothesis derandomizes from the drawing function's
+source, so an edit of this file draws other inputs.
 """
 
 from __future__ import annotations
