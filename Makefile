@@ -11,7 +11,7 @@ SAMPLE_NOW := 2026-11-29T12:00:00Z
 SAMPLE_INPUTS := --gce $(SAMPLES)/gce-instances.json --k8s $(SAMPLES)/k8s-objects.json \
 	--runs $(SAMPLES)/runs.json --leases $(SAMPLES)/leases.json --writer-health $(SAMPLES)/writer-health.json
 
-.PHONY: venv demo demo-down what-if test lint bench clean
+.PHONY: venv demo demo-down what-if test lint types check bench clean
 
 # --compile-bytecode: where PYTHONDONTWRITEBYTECODE is set (as on CI), every process would otherwise
 # compile Airflow and the SDKs from source on each import: seconds per Airflow task.
@@ -44,6 +44,16 @@ what-if: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/python -m mypy
+
+# The type checker alone: strict on plugins/ and dags/ ([tool.mypy] in pyproject.toml).
+types: $(STAMP)
+	$(BIN)/python -m mypy
+
+# The edit-test loop (docs/testing.md): lint, then the unit tests but the slowest property tests (marked slow;
+# `make test` runs them). One process: on 2 cores, starting two xdist workers costs more than they save here.
+check: lint
+	$(BIN)/python -m pytest -q -n 0 -m "not slow" tests/unit
 
 # pytest exits 5 when a selection (PYTEST_ARGS) collects nothing: that is not a failure of the suite.
 # Two workers (pytest-xdist), each test file on one of them: most end-to-end tests wait on servers, and a
@@ -63,4 +73,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/incident.py 2>/dev/null
 
 clean:
-	rm -rf $(VENV) .demo .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .demo .pytest_cache .ruff_cache .mypy_cache .hypothesis

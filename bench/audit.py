@@ -263,7 +263,7 @@ def _stages(plan: dict[str, object]) -> str:
     chain = []
     while plan:
         chain.append(f"{plan['stage']} {plan.get('indexName', '')}".strip())
-        plan = plan.get("inputStage") or {}  # type: ignore[assignment]
+        plan = plan.get("inputStage") or {}  # type: ignore[assignment]  # JSON data typed object: its shape is this code's own
     return " <- ".join(chain)
 
 

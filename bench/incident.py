@@ -162,15 +162,15 @@ def main() -> None:
 
         started = time.perf_counter()
         held = run("reaper_gce_enforcement")
-        summary = db.sweeps.find_one({"run_id": held.run_id})  # type: ignore[attr-defined]
+        summary = db.sweeps.find_one({"run_id": held.run_id})  # type: ignore[attr-defined]  # a DagRun, typed object where it comes from
         holds = {s["scope"]: s["holds"] for s in summary["scopes"] if s["holds"]}
         print(
-            f"scheduled sweep: {time.perf_counter() - started:.1f} s, {held.state}; "  # type: ignore[attr-defined]
+            f"scheduled sweep: {time.perf_counter() - started:.1f} s, {held.state}; "  # type: ignore[attr-defined]  # a DagRun, typed object where it comes from
             f"holds {holds}; outcomes {summary['outcomes']}"
         )
 
         triggered = time.time()
-        runs, left, reviewed = [], args.abandoned, held.run_id  # type: ignore[attr-defined]
+        runs, left, reviewed = [], args.abandoned, held.run_id  # type: ignore[attr-defined]  # a DagRun, typed object where it comes from
         while left and len(runs) < 5:
             if args.recover == "approval":  # the operator approves the held set the sweep page lists, as reviewed
                 conf: dict[str, object] = {"approval": approve_all("reaper_gce_enforcement", reviewed)}
@@ -182,11 +182,11 @@ def main() -> None:
                     "max_deletions": args.abandoned,
                 }
             recovery = run("reaper_gce_enforcement", **conf, scopes=crashed)
-            summary = db.sweeps.find_one({"run_id": recovery.run_id})  # type: ignore[attr-defined]
+            summary = db.sweeps.find_one({"run_id": recovery.run_id})  # type: ignore[attr-defined]  # a DagRun, typed object where it comes from
             outcomes = Counter(summary["outcomes"])
-            runs.append((recovery.state, summary["why"], dict(outcomes)))  # type: ignore[attr-defined]
+            runs.append((recovery.state, summary["why"], dict(outcomes)))  # type: ignore[attr-defined]  # a DagRun, typed object where it comes from
             left -= outcomes["deleted"]
-            reviewed = recovery.run_id  # type: ignore[attr-defined]  # what a run left is held again: approved anew
+            reviewed = recovery.run_id  # type: ignore[attr-defined]  # a DagRun, typed object where it comes from; what a run left is held again: approved anew
         last = db.ledger.find_one(
             {"action": "outcome", "result": "deleted", "scope": {"$in": crashed}}, sort=[("at", -1)]
         )

@@ -112,7 +112,7 @@ def start_world(runs: list[str], orphans: set[str], latency: float) -> World:
     emulator += ["--generate", str(len(runs)), "--latency", str(latency)]
     nats_argv = [server_binary("nats-server"), "-a", "127.0.0.1", "-p", str(world.nats_port)]
     nats_argv += ["-m", str(world.nats_monitor), "-js", "-sd", str(work / "js")]
-    world.procs.append(subprocess.Popen(emulator, cwd=ROOT, **quiet))  # type: ignore[call-overload]
+    world.procs.append(subprocess.Popen(emulator, cwd=ROOT, **quiet))  # type: ignore[call-overload]  # **quiet (stdout, stderr: DEVNULL) is typed dict[str, int]
     try:  # the emulator generates its runs meanwhile
         world.procs.append(start_secantusdb(world.mongo_port, timeout=60).process)
         world.procs.append(Daemon(nats_argv, world.nats_port, "nats-server", timeout=60).process)
@@ -152,8 +152,8 @@ def main() -> None:
         store = MongoRunStore(mongo, config.k8s.mongo_run_store)
         spent: dict[str, float] = {}
 
-        def timed(name, read):  # type: ignore[no-untyped-def]
-            def run(keys):  # type: ignore[no-untyped-def]
+        def timed(name, read):
+            def run(keys):
                 t = time.perf_counter()
                 try:
                     return read(keys)

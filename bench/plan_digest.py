@@ -36,7 +36,7 @@ def _property_digest(examples: int) -> str:
         max_examples=examples, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck)
     )
     @given(st.lists(props.instances(), max_size=30), props.k8s_fleets(), props.writer_health, props.configs)
-    def collect(fleet, k8s, writers, config) -> None:  # type: ignore[no-untyped-def]
+    def collect(fleet, k8s, writers, config) -> None:
         objects, evidence = k8s
         evidence = msgspec.structs.replace(evidence, writer_health=writers)
         for phase in Phase:

@@ -120,7 +120,7 @@ def minimal_loop(instances: list[GceInstance]) -> int:
     return stale
 
 
-def best_of(runs: int, fn, *args):  # type: ignore[no-untyped-def]
+def best_of(runs: int, fn, *args):
     best, result = float("inf"), None
     for _ in range(runs):
         start = time.perf_counter()

@@ -109,7 +109,7 @@ class Meter:
             holder = getattr(holder, owner)
         original = getattr(holder, name)
 
-        def timed(*args, **kwargs):  # type: ignore[no-untyped-def]
+        def timed(*args, **kwargs):
             with self._lock:
                 outer = next((s for s, n in self._running.items() if n and s != step), None)
                 self._running[step] += 1
@@ -204,7 +204,7 @@ def task_seconds(dag_run: object) -> tuple[float, Counter[str], Counter[str]]:
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        tis = session.query(TaskInstance).filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id).all()  # type: ignore[attr-defined]
+        tis = session.query(TaskInstance).filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id).all()  # type: ignore[attr-defined]  # a DagRun, typed object where it comes from
         took: Counter[str] = Counter()
         for ti in tis:
             if ti.end_date and ti.start_date:
@@ -346,8 +346,8 @@ def main() -> None:
     fixed = 1 + 1 + 3 + 2 * gce_batches + 1
     one_at_a_time = fixed + 4 * reaped
     gce_pages = args.projects * math.ceil(args.per_project / GCE_PAGE)
-    k8s_state = k8s_run.state if k8s_run else "not run"  # type: ignore[attr-defined]
-    print(f"# dag.test() sweeps; state {gce_run.state} (GCE), {k8s_state} (Kubernetes)")  # type: ignore[attr-defined]
+    k8s_state = k8s_run.state if k8s_run else "not run"  # type: ignore[attr-defined]  # a DagRun, typed object where it comes from
+    print(f"# dag.test() sweeps; state {gce_run.state} (GCE), {k8s_state} (Kubernetes)")  # type: ignore[attr-defined]  # a DagRun, typed object where it comes from
     report(
         f"reaper_gce_enforcement: {args.projects * args.per_project:,} instances, {args.projects} projects, "
         f"{args.latency * 1000:.0f} ms latency",

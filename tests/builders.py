@@ -107,7 +107,7 @@ def obj(
 def sandbox(run: str, age: float = 2 * H, **pod: object) -> list[K8sObject]:
     """A run's footprint: Pod, two Secrets, NetworkPolicy."""
     return [
-        obj("Pod", run, age, **pod),  # type: ignore[arg-type]
+        obj("Pod", run, age, **pod),  # type: ignore[arg-type]  # **kwargs typed object: each goes to the parameter of its name
         obj("Secret", run, age),
         obj("Secret", run, age),
         obj("NetworkPolicy", run, age),
@@ -132,7 +132,7 @@ def plan(
     if evidence is None:
         projects = {r.project for r in resources if isinstance(r, GceInstance)}
         evidence = Evidence(writer_health=healthy(*projects), leases=leases(), runs=runs())
-    return evaluate(resources, evidence, config or settings(), phase, NOW_DT, **kwargs)  # type: ignore[arg-type]
+    return evaluate(resources, evidence, config or settings(), phase, NOW_DT, **kwargs)  # type: ignore[arg-type]  # **kwargs typed object: each goes to the parameter of its name
 
 
 def by_name(p: Plan) -> dict[str, tuple[str, str | None, str]]:

@@ -100,7 +100,7 @@ def mongo(mongo_server: Daemon):
 
 
 @pytest.fixture
-def nats_server(tmp_path) -> Iterator[Daemon]:  # type: ignore[no-untyped-def]
+def nats_server(tmp_path) -> Iterator[Daemon]:
     """A NATS server with JetStream of this test's own (so a test can stop it)."""
     port = free_port()
     daemon = Daemon(

@@ -115,7 +115,7 @@ def _alive(pid: int) -> bool:
 DATABASES = (f"{DB}_airflow", f"{DB}_steps")
 
 
-def _postgres():  # type: ignore[no-untyped-def]
+def _postgres():
     import psycopg
 
     try:
@@ -280,7 +280,7 @@ def sweep_all(api: Api, crashed_at: float) -> list[tuple[str, str, str]]:
         return [run for runs in pool.map(sweep, TARGETS) for run in runs]
 
 
-def demo_ledger(reaper_config: Path, connections: Path):  # type: ignore[no-untyped-def]
+def demo_ledger(reaper_config: Path, connections: Path):
     """The ledger the sweeps write: the database of the rendered reaper config, on a client of the
     Airflow connection it names, as ``connections.json`` defines it for ``airflow standalone``."""
     from airflow.sdk import Connection
@@ -296,7 +296,7 @@ def demo_ledger(reaper_config: Path, connections: Path):  # type: ignore[no-unty
     return Ledger(MongoClient(**client_options(conn, cfg.timeout.total_seconds())), cfg)
 
 
-def summarize(ledger, runs: list[tuple[str, str, str]]) -> dict[str, object]:  # type: ignore[no-untyped-def]
+def summarize(ledger, runs: list[tuple[str, str, str]]) -> dict[str, object]:
     """What each sweep reported, deleted and kept, and the ledger's records counted."""
     phases = []
     for dag_id, run_id, state in runs:
@@ -353,13 +353,13 @@ def alerts(prometheus_url: str) -> list[dict[str, str]]:
 
 def table(summary: dict[str, object]) -> str:
     lines = [f"{'DAG':<32} {'state':<8} {'reported':>8} {'deleted':>8} {'kept':>5}  holds"]
-    for p in summary["phases"]:  # type: ignore[attr-defined]
+    for p in summary["phases"]:  # type: ignore[attr-defined]  # JSON data typed object: its shape is this code's own
         holds = ", ".join(f"{scope}: {'+'.join(h)}" for scope, h in p["holds"].items()) or "-"
         lines.append(f"{p['dag_id']:<32} {p['state']:<8} {p['reported']:>8} {p['deleted']:>8} {p['kept']:>5}  {holds}")
     lines += ["", "Ledger: records by target, action and reason"]
-    lines += [f"  {t:<4} {a:<14} {why:<28} {n:>4}" for t, a, why, n in summary["ledger"]]  # type: ignore[attr-defined]
+    lines += [f"  {t:<4} {a:<14} {why:<28} {n:>4}" for t, a, why, n in summary["ledger"]]  # type: ignore[attr-defined]  # JSON data typed object: its shape is this code's own
     lines += ["", f"Alerts ({RULES}, from the demo's config; docs/runbook.md says what each asks of you)"]
-    for a in summary["alerts"] or [{"alert": "none", "state": ""}]:  # type: ignore[attr-defined]
+    for a in summary["alerts"] or [{"alert": "none", "state": ""}]:  # type: ignore[attr-defined]  # JSON data typed object: its shape is this code's own
         labels = ", ".join(f"{k}={v}" for k, v in a.items() if k not in ("alert", "state"))
         lines.append(f"  {a['state']:<8} {a['alert']:<26} {labels}")
     return "\n".join(lines)
@@ -391,7 +391,7 @@ def up() -> None:
     reaper_config, connections = configure(running)
     base, api = airflow(reaper_config, connections, broker)
     say("sweeping every phase in rollout order")
-    runs = sweep_all(api, float(running.world["crashed_at"]))  # type: ignore[arg-type]
+    runs = sweep_all(api, float(running.world["crashed_at"]))  # type: ignore[arg-type]  # JSON data typed object: its shape is this code's own
     report(runs, running, reaper_config, connections, base)
 
 
@@ -425,7 +425,7 @@ def services() -> Services:
     prometheus, prom_port = server_binary("prometheus", required=False), free_port()
     if not prometheus:
         raise SystemExit("demo: prometheus is not installed (writer health reads it); run scripts/bootstrap.sh")
-    config = prometheus_config(world["manager_metrics"], pushgateway_url.removeprefix("http://"))  # type: ignore[arg-type]
+    config = prometheus_config(world["manager_metrics"], pushgateway_url.removeprefix("http://"))
     prometheus_url = f"http://127.0.0.1:{prom_port}"
     argv = [prometheus, f"--config.file={config}", f"--storage.tsdb.path={STATE / 'prometheus'}"]
     argv += [f"--web.listen-address=127.0.0.1:{prom_port}", "--web.enable-lifecycle"]  # /-/reload

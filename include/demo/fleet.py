@@ -74,7 +74,7 @@ RUNS = {
 def seed_gce(fleet: Fleet, now: float) -> dict[str, list[tuple[str, str]]]:
     """The instances; returns what each manager tracks as (zone, name)."""
 
-    def add(project: str, name: str, zone: str, status: str = "RUNNING", heartbeat: float | None = None, **kw):  # type: ignore[no-untyped-def]
+    def add(project: str, name: str, zone: str, status: str = "RUNNING", heartbeat: float | None = None, **kw):
         labels = {"ci_ephemeral": "true", **kw.pop("labels", {})}
         if heartbeat is not None:
             labels[HEARTBEAT] = str(int(heartbeat))

@@ -115,7 +115,7 @@ class Daemon:
             self.process = Popen(argv, stdout=out, stderr=err, env=env, cwd=cwd, start_new_session=detach)
         finally:
             if log is not None:
-                out.close()  # type: ignore[union-attr]
+                out.close()
         if ready is not None or port is not None:
             self.wait(ready, timeout)
 
@@ -176,7 +176,7 @@ def start_secantusdb(
     """
     port = port or free_port()
     what = " ".join(("SecantusDB", *options))
-    return Daemon(secantusdb_argv(port, storage, options), port, what, **daemon)  # type: ignore[arg-type]
+    return Daemon(secantusdb_argv(port, storage, options), port, what, **daemon)  # type: ignore[arg-type]  # **kwargs typed object: each goes to the parameter of its name
 
 
 class ApiError(Exception):
@@ -402,14 +402,14 @@ class Server:
         serve = partial(self.server.serve_forever, poll_interval=0.05)
         self.thread = threading.Thread(target=serve, name=handler.__name__, daemon=True)
 
-    def __enter__(self):  # type: ignore[no-untyped-def]
+    def __enter__(self):
         self.thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def start(self):  # type: ignore[no-untyped-def]
+    def start(self):
         return self.__enter__()
 
     def close(self) -> None:

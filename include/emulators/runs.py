@@ -90,7 +90,7 @@ async def put_nats_leases(url: str, runs: Runs, bucket: str = "run_leases", time
         await client.close()
 
 
-def _retry(action, what: str, wait: float):  # type: ignore[no-untyped-def]
+def _retry(action, what: str, wait: float):
     """``action()`` until it succeeds or ``wait`` seconds have passed: the servers may still be starting."""
     deadline = time.monotonic() + wait
     while True:

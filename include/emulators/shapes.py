@@ -196,7 +196,7 @@ def kube_run(
     """A run's sandbox footprint: the Pod, its two Secrets and its NetworkPolicy."""
     labels = {**managed_labels, run_label: run}
     return [
-        kube_pod(f"sandbox-{run}", namespace, f"{run}-pod", labels, created, **pod_options),  # type: ignore[arg-type]
+        kube_pod(f"sandbox-{run}", namespace, f"{run}-pod", labels, created, **pod_options),  # type: ignore[arg-type]  # **kwargs typed object: each goes to the parameter of its name
         kube_secret(f"sandbox-{run}-egress-ca", namespace, f"{run}-ca", labels, created),
         kube_secret(f"sandbox-{run}-files", namespace, f"{run}-files", labels, created),
         kube_netpol(f"sandbox-{run}", namespace, f"{run}-np", labels, created),

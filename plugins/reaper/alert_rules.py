@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from datetime import timedelta
+from typing import NotRequired, TypedDict
 
 import yaml
 
@@ -51,16 +52,31 @@ def prom_duration(span: timedelta) -> str:
     return f"{seconds}s"
 
 
-def _rule(
-    alert: str, expr: str, severity: str, summary: str, wait: timedelta | None = None, target: str = ""
-) -> dict[str, object]:
+# One alerting rule as the rule file holds it, its keys in the file's order ("for" is a keyword, hence this form).
+Rule = TypedDict(
+    "Rule",
+    {"alert": str, "expr": str, "for": NotRequired[str], "labels": dict[str, str], "annotations": dict[str, str]},
+)
+
+
+class RuleGroup(TypedDict):
+    name: str
+    rules: list[Rule]
+
+
+class RuleFile(TypedDict):
+    """The rule file (:func:`rules`)."""
+
+    groups: list[RuleGroup]
+
+
+def _rule(alert: str, expr: str, severity: str, summary: str, wait: timedelta | None = None, target: str = "") -> Rule:
     """One alerting rule; ``target`` labels the rules written once per target (else promtool sees duplicates)."""
-    rule: dict[str, object] = {"alert": alert, "expr": expr}
+    labels = {"severity": severity, **({"target": target} if target else {})}
+    annotations = {"summary": summary}  # and its runbook_url (rules)
     if wait:
-        rule["for"] = prom_duration(wait)
-    rule["labels"] = {"severity": severity, **({"target": target} if target else {})}
-    rule["annotations"] = {"summary": summary}  # and its runbook_url (rules)
-    return rule
+        return {"alert": alert, "expr": expr, "for": prom_duration(wait), "labels": labels, "annotations": annotations}
+    return {"alert": alert, "expr": expr, "labels": labels, "annotations": annotations}
 
 
 def _late(config: Settings, target: str) -> timedelta | None:
@@ -93,7 +109,7 @@ def _fresh(expr: str, config: Settings, target: str) -> str:
     return f"({expr}) unless on (target, scope) ({_stale(target, _held(config, target))})"
 
 
-def _per_target(config: Settings, target: str) -> list[dict[str, object]]:
+def _per_target(config: Settings, target: str) -> list[Rule]:
     """The alerts on one target's sweeps, its series only: a disabled target's last values never page.
 
     A target triggered by hand only (schedule 0) has no sweep-time alert, and its other alerts are
@@ -253,7 +269,7 @@ def _literal(text: str) -> str:
     return "".join(f"\\\\{c}" if c in REGEX_META else c for c in text)
 
 
-def _writers(config: Settings) -> list[dict[str, object]]:
+def _writers(config: Settings) -> list[Rule]:
     """The heartbeat writers' cause alerts, on the metrics and labels the reaper reads (``gce.writer_health``),
     for the swept projects only; over windows, so a start or a single failed pass does not page."""
     health = config.gce.writer_health
@@ -317,7 +333,7 @@ def cause_series(config: Settings) -> dict[str, str]:
     }
 
 
-def _causes(config: Settings) -> list[dict[str, object]]:
+def _causes(config: Settings) -> list[Rule]:
     """The runner managers' cause alerts (docs/design.md §10): the events that produce orphans, hours before the quota
     alerts. A crash loop counts restarts of any reason; ``increase()`` only extrapolates upwards, so
     N restarts seen in the window always reach N. The machine_creation SLI pages on a multi-window
@@ -364,12 +380,12 @@ def _causes(config: Settings) -> list[dict[str, object]]:
             f"Machine creation in {where} fails {burn.burn_rate:g}x its error budget ({budget:.6g} of creations) "
             f"over {prom_duration(burn.window)} and {prom_duration(burn.window / 12)}",
         )
-        rule["labels"]["window"] = arm  # type: ignore[index]
+        rule["labels"]["window"] = arm
         burns.append(rule)
     return [crash_loop, *burns]
 
 
-def _residual_groups(config: Settings) -> list[dict[str, object]]:
+def _residual_groups(config: Settings) -> list[Rule]:
     """Fleeting groups left holding instances by a decommissioned manager (docs/design.md §10, residual groups).
 
     On the residual_group reports, so the alert follows the rollout like the rule (nothing in
@@ -395,9 +411,9 @@ def _residual_groups(config: Settings) -> list[dict[str, object]]:
     ]
 
 
-def rules(config: Settings) -> dict[str, object]:
+def rules(config: Settings) -> RuleFile:
     """The rule file for ``config`` as data."""
-    found: list[dict[str, object]] = []
+    found: list[Rule] = []
     for target in ("gce", "k8s"):
         if getattr(config, target).enabled:
             found += _per_target(config, target)
@@ -406,7 +422,7 @@ def rules(config: Settings) -> dict[str, object]:
     found += _residual_groups(config)
     found += _causes(config)
     for rule in found:  # each alert's section of the runbook (metrics.runbook_url)
-        rule["annotations"]["runbook_url"] = f"{config.metrics.runbook_url}#{str(rule['alert']).lower()}"  # type: ignore[index]
+        rule["annotations"]["runbook_url"] = f"{config.metrics.runbook_url}#{str(rule['alert']).lower()}"
     return {"groups": [{"name": "reaper", "rules": found}]}
 
 

@@ -11,6 +11,7 @@ screen and the preflight read it. Credentials in the URL go as basic auth (``req
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from reaper.config import Settings
 from reaper.redact import error_for_log, url_for_log
@@ -26,7 +27,7 @@ def reapers(rule: Mapping[str, object], runbook_url: str) -> bool:
     return isinstance(notes, dict) and str(notes.get("runbook_url", "")).startswith(f"{runbook_url}#")
 
 
-def _get(config: Settings, path: str, params: dict[str, str]) -> object:
+def _get(config: Settings, path: str, params: dict[str, str]) -> Any:  # JSON, read with KeyError, TypeError caught
     import requests
 
     url = config.metrics.prometheus_url.rstrip("/")
@@ -43,7 +44,7 @@ def rules(config: Settings) -> list[dict[str, object]]:
     :class:`AlertingError` when it does not answer, or has none of them (the rules file is not loaded)."""
     data = _get(config, "/api/v1/rules", {"type": "alert"})
     try:
-        found = [r for g in data["groups"] for r in g["rules"] if reapers(r, config.metrics.runbook_url)]  # type: ignore[index]
+        found = [r for g in data["groups"] for r in g["rules"] if reapers(r, config.metrics.runbook_url)]
     except (KeyError, TypeError) as exc:
         raise AlertingError(f"Prometheus at {shown(config)}: /api/v1/rules answered no rule groups ({exc})") from None
     if not found:
@@ -63,7 +64,7 @@ def series(config: Settings, selector: str) -> int:
     """How many series ``selector`` (a metric name with its matchers) matches there now."""
     data = _get(config, "/api/v1/query", {"query": f"count({selector}) or vector(0)"})
     try:
-        return int(float(data["result"][0]["value"][1]))  # type: ignore[index]
+        return int(float(data["result"][0]["value"][1]))
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         raise AlertingError(f"Prometheus at {shown(config)}: count({selector}) gave no number ({exc})") from None
 

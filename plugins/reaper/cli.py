@@ -377,7 +377,7 @@ def write_table(plan: Plan, out: TextIO, limits: Limits | None = None) -> None:
 
     counts: Counter[tuple[str, str, Action]] = Counter((d.target, d.scope, d.action) for d in plan.decisions)
     out.write(f"phase {plan.phase.value} at {_iso(plan.now)}\n\n")
-    rows = [("TARGET", "SCOPE", "VERDICT", "KEEP", "REPORT", "DELETE")]
+    rows: list[tuple[str, ...]] = [("TARGET", "SCOPE", "VERDICT", "KEEP", "REPORT", "DELETE")]
     for v in plan.scopes:
         verdict = ",".join(v.holds) or "ok"
         if v.overridden:
@@ -472,7 +472,9 @@ def write_diff(result: ConfigDiff, paths: tuple[str, str], limits: dict[str, Lim
         out.write("\nno decision changes\n")
         return
     out.write("\n")
-    rows = [("!", "TARGET", "SCOPE", "KIND", "LOCATION", "NAME", "OLD", "NEW", "LIVENESS", "WHY")]
+    rows: list[tuple[str, ...]] = [
+        ("!", "TARGET", "SCOPE", "KIND", "LOCATION", "NAME", "OLD", "NEW", "LIVENESS", "WHY")
+    ]
     for c in result.changes:
         r = c.resource
         flag = "!" if c.dangerous else ""

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import (
@@ -28,6 +28,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import ErrorDetails
 
 from reaper.durations import parse_duration, short
 from reaper.model import Mode
@@ -166,13 +167,13 @@ class QuotaLimits(_Section):
     share of these, so a limit set too high makes it spend more than its share of the real one.
     """
 
-    list_requests: int = Field(1500, ge=1)
+    list_requests: int = Field(default=1500, ge=1)
     """List requests per minute: every page of the instance and instance-group listings."""
-    read_requests: int = Field(1500, ge=1)
+    read_requests: int = Field(default=1500, ge=1)
     """Read requests per minute: `instances.get` (the re-read before each delete), `projects.get`."""
-    mutation_requests: int = Field(1500, ge=1)
+    mutation_requests: int = Field(default=1500, ge=1)
     """Mutation requests per minute: `instances.delete` (the managers' label writes and creations count here too)."""
-    operation_read_requests: int = Field(1500, ge=1)
+    operation_read_requests: int = Field(default=1500, ge=1)
     """Operation reads per minute: `zoneOperations.wait` and `get`, the polls of a delete's operation."""
 
 
@@ -208,7 +209,7 @@ class QuotaConfig(_Section):
     limits: QuotaLimits = QuotaLimits()
     """The project's Compute API rate quotas, requests per minute per quota group: the documented defaults;
     set what the project's quota page says (a limit set too high makes the reaper spend more than its share)."""
-    share: float = Field(0.2, gt=0.0, le=0.5)
+    share: float = Field(default=0.2, gt=0.0, le=0.5)
     """The share of each group's limit the reaper may spend per project and minute: every list page, get,
     delete and operation poll counts, paced evenly; the runner managers (heartbeat label writes, machine
     creations) keep the rest. It must leave at least one call of each group per minute."""
@@ -247,7 +248,7 @@ class GceConfig(_Section):
     (named by the number) is held `inventory_incomplete` (docs/gce.md, "Projects by id")."""
     selector: Selector = {"ci_ephemeral": "true"}
     """Label equalities an instance must all match to be in scope."""
-    heartbeat_label: str = Field("runner_manager_heartbeat", min_length=1)
+    heartbeat_label: str = Field(default="runner_manager_heartbeat", min_length=1)
     """The label the live runner manager stamps on each instance it tracks: unix seconds as a decimal string."""
     max_job_timeout: Annotated[Duration, _at_least(timedelta(0), "a dead manager's last job may run this long")] = (
         timedelta(hours=3)
@@ -276,14 +277,14 @@ class GceConfig(_Section):
     """Projects where nothing is ever deleted, each by its id or its number: either protects the project. A
     number the sweep cannot tie to a project (its `projects.get` is denied, or `reaper evaluate`, which knows no
     numbers) protects every project whose number is unknown. Prefer ids."""
-    list_concurrency: int = Field(8, ge=1, le=64)
+    list_concurrency: int = Field(default=8, ge=1, le=64)
     """Projects listed at once."""
-    delete_concurrency: int = Field(8, ge=1, le=64)
+    delete_concurrency: int = Field(default=8, ge=1, le=64)
     """Deletes in flight at once, all projects together."""
-    delete_rate_per_project: float = Field(5.0, gt=0)
+    delete_rate_per_project: float = Field(default=5.0, gt=0)
     """Deletes per second per project (a token bucket of one), at most what the quota share allows (each delete
     is a read, a mutation and an operation read)."""
-    max_retries: int = Field(4, ge=0, le=10)
+    max_retries: int = Field(default=4, ge=0, le=10)
     """Retries of a 5xx or timeout (exponential backoff and jitter) or of a used-up quota (403
     `rateLimitExceeded`, 429: after the next minute begins), before that call fails; no retry is made that would
     end past the run's deadline."""
@@ -338,7 +339,7 @@ class MongoRunStoreConfig(_Section):
     """The field holding the run key, a string (or, for 24 hex digits, its ObjectId)."""
     status_field: str = "status"
     """The field holding the run's status, compared with `k8s.terminal_statuses`."""
-    batch_size: int = Field(1000, ge=1, le=1000)
+    batch_size: int = Field(default=1000, ge=1, le=1000)
     """Run keys per query (one `$in`, one round trip each)."""
     timeout: Timeout = timedelta(seconds=5)
     """Timeout of each query."""
@@ -354,7 +355,7 @@ class MongoLeaseConfig(_Section):
     collection: str = "run_leases"
     """The lease collection; one with no document carrying `expires_at` (missing, empty, the wrong one) makes
     every lease unknown."""
-    batch_size: int = Field(1000, ge=1, le=1000)
+    batch_size: int = Field(default=1000, ge=1, le=1000)
     """Run keys per query (one `$in` each)."""
     timeout: Timeout = timedelta(seconds=5)
     """Timeout of each query."""
@@ -386,19 +387,19 @@ class PostgresStepStoreConfig(_Section):
 
     conn_id: str = "postgres_default"
     """The Airflow connection of the step-run store's PostgreSQL."""
-    table: str = Field("step_runs", pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$")
+    table: str = Field(default="step_runs", pattern=r"^[A-Za-z_][A-Za-z0-9_.]*$")
     """The table (optionally `schema.table`; a table, partitioned table or view) of step attempts."""
-    run_column: str = Field("run_id", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    run_column: str = Field(default="run_id", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     """The run key column: `text`, `varchar(n)` or `char(n)`."""
-    step_column: str = Field("step", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    step_column: str = Field(default="step", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     """The step name column: `text`, `varchar(n)` or `char(n)`."""
-    attempt_column: str = Field("attempt", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    attempt_column: str = Field(default="attempt", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     """The attempt column: `smallint`, `integer`, `bigint` or `numeric`."""
-    status_column: str = Field("status", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    status_column: str = Field(default="status", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     """The attempt's status column: `text`, `varchar(n)` or `char(n)`."""
-    results_column: str = Field("results", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    results_column: str = Field(default="results", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     """The results column: `json` or `jsonb`; durable when neither SQL NULL nor JSON `null`."""
-    batch_size: int = Field(1000, ge=1, le=10000)
+    batch_size: int = Field(default=1000, ge=1, le=10000)
     """Runs per query."""
     timeout: Timeout = timedelta(seconds=5)
     """Timeout of each query."""
@@ -416,9 +417,9 @@ class K8sConfig(_Section):
     selector: Selector = {"iterion.io/managed": "true"}
     """Label equalities of the managed Pods, Secrets and NetworkPolicies (the label the Iterion CI engine's
     sandbox driver puts on them)."""
-    run_label: str = Field("iterion.io/run-id", min_length=1)
+    run_label: str = Field(default="iterion.io/run-id", min_length=1)
     """The label carrying the run key."""
-    terminal_statuses: list[str] = Field(["succeeded", "failed", "cancelled"], min_length=1)
+    terminal_statuses: list[str] = Field(default=["succeeded", "failed", "cancelled"], min_length=1)
     """Run-store statuses that mean the run is over (case-insensitive)."""
     min_age: Annotated[
         Duration, _at_least(timedelta(minutes=1), "a sandbox younger may not have its lease or run record yet")
@@ -457,11 +458,11 @@ class K8sConfig(_Section):
     postgres_step_store: PostgresStepStoreConfig = PostgresStepStoreConfig()
     """The step-run store (`step_store: postgres`): one row per (run, step, attempt), its schema checked once
     per sweep (docs/kubernetes.md, "Evidence")."""
-    delete_concurrency: int = Field(8, ge=1, le=64)
+    delete_concurrency: int = Field(default=8, ge=1, le=64)
     """Runs deleted at once (a run's objects go one after another)."""
-    delete_rate_per_cluster: float = Field(20.0, gt=0)
+    delete_rate_per_cluster: float = Field(default=20.0, gt=0)
     """Deletes per second per cluster."""
-    max_retries: int = Field(4, ge=0, le=10)
+    max_retries: int = Field(default=4, ge=0, le=10)
     """Retries of a call answered 429 or 5xx (after its `Retry-After` when it gives seconds, at most 30 s, else
     exponential backoff) or cut by a timeout or a dropped connection; before and after a delete, only a retry
     that can begin before the deadline is made, else the run is left `not_attempted`."""
@@ -488,9 +489,9 @@ class K8sConfig(_Section):
 
 
 class BudgetConfig(_Section):
-    min_stale: int = Field(3, ge=0)
+    min_stale: int = Field(default=3, ge=0)
     """A scope's budget trips only with at least this many stale instances (or reapable runs)..."""
-    max_stale_fraction: float = Field(0.5, ge=0.0, le=1.0)
+    max_stale_fraction: float = Field(default=0.5, ge=0.0, le=1.0)
     """... and when more than this fraction of them are stale (`S / L`: docs/design.md §4); then the scope only
     reports, and alerts."""
 
@@ -557,7 +558,7 @@ class LedgerConfig(_Section):
     commit_interval: Duration = timedelta(milliseconds=10)
     """How long a delete's record waits for those of the other deletes, to go to the ledger in one write (a group
     commit: docs/design.md §7). At most 1s: every send waits for its intent's write."""
-    commit_records: int = Field(64, ge=1, le=10_000)
+    commit_records: int = Field(default=64, ge=1, le=10_000)
     """As many records waiting go to the ledger at once, before `ledger.commit_interval` has passed."""
 
     @field_validator("commit_interval")
@@ -600,7 +601,7 @@ class AlertsConfig(_Section):
     """The Airflow connection those mails go through."""
 
 
-NOTIFY_EVENTS = ("held", "failed", "deleted")
+NOTIFY_EVENTS: tuple[Literal["held", "failed", "deleted"], ...] = ("held", "failed", "deleted")
 
 
 class NotifyChannel(_Section):
@@ -622,10 +623,10 @@ class NotifyChannel(_Section):
     """smtp only: the sender; empty: the connection's `from_email` extra."""
     channel: str = ""
     """slack only: the channel posted to (`#name` or its id)."""
-    events: list[Literal["held", "failed", "deleted"]] = Field(list(NOTIFY_EVENTS), min_length=1)
+    events: list[Literal["held", "failed", "deleted"]] = Field(default=list(NOTIFY_EVENTS), min_length=1)
     """What this channel is told: `held` (a scope's deletes are held), `failed` (deletes failed), `deleted`
     (the digest of what was deleted)."""
-    targets: list[Literal["gce", "k8s"]] = Field(["gce", "k8s"], min_length=1)
+    targets: list[Literal["gce", "k8s"]] = Field(default=["gce", "k8s"], min_length=1)
     """Whose sweeps it hears of."""
 
     @model_validator(mode="after")
@@ -669,7 +670,7 @@ class NotificationsConfig(_Section):
     digest_every: Schedule = timedelta(hours=24)
     """The deleted digest covers windows of this length, aligned to UTC (24h: UTC days), sent by the first sweep
     after each window ends; 0: each sweep's own deletes, after it."""
-    max_listed: int = Field(50, ge=1, le=1000)
+    max_listed: int = Field(default=50, ge=1, le=1000)
     """Resources named per notice; the rest are counted by scope."""
     timeout: Timeout = timedelta(seconds=30)
     """All of a sweep's notices together wait at most this long (and never past the run's timeout)."""
@@ -733,23 +734,23 @@ class AirflowConfig(_Section):
     """How often the GCE sweep DAG of the active phase runs; `0`: manual triggers only."""
     k8s_schedule: Schedule = timedelta(minutes=1)
     """How often the Kubernetes sweep DAG of the active phase runs; `0`: manual triggers only."""
-    shards: int = Field(8, ge=1, le=64)
+    shards: int = Field(default=8, ge=1, le=64)
     """At most this many mapped `list_inventory` tasks, whatever the number of scopes."""
     sweep_store: str = "file:///tmp/reaper-sweeps"
     """Where a sweep's inventory and evidence files go (an ObjectStoragePath URL: `gs://CONN_ID@BUCKET/PATH`,
     `s3://...`); a local path with an executor that runs tasks on other machines (anything but the Local and
     Sequential executors, also in a list) is an import error naming this key."""
-    retries: int = Field(2, ge=0, le=10)
+    retries: int = Field(default=2, ge=0, le=10)
     """Task retries, with exponential backoff."""
     retry_delay: Duration = timedelta(seconds=30)
     """The first retry's delay; each next one waits longer (exponential backoff), at most a quarter of the run
     timeout."""
-    delete_batch_size: int = Field(200, ge=1, le=5000)
+    delete_batch_size: int = Field(default=200, ge=1, le=5000)
     """Resources of any one scope (project or cluster) per mapped `delete` task: a task's length is set by its
     scopes' rate limits, which run side by side, so a plan within this size in every scope is one task (a
     Kubernetes run is never split: a larger one is a batch of its own)."""
     # See deletes.cut_batches.
-    max_delete_batches: int = Field(8, ge=1, le=256)
+    max_delete_batches: int = Field(default=8, ge=1, le=256)
     """At most this many `delete` tasks per sweep, with larger batches if need be: a batch still queued at the
     run's deadline costs a task start inside the send margin, and an incident-scale plan at 200 a batch would
     queue dozens."""
@@ -767,7 +768,7 @@ LABEL_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"  # a Prometheus label name
 LabelName = Annotated[str, Field(pattern=LABEL_NAME)]
 
 
-def _matchers(value: object) -> dict[str, str]:
+def _matchers(value: object) -> object:
     """Label name -> PromQL regex; names as Prometheus allows them, regexes that compile."""
     if isinstance(value, dict):
         for name, pattern in value.items():
@@ -779,7 +780,7 @@ def _matchers(value: object) -> dict[str, str]:
                 re.compile(pattern)
             except re.error as exc:
                 raise ValueError(f"expected a valid regex for label {name}, got {pattern!r} ({exc})") from None
-    return value  # type: ignore[return-value]
+    return value  # a dict checked here, or anything else for the dict[str, str] check after it to refuse
 
 
 Matchers = Annotated[dict[str, str], BeforeValidator(_matchers), Field(min_length=1), Shown("`{label: regex}`")]
@@ -798,7 +799,7 @@ class BurnWindow(_Section):
 class MachineCreationConfig(_Section):
     """The ``machine_creation`` SLI: the share of docker+machine creations that fail, against ``objective``."""
 
-    objective: float = Field(0.99, gt=0.0, lt=1.0)
+    objective: float = Field(default=0.99, gt=0.0, lt=1.0)
     """Share of docker+machine creations that must succeed; the error budget is the rest."""
     group_by: list[LabelName] = ["shard"]
     """Labels the SLI is computed and alerted per."""
@@ -827,7 +828,7 @@ class CauseAlertsConfig(_Section):
     """The runner managers' containers among the pods `runner_managers` selects: kube-state-metrics' labels
     (`namespace`, `pod`, `container`) to a PromQL regex, all must match. A logging agent or any other pod
     in the same cluster does not raise `RunnerManagerCrashLooping`."""
-    crash_loop_restarts: int = Field(3, ge=1)
+    crash_loop_restarts: int = Field(default=3, ge=1)
     """`RunnerManagerCrashLooping`: that many container restarts, of any reason, within `crash_loop_window`."""
     crash_loop_window: Annotated[
         Duration, _at_least(timedelta(minutes=1), "a restart counts only with two scrapes within it")
@@ -849,7 +850,7 @@ class Settings(_Section):
     """Each rule's configured mode. Its effective mode is the lower of its rollout phase's preset and this: the
     config can restrict a phase, never extend it (docs/design.md §3). Quote `"off"`: YAML reads a bare off as
     false, which is refused."""
-    max_deletions_per_sweep: int = Field(500, ge=0)
+    max_deletions_per_sweep: int = Field(default=500, ge=0)
     """Per target and sweep; a plan with more deletes deletes nothing and reports everything."""
     ledger: LedgerConfig = LedgerConfig()
     """The audit trail in MongoDB (docs/operating.md, "The ledger")."""
@@ -973,7 +974,7 @@ _EXPECTED_BY_TYPE = {
 }
 
 
-def _describe(error: dict[str, Any]) -> str:
+def _describe(error: ErrorDetails) -> str:
     key = ".".join(str(part) for part in error["loc"]) or "(top level)"
     ctx = error.get("ctx") or {}
     inner = ctx.get("error")

@@ -20,14 +20,17 @@ and the JSON path that is wrong.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
+from typing import Any, TypeVar
 
 import msgspec
 
 from reaper.config import ConfigError
 from reaper.model import GceGroup, GceInstance, K8sObject, Keyed, SweepData, WriterRecord
+
+T = TypeVar("T")
 
 K8S_KINDS = ("Pod", "Secret", "NetworkPolicy")
 
@@ -351,7 +354,9 @@ def _selects(spec: _Spec | None) -> tuple[tuple[str, str, tuple[str, ...]], ...]
     selector = spec.podSelector if spec else None
     if selector is None:
         return ()
-    found = [(key, "In", (value,)) for key, value in sorted(selector.matchLabels.items())]
+    found: list[tuple[str, str, tuple[str, ...]]] = [
+        (key, "In", (value,)) for key, value in sorted(selector.matchLabels.items())
+    ]
     found += [(r.key, r.operator, tuple(r.values)) for r in selector.matchExpressions]
     return tuple(found)
 
@@ -462,7 +467,7 @@ def load_runs(path: str | Path, keys: Iterable[str]) -> Keyed[str]:
     if not isinstance(docs, list) or not all(isinstance(d, dict) and "_id" in d for d in docs):
         raise InputError(f"invalid input {path} (--runs): expected a JSON list of documents with an _id")
     known, unknown = documents_answer(keys, docs, "_id", run_status("status"), exhaustive=False)
-    return Keyed(known=known, failed=frozenset(unknown), complete=True)  # type: ignore[arg-type]
+    return Keyed(known=known, failed=frozenset(unknown), complete=True)
 
 
 def load_leases(path: str | Path) -> Keyed[float | None]:
@@ -476,7 +481,9 @@ def load_writer_health(path: str | Path) -> list[WriterRecord]:
     return _decode(path, "--writer-health", _WRITERS)
 
 
-_RECORDED = {
+# SweepData[Any]: SweepData is invariant in its resources' type, and a file just decoded (its own list)
+# is safely read as the wider GceInstance | GceGroup | K8sObject that load_recorded returns.
+_RECORDED: dict[str, msgspec.msgpack.Decoder[SweepData[Any]]] = {
     "gce": msgspec.msgpack.Decoder(SweepData[GceInstance | GceGroup]),
     "k8s": msgspec.msgpack.Decoder(SweepData[K8sObject]),
 }
@@ -502,7 +509,7 @@ def load_recorded(path: str | Path) -> SweepData[GceInstance | GceGroup | K8sObj
         raise InputError(f"invalid input {path} (--recorded): cannot read the file ({exc.strerror})") from None
     try:
         peek = msgspec.msgpack.decode(data)
-        first = next(iter(peek.get("resources") or ()), {}) if isinstance(peek, dict) else {}
+        first: object = next(iter(peek.get("resources") or ()), {}) if isinstance(peek, dict) else {}
         target = "gce" if isinstance(first, dict) and "type" in first else "k8s"
         return _RECORDED[target].decode(data)
     except msgspec.ValidationError as exc:
@@ -522,7 +529,7 @@ EXPECTED = {
 }
 
 
-def _decode(path: str | Path, option: str, decoder: msgspec.json.Decoder):  # type: ignore[no-untyped-def]
+def _decode(path: str | Path, option: str, decoder: msgspec.json.Decoder[T]) -> T:
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
@@ -535,7 +542,7 @@ def _decode(path: str | Path, option: str, decoder: msgspec.json.Decoder):  # ty
         raise InputError(f"invalid input {path} ({option}): not valid JSON ({exc})") from None
 
 
-def _normalize(path: str | Path, option: str, build):  # type: ignore[no-untyped-def]
+def _normalize(path: str | Path, option: str, build: Callable[[], T]) -> T:
     try:
         return build()
     except ValueError as exc:

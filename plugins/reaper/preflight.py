@@ -21,11 +21,17 @@ import asyncio
 import math
 import urllib.request
 from collections.abc import Callable, Iterator
+from functools import partial
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from reaper.config import Settings
 from reaper.redact import error_for_log, url_for_log
+
+if TYPE_CHECKING:
+    from reaper.gce.clients import ComputeClients
+    from reaper.model import Resolved
 
 
 class Check(msgspec.Struct, frozen=True):
@@ -102,7 +108,7 @@ def _gce(config: Settings) -> Iterator[Check]:
             yield Check("gce.projects", False, f"{names}: not resolved to a project id ({r.problem})")
             continue
         yield Check("gce.projects", True, f"{names} is {r.scope} ({r.how})")
-        yield from _guarded("gce.conn_id", lambda r=r: _first_page(clients, r.scope, config))
+        yield from _guarded("gce.conn_id", partial(_first_page, clients, r.scope, config))
     known = {name for r in resolved if not r.problem for name in (r.scope, *r.numbers, *r.configured)}
     for name in gce.protected_projects:
         if name not in known:  # a typo protects nothing: the project it meant is swept like any other
@@ -111,7 +117,7 @@ def _gce(config: Settings) -> Iterator[Check]:
         yield from _guarded("gce.writer_health.prometheus_url", lambda: _writers(config, resolved))
 
 
-def _first_page(clients, project: str, config: Settings) -> Iterator[Check]:  # type: ignore[no-untyped-def]
+def _first_page(clients: ComputeClients, project: str, config: Settings) -> Iterator[Check]:
     """The first page of the project's listing (a second's first request at most): the reaper may list its
     instances, and they carry the heartbeat label (a typo in its name reads every VM as unlabeled, which
     ``unlabeled_age`` reaps once it is old)."""
@@ -144,7 +150,7 @@ def _first_page(clients, project: str, config: Settings) -> Iterator[Check]:  # 
         )
 
 
-def _writers(config: Settings, resolved) -> Iterator[Check]:  # type: ignore[no-untyped-def]
+def _writers(config: Settings, resolved: list[Resolved]) -> Iterator[Check]:
     """Writer health answers for each project: at least one manager with a readable last pass and a failed-pass
     counter, under one of the project's names (its id, a number, the name configured)."""
     from reaper.gce.writer_health import PrometheusWriterHealth
@@ -194,7 +200,7 @@ def _writers(config: Settings, resolved) -> Iterator[Check]:  # type: ignore[no-
 def _k8s(config: Settings) -> Iterator[Check]:
     k8s = config.k8s
     for cluster in k8s.clusters:
-        yield from _guarded("k8s.clusters", lambda cluster=cluster: _cluster(cluster, config))
+        yield from _guarded("k8s.clusters", partial(_cluster, cluster, config))
     if k8s.lease_source == "nats":
         yield from _guarded("k8s.nats_leases.bucket", lambda: _nats_bucket(config))
     elif k8s.lease_source == "mongo":

@@ -53,8 +53,9 @@ def _run(ev: Facts) -> str:
 
 def _kept_by(ev: Facts) -> str:
     """Which objects carry a run-wide guard (Kubernetes), or the label value found (GCE)."""
-    if isinstance(ev.get("kept_by"), list):
-        return f" ({', '.join(map(str, ev['kept_by']))})"
+    kept_by = ev.get("kept_by")
+    if isinstance(kept_by, list):
+        return f" ({', '.join(map(str, kept_by))})"
     return f" ({ev['opt_out_label']!r})" if "opt_out_label" in ev else ""
 
 

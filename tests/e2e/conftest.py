@@ -54,12 +54,12 @@ class Sweeper:
             "airflow": {"sweep_store": f"file://{self.tmp_path}/sweeps", "retries": 0},
             "rollout": {"gce": "enforcement", "k8s": "enforcement"},
         }
-        merged = {**base, **config, "airflow": {**base["airflow"], **config.get("airflow", {})}}  # type: ignore[dict-item]
+        merged = {**base, **config, "airflow": {**base["airflow"], **config.get("airflow", {})}}  # type: ignore[dict-item]  # JSON data typed object: its shape is this code's own
         path = self.tmp_path / "reaper.yaml"
         path.write_text(json.dumps(merged))  # JSON is YAML
         self.monkeypatch.setenv("REAPER_CONFIG", str(path))
 
-    def run(self, dag_id: str, logical_date=None, **conf: object):  # type: ignore[no-untyped-def]
+    def run(self, dag_id: str, logical_date=None, **conf: object):
         """One run of ``dag_id``; the same ``logical_date`` again re-runs that run, cleared (its next execution)."""
         from airflow.dag_processing.dagbag import DagBag
 

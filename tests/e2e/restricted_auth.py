@@ -20,7 +20,7 @@ def readable() -> dict[str, set[str]]:
 
 
 class SomeDagsAuthManager(SimpleAuthManager):
-    def is_authorized_dag(self, *, method, user, access_entity=None, details=None) -> bool:  # type: ignore[no-untyped-def,override]
+    def is_authorized_dag(self, *, method, user, access_entity=None, details=None) -> bool:
         limited = readable().get(user.get_name())
         if limited is not None and details is not None and details.id is not None and details.id not in limited:
             return False

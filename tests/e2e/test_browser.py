@@ -109,7 +109,7 @@ def chromium(tmp_path) -> Iterator[object]:
 DECISIONS = "Reaper decisions"  # the DAG-run tab (plugins/reaper_audit.py)
 
 
-def _in_airflow(driver, path: str, page: str, text: str) -> None:  # type: ignore[no-untyped-def]
+def _in_airflow(driver, path: str, page: str, text: str) -> None:
     """Airflow's own page at ``path`` shows the audit view's ``page`` in an iframe, and that page holds ``text``."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
@@ -124,7 +124,7 @@ def _in_airflow(driver, path: str, page: str, text: str) -> None:  # type: ignor
         driver.switch_to.default_content()
 
 
-def _shot(driver, name: str) -> None:  # type: ignore[no-untyped-def]
+def _shot(driver, name: str) -> None:
     """A full-page screenshot in the artifacts folder."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     height = driver.execute_script("return document.documentElement.scrollHeight")
@@ -133,7 +133,7 @@ def _shot(driver, name: str) -> None:  # type: ignore[no-untyped-def]
     driver.set_window_size(1400, 1000)
 
 
-def _columns(driver, chart: str) -> list[dict[str, int]]:  # type: ignore[no-untyped-def]
+def _columns(driver, chart: str) -> list[dict[str, int]]:
     """The counts of every column of the charts whose title starts with ``chart``, in page order."""
     from selenium.webdriver.common.by import By
 
@@ -144,7 +144,7 @@ def _columns(driver, chart: str) -> list[dict[str, int]]:  # type: ignore[no-unt
     return found
 
 
-def _names(driver) -> list[str]:  # type: ignore[no-untyped-def]
+def _names(driver) -> list[str]:
     from selenium.webdriver.common.by import By
 
     return [

@@ -136,7 +136,7 @@ class Celery:
 
 
 @pytest.fixture(scope="module")
-def celery(tmp_path_factory, mongo_server) -> Iterator[Celery]:  # type: ignore[no-untyped-def]
+def celery(tmp_path_factory, mongo_server) -> Iterator[Celery]:
     home = tmp_path_factory.mktemp("airflow-celery")
     config = home / "reaper.yaml"
     config.write_text(json.dumps(reaper_config()))
@@ -187,7 +187,7 @@ def celery(tmp_path_factory, mongo_server) -> Iterator[Celery]:  # type: ignore[
         mongo.close()
 
 
-def records(ledger, run_ids: dict[str, str]) -> Counter[tuple[str, ...]]:  # type: ignore[no-untyped-def]
+def records(ledger, run_ids: dict[str, str]) -> Counter[tuple[str, ...]]:
     """Every decision, intent and outcome the runs wrote, without what differs from run to run."""
     found = ledger.ledger.find({"run_id": {"$in": list(run_ids.values())}})
     return Counter(
@@ -197,7 +197,7 @@ def records(ledger, run_ids: dict[str, str]) -> Counter[tuple[str, ...]]:  # typ
 
 def test_celery_workers_sweep_exactly_as_one_process_does_and_share_the_listing(
     celery: Celery, sweeper, monkeypatch
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     # The reference: the same fleet swept in this process (dag.test(): every task on one machine, as under
     # the LocalExecutor), with the same config, connections and gs:// store as the workers.
     monkeypatch.setenv("REAPER_CONFIG", str(celery.site.deployment.reaper_config))

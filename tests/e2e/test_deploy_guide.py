@@ -117,7 +117,7 @@ def test_the_deployment_guide_sweeps_each_target_report_only(tmp_path: Path) -> 
 def decided(summary: dict[str, object]) -> dict[tuple[str, str], int]:
     """A sweep summary's decisions that are not keep, counted by (action, reason)."""
     counts: dict[tuple[str, str], int] = {}
-    for d in summary["decisions"]:  # type: ignore[union-attr]
+    for d in summary["decisions"]:
         if d["action"] != "keep":
             counts[d["action"], d["reason"]] = counts.get((d["action"], d["reason"]), 0) + d["count"]
     return counts

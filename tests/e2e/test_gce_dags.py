@@ -23,7 +23,7 @@ def prometheus(tmp_path_factory) -> Iterator[str]:
 
 
 @pytest.fixture
-def fleet(gce, sweeper, prometheus):  # type: ignore[no-untyped-def]
+def fleet(gce, sweeper, prometheus):
     fleet, clients = gce
     for i in range(3):
         add_instance(fleet, "p1", "us-east1-b", f"p1-fresh-{i}")
@@ -41,11 +41,11 @@ def fleet(gce, sweeper, prometheus):  # type: ignore[no-untyped-def]
     return fleet
 
 
-def ledger(mongo_server) -> MongoClient:  # type: ignore[no-untyped-def]
+def ledger(mongo_server) -> MongoClient:
     return MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")["reaper"]
 
 
-def everything(fleet) -> set[str]:  # type: ignore[no-untyped-def]
+def everything(fleet) -> set[str]:
     return fleet.names("p1") | fleet.names("p2")
 
 
@@ -187,7 +187,7 @@ def test_a_target_never_sweeps_twice_at_once(fleet, sweeper, mongo_server) -> No
 def test_a_failed_sweep_releases_its_lease(fleet, sweeper, mongo_server) -> None:
     from reaper.sweep.targets import GceTarget
 
-    def broken(self, resources):  # type: ignore[no-untyped-def]
+    def broken(self, resources):
         raise RuntimeError("the delete step broke")
 
     with pytest.MonkeyPatch.context() as patch:

@@ -72,7 +72,7 @@ def fleet_under_quota(gce, tmp_path) -> Iterator[tuple[object, set[str], set[str
     prom = Prometheus(tmp_path, [f"127.0.0.1:{port}" for port in ports])
     try:
         prom.wait_for_writers(len(PROJECTS))  # both series of each manager, as writer health reads them
-        fleet.prometheus_url = prom.url  # type: ignore[attr-defined]
+        fleet.prometheus_url = prom.url
         yield fleet, live, abandoned, managers
     finally:
         stop.set()
@@ -150,5 +150,5 @@ def test_a_recovery_under_quota_spends_its_share_and_never_costs_the_managers_a_
         assert summary["override"]["scopes"] == PROJECTS
 
 
-def all_names(fleet) -> set[str]:  # type: ignore[no-untyped-def]
+def all_names(fleet) -> set[str]:
     return set().union(*(fleet.names(p) for p in PROJECTS))

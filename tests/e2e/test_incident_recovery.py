@@ -43,7 +43,7 @@ def writers(tmp_path_factory) -> Iterator[str]:
         yield url
 
 
-def seed(fleet, abandoned_per_project: int) -> tuple[set[str], set[str]]:  # type: ignore[no-untyped-def]
+def seed(fleet, abandoned_per_project: int) -> tuple[set[str], set[str]]:
     """Live VMs everywhere, one ordinary orphan per healthy project, and the crashed managers' VMs."""
     live, abandoned = set(), set()
     for project in PROJECTS:
@@ -55,16 +55,16 @@ def seed(fleet, abandoned_per_project: int) -> tuple[set[str], set[str]]:  # typ
     return {str(n) for n in live}, {str(n) for n in abandoned}
 
 
-def configure(sweeper, writers: str, endpoint: str, **more: object) -> None:  # type: ignore[no-untyped-def]
+def configure(sweeper, writers: str, endpoint: str, **more: object) -> None:
     sweeper.connect_gce(endpoint)
-    gce = {"projects": PROJECTS, "writer_health": {"prometheus_url": writers}, **more.pop("gce", {})}  # type: ignore[dict-item]
+    gce = {"projects": PROJECTS, "writer_health": {"prometheus_url": writers}, **more.pop("gce", {})}  # type: ignore[dict-item]  # JSON data typed object: its shape is this code's own
     # Two listing shards: ten projects' worth of mapped tasks would only add task overhead here.
     sweeper.configure(
         {"gce": gce, "k8s": {"enabled": False}, **more, "airflow": {"shards": 2, **more.get("airflow", {})}}
     )
 
 
-def recover(sweeper, max_deletions: int):  # type: ignore[no-untyped-def]
+def recover(sweeper, max_deletions: int):
     """The operator's recovery from a manual trigger alone: the crashed projects, their budget overridden, a cap."""
     return sweeper.run(
         "reaper_gce_enforcement",
@@ -76,11 +76,11 @@ def recover(sweeper, max_deletions: int):  # type: ignore[no-untyped-def]
     )
 
 
-def names(fleet) -> set[str]:  # type: ignore[no-untyped-def]
+def names(fleet) -> set[str]:
     return set().union(*(fleet.names(p) for p in PROJECTS))
 
 
-def deletes_received(fleet, since: float) -> list[tuple[str, float]]:  # type: ignore[no-untyped-def]
+def deletes_received(fleet, since: float) -> list[tuple[str, float]]:
     """(project, time) of every delete the emulator received since ``since`` (monotonic).
 
     The deleter takes its token before the re-read; a call's way to the emulator can take a while,

@@ -54,7 +54,7 @@ def test_k8s_enforcement_reaps_dead_runs_only(kube, nats_server, mongo_server, s
     assert "credentials" not in json.dumps(list(db.ledger.find({}, {"_id": 0, "at": 0})), default=str)
 
 
-def one_dead_run(kube, nats_server, mongo_server, sweeper, database: str):  # type: ignore[no-untyped-def]
+def one_dead_run(kube, nats_server, mongo_server, sweeper, database: str):
     """One run in the cluster, dead (no lease, failed in the run store ``database``); the DAG connected to it."""
     cluster, _, emulator = kube
     seed_run(cluster, "dead")
@@ -82,7 +82,7 @@ def test_an_execution_whose_delete_task_is_stopped_still_writes_its_summary(
     )
     real = steps.delete_batch
 
-    def halted(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def halted(*args, **kwargs):
         counts = real(*args, **kwargs)
         raise SweepHalted(f"SIGTERM: the task is being stopped; recorded so far: {counts}")
 

@@ -74,7 +74,7 @@ class Airflow(Rest):
 
     def configure(self, **config: object) -> None:
         """A new reaper config, read by the dag-processor (its refresh interval) and every task after."""
-        self.config.write_text(json.dumps(reaper_config(self.home, **config)))  # type: ignore[arg-type]
+        self.config.write_text(json.dumps(reaper_config(self.home, **config)))  # type: ignore[arg-type]  # **kwargs typed object: each goes to the parameter of its name
         time.sleep(6)
 
     def trigger(self) -> str:
@@ -87,12 +87,12 @@ class Airflow(Rest):
         return self.wait_for(DAG, run_id, timeout)
 
     @property
-    def ledger(self):  # type: ignore[no-untyped-def]
+    def ledger(self):
         return self.mongo["reaper"]
 
 
 @pytest.fixture(scope="module")
-def airflow(tmp_path_factory, mongo_server) -> Iterator[Airflow]:  # type: ignore[no-untyped-def]
+def airflow(tmp_path_factory, mongo_server) -> Iterator[Airflow]:
     home = tmp_path_factory.mktemp("airflow-scheduler")
     emulator = Emulator().start()
     emulator.fleet.add_zone("p", "us-east1-b")

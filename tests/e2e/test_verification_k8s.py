@@ -23,7 +23,7 @@ STEP = {"iterion.io/step": "build", "iterion.io/attempt": "1"}
 
 
 @pytest.fixture
-def runs_db(mongo_server):  # type: ignore[no-untyped-def]
+def runs_db(mongo_server):
     """This test's own run-store database on the session's SecantusDB."""
     client = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")
     name = f"iterion_{uuid.uuid4().hex[:10]}"
@@ -31,7 +31,7 @@ def runs_db(mongo_server):  # type: ignore[no-untyped-def]
     client.drop_database(name)
 
 
-def _configure(sweeper, runs_db_name: str, **k8s: object) -> None:  # type: ignore[no-untyped-def]
+def _configure(sweeper, runs_db_name: str, **k8s: object) -> None:
     sweeper.configure(
         {
             "gce": {"enabled": False},
@@ -41,12 +41,12 @@ def _configure(sweeper, runs_db_name: str, **k8s: object) -> None:  # type: igno
     )
 
 
-def _ledger(mongo_server, run_id: str, action: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
+def _ledger(mongo_server, run_id: str, action: str) -> dict[str, str]:
     db = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")["reaper"]
     return {r["name"]: r.get("reason") or r.get("result") for r in db.ledger.find({"run_id": run_id, "action": action})}
 
 
-def _runs_left(cluster) -> set[str]:  # type: ignore[no-untyped-def]
+def _runs_left(cluster) -> set[str]:
     return {obj["metadata"]["labels"].get("iterion.io/run-id") for obj in cluster.objects.values()}
 
 
@@ -115,7 +115,7 @@ def test_mongodb_outage_during_a_sweep_deletes_nothing_and_reports_the_keys_unkn
 
     listed = K8sTarget.list
 
-    def list_then_lose_mongodb(self, scopes, stop=None):  # type: ignore[no-untyped-def]
+    def list_then_lose_mongodb(self, scopes, stop=None):
         listing = listed(self, scopes, stop)
         store.stop()
         return listing
@@ -193,7 +193,7 @@ def test_step_pods_survive_until_results_are_durable_then_are_reaped(
         }
 
     pod = cluster.objects[("pods", "ci", "step-uploading")]
-    pod["status"]["containerStatuses"][1]["state"] = {"terminated": {"exitCode": 0, "reason": "Completed"}}  # type: ignore[index]
+    pod["status"]["containerStatuses"][1]["state"] = {"terminated": {"exitCode": 0, "reason": "Completed"}}
     run = sweeper.run(ENFORCEMENT)
     assert cluster.names("pods") == {"step-pending"}  # the sidecar finished; its row was durable already
     with psycopg.connect(postgres, autocommit=True) as conn:

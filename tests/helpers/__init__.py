@@ -44,7 +44,7 @@ class FindCounter(monitoring.CommandListener):
         pass
 
 
-def one_outcome_per_intent(ledger, run_id: str) -> Counter[str]:  # type: ignore[no-untyped-def]
+def one_outcome_per_intent(ledger, run_id: str) -> Counter[str]:
     """Asserts that every delete intent of the run has exactly one outcome; the outcomes counted by result."""
     intents = Counter(r["uid"] for r in ledger.ledger.find({"run_id": run_id, "action": "delete_intent"}))
     outcomes = list(ledger.ledger.find({"run_id": run_id, "action": "outcome"}))

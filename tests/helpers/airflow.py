@@ -63,7 +63,7 @@ class Rest:
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, object]]:
         path = f"/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}/taskInstances?limit=1000"
-        return list(self.api("GET", path)["task_instances"])  # type: ignore[arg-type]
+        return list(self.api("GET", path)["task_instances"])
 
 
 class Site:
@@ -117,7 +117,7 @@ def airflow_site(home: Path, reaper_config: Path, wait_for_dag: str, **deploymen
     with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{database}"')
     url = POSTGRES_DSN.replace("postgresql://", "postgresql+psycopg://").rsplit("/", 1)[0] + f"/{database}"
-    site = Site(Deployment(home, url, reaper_config, {USER: PASSWORD}, **deployment))  # type: ignore[arg-type]
+    site = Site(Deployment(home, url, reaper_config, {USER: PASSWORD}, **deployment))  # type: ignore[arg-type]  # **kwargs typed object: each goes to the parameter of its name
     try:
         env = site.deployment.env()
         for argv in site.deployment.setup():

@@ -59,7 +59,7 @@ async def put_kv(url: str, bucket: str, keys: list[str]) -> None:
     await client.close()
 
 
-def sweep(  # type: ignore[no-untyped-def]
+def sweep(
     api, config: Settings, nats_url: str, mongo: MongoClient, postgres_dsn: str | None
 ) -> tuple[Plan, list[Outcome]]:
     """One enforcement sweep of the cluster ``c1`` through every adapter, as the DAG's steps chain them."""

@@ -46,7 +46,7 @@ class Prometheus:
             self.stop()
             raise
 
-    def wait_for(self, query: str, predicate, timeout: float = 20.0):  # type: ignore[no-untyped-def]
+    def wait_for(self, query: str, predicate, timeout: float = 20.0):
         """Poll an instant query until ``predicate(result)`` holds; return the result."""
         deadline = time.time() + timeout
         result = None

@@ -31,7 +31,7 @@ def promtool() -> str:
 def test_rules_are_valid() -> None:
     result = subprocess.run([promtool(), "check", "rules", str(RULES)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
-    count = len(rules(load_config(DEFAULT_CONFIG))["groups"][0]["rules"])  # type: ignore[index]
+    count = len(rules(load_config(DEFAULT_CONFIG))["groups"][0]["rules"])
     assert count > 20 and f"SUCCESS: {count} rules found" in result.stdout
 
 
@@ -42,9 +42,9 @@ def test_the_committed_rules_are_those_of_the_default_config() -> None:
     assert out.getvalue() == RULES.read_text()
 
 
-def _by_alert(config) -> dict[str, list[dict[str, object]]]:  # type: ignore[no-untyped-def]
+def _by_alert(config) -> dict[str, list[dict[str, object]]]:
     found: dict[str, list[dict[str, object]]] = {}
-    for rule in rules(config)["groups"][0]["rules"]:  # type: ignore[index]
+    for rule in rules(config)["groups"][0]["rules"]:
         found.setdefault(rule["alert"], []).append(rule)
     return found
 
@@ -86,7 +86,7 @@ def test_the_writer_alerts_read_what_the_reaper_reads_for_the_swept_projects_onl
 def test_every_scope_alert_but_the_stale_one_leaves_out_the_stale_scope_groups() -> None:
     """A removed project's group the retirement could not delete must stop paging on its last
     values, whatever the alert: each rule by scope carries the same ``unless`` (ReaperStaleScope says why)."""
-    every = rules(load_config(DEFAULT_CONFIG))["groups"][0]["rules"]  # type: ignore[index]
+    every = rules(load_config(DEFAULT_CONFIG))["groups"][0]["rules"]
     by_scope = [r for r in every if "scope)" in r["expr"] and r["alert"] != "ReaperStaleScope"]
     assert {r["alert"] for r in by_scope} >= {"ReaperBudgetHold", "ReaperWriterHold", "ReaperOrphansHeld"}
     stale = {r["labels"]["target"]: r["expr"] for r in every if r["alert"] == "ReaperStaleScope"}
@@ -158,7 +158,7 @@ def test_the_cause_alerts_follow_the_one_selector_and_the_configured_thresholds(
 def test_the_runbook_url_has_the_configured_base() -> None:
     """Alerting tools link the ``runbook_url`` annotation; a path inside the repository is no link."""
     base = "https://git.example.com/sre/reaper/-/blob/main/docs/runbook.md"
-    every = [r for g in rules(settings(metrics={"runbook_url": base}))["groups"] for r in g["rules"]]  # type: ignore[index]
+    every = [r for g in rules(settings(metrics={"runbook_url": base}))["groups"] for r in g["rules"]]
     assert every and all(r["annotations"]["runbook_url"] == f"{base}#{r['alert'].lower()}" for r in every)
     assert all("runbook" not in r["annotations"] for r in every)
 

@@ -20,7 +20,7 @@ SELECTOR = {"ci_ephemeral": "true"}
 CONFIG = parse_settings({"gce": {"projects": ["p"], "delete_rate_per_project": 1000.0}}, "test")
 
 
-def listed(clients) -> dict[str, GceInstance]:  # type: ignore[no-untyped-def]
+def listed(clients) -> dict[str, GceInstance]:
     return {i.name: i for i in list_project(clients, "p", SELECTOR, fast_backoff(), 10).resources}
 
 
@@ -33,13 +33,13 @@ def approval_of(*instances: GceInstance) -> Approval:
     return Approval("apr-g", "gce", "reaper_gce_enforcement", "scheduled__1", "alice", "INC-1", now, now + 3600, items)
 
 
-def stamp(fleet, name: str, labels: dict[str, str]) -> None:  # type: ignore[no-untyped-def]
+def stamp(fleet, name: str, labels: dict[str, str]) -> None:
     """What a runner manager does: read the instance, write its labels with the fingerprint it read."""
     current = fleet.instance("p", "us-east1-b", name)
     fleet.set_labels("p", "us-east1-b", name, {"labels": labels, "labelFingerprint": current["labelFingerprint"]})
 
 
-def plan_under(approval: Approval, clients):  # type: ignore[no-untyped-def]
+def plan_under(approval: Approval, clients):
     now = datetime.now(UTC)
     evidence = Evidence(
         writer_health=[WriterRecord("m", "p", now.timestamp() - 10, False)], swept=frozenset({("gce", "p")})
@@ -69,7 +69,7 @@ def test_a_heartbeat_stamped_between_the_approval_and_the_run_keeps_the_vm(gce) 
     by_name = {d.resource.name: d for d in plan.decisions}
     assert by_name["vm-0"].reason == "approval_changed"
     assert {d.resource.name for d in plan.deletes()} == {"vm-1", "vm-2", "vm-3"}
-    outcomes = GceDeleter(clients, CONFIG, fast_backoff(), pin_labels=True).delete([d.resource for d in plan.deletes()])  # type: ignore[misc]
+    outcomes = GceDeleter(clients, CONFIG, fast_backoff(), pin_labels=True).delete([d.resource for d in plan.deletes()])
     assert {o.name: o.result for o in outcomes} == dict.fromkeys(("vm-1", "vm-2", "vm-3"), "deleted")
     assert fleet.names("p") == {"vm-0"}
 

@@ -19,7 +19,7 @@ RUN_LABEL = "iterion.io/run-id"
 GONE = Evidence(leases=Keyed(complete=True), runs=Keyed(complete=True), swept=frozenset({("k8s", "c1")}))
 
 
-def listed(api) -> list[K8sObject]:  # type: ignore[no-untyped-def]
+def listed(api) -> list[K8sObject]:
     return list_cluster(api, "c1", MANAGED, fast_backoff(), 10).resources
 
 
@@ -32,7 +32,7 @@ def approval_of(objects: list[K8sObject]) -> Approval:
     return Approval("apr-k", "k8s", "reaper_k8s_enforcement", "scheduled__1", "alice", "INC-2", now, now + 3600, items)
 
 
-def relabel(cluster, resource: str, name: str) -> None:  # type: ignore[no-untyped-def]
+def relabel(cluster, resource: str, name: str) -> None:
     """What the API server does on a label update: the labels change, and so does the resourceVersion."""
     with cluster.lock:
         meta = cluster.objects[(resource, "ci", name)]["metadata"]

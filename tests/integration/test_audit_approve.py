@@ -27,7 +27,7 @@ ORIGIN = {"Origin": "http://testserver"}
 
 
 @pytest.fixture
-def held(led, http):  # type: ignore[no-untyped-def]  # noqa: F811
+def held(led, http):  # noqa: F811
     """Two more held deletes of p2, recorded with their labelFingerprint, and a logged-in user who may trigger."""
     facts = {"rule": "heartbeat_stale", "reason": "budget_exceeded", "resource_kind": "instance"}
     led.write(
@@ -40,14 +40,14 @@ def held(led, http):  # type: ignore[no-untyped-def]  # noqa: F811
     return http
 
 
-def test_the_sweep_page_lists_the_held_deletes_with_their_state(held) -> None:  # type: ignore[no-untyped-def]
+def test_the_sweep_page_lists_the_held_deletes_with_their_state(held) -> None:
     page = held.get(SWEEP).text
     assert 'id="approve"' in page and "fp-7" in page and "fp-8" in page
     assert 'name="item" value="p2/7@fp-7"' in page  # the one resource shown, in the state shown
     assert 'name="item" value="2"' not in page  # recorded without its state: shown, not selectable
 
 
-def test_approve_records_who_what_and_comes_back_to_its_row_saying_how_to_trigger_it(held, led) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_approve_records_who_what_and_comes_back_to_its_row_saying_how_to_trigger_it(held, led) -> None:  # noqa: F811
     form = {"item": ["7"], "reason": "INC-9 managers crash-looped", "expires": "4h"}
     response = held.post(f"{SWEEP}/approve", data=form, headers=ORIGIN, follow_redirects=False)
     assert response.status_code == 303
@@ -90,12 +90,12 @@ def test_the_airflow_links_are_routes_of_airflow_3_ui() -> None:
         ({"item": ["2"], "reason": "x"}, ORIGIN, 422),  # recorded without its state
     ],
 )
-def test_approve_refuses_what_it_cannot_record_safely(held, led, form, headers, status) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_approve_refuses_what_it_cannot_record_safely(held, led, form, headers, status) -> None:  # noqa: F811
     assert held.post(f"{SWEEP}/approve", data=form, headers=headers, follow_redirects=False).status_code == status
     assert led.approvals_of({GCE_DAG}) == []
 
 
-def test_approve_needs_the_right_to_trigger_the_dag(led) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_approve_needs_the_right_to_trigger_the_dag(led) -> None:  # noqa: F811
     from fastapi.testclient import TestClient
 
     app.dependency_overrides.clear()
@@ -107,7 +107,7 @@ def test_approve_needs_the_right_to_trigger_the_dag(led) -> None:  # type: ignor
 USED_RUN = "manual__2026-11-29T13:00:00+00:00"
 
 
-def _approval(led, approval_id: str, created: float, used: bool) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def _approval(led, approval_id: str, created: float, used: bool) -> None:  # noqa: F811
     item = {"scope": "p2", "uid": "7", "fingerprint": "fp-7", "name": "runner-7", "kind": "instance", "group": ""}
     used_by = {"dag_id": GCE_DAG, "run_id": USED_RUN, "execution": 0, "lease": "t2", "at": created + 60}
     led.record_approval(
@@ -116,7 +116,7 @@ def _approval(led, approval_id: str, created: float, used: bool) -> None:  # typ
     )  # fmt: skip
 
 
-def test_the_approvals_page_lists_each_approval_its_items_its_sweep_and_the_run_that_used_it(http, led) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_the_approvals_page_lists_each_approval_its_items_its_sweep_and_the_run_that_used_it(http, led) -> None:  # noqa: F811
     _approval(led, "apr-used", 1_764_417_600.0, used=True)  # 2025-11-29 12:00:00 UTC
     _approval(led, "apr-old", 1_764_410_400.0, used=False)  # expired unused
     page = http.get(f"/approvals/{GCE_DAG}").text
@@ -135,7 +135,7 @@ def test_the_approvals_page_lists_each_approval_its_items_its_sweep_and_the_run_
     assert http.get(f"/approvals/{GCE_DAG}").status_code == 403
 
 
-def test_the_sweep_that_used_an_approval_shows_per_item_what_came_of_it(http, led) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_the_sweep_that_used_an_approval_shows_per_item_what_came_of_it(http, led) -> None:  # noqa: F811
     results = [
         {"scope": "p2", "uid": "7", "fingerprint": "fp-7", "name": "runner-7", "kind": "instance", "state": "deleted"},
         {"scope": "p2", "uid": "8", "fingerprint": "fp-8", "name": "runner-8", "kind": "instance",

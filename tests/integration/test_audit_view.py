@@ -104,7 +104,7 @@ def led(mongo) -> Ledger:
 
 
 @pytest.fixture
-def http(led):  # type: ignore[no-untyped-def]
+def http(led):
     """A client as a user who may read the GCE DAG only (what the auth manager would answer for them)."""
     app.dependency_overrides.update(
         {
@@ -258,7 +258,7 @@ def test_overview_charts_the_fleet_and_drills_down_to_a_scope_with_holds_and_ove
 
 
 @pytest.fixture
-def alerting():  # type: ignore[no-untyped-def]
+def alerting():
     """A Prometheus answering ``/api/v1/rules?type=alert`` as its HTTP API documents it
     (https://prometheus.io/docs/prometheus/latest/querying/api/#rules): the reaper's rules, one firing and one
     pending, and another team's rule firing; ``/other/api/v1/rules`` is a Prometheus without the reaper's rules."""

@@ -105,7 +105,7 @@ def test_schedules_and_timeouts(dagbag) -> None:
     assert gce.dagrun_timeout.total_seconds() == 540 and k8s.dagrun_timeout.total_seconds() == 54
 
 
-def bag_with_config(text: str, tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+def bag_with_config(text: str, tmp_path, monkeypatch):
     """The DAG folder parsed with this reaper config."""
     from airflow.dag_processing.dagbag import DagBag
 
@@ -199,7 +199,7 @@ def test_pools_file_defines_each_targets_pool(dagbag) -> None:
     assert used == set(pools) == {"reaper_gce", "reaper_k8s"}
 
 
-def config_check(dagbag, monkeypatch, tmp_path, text: str):  # type: ignore[no-untyped-def]
+def config_check(dagbag, monkeypatch, tmp_path, text: str):
     """What ``reaper_config_check`` returns for this config (its log lines go to caplog)."""
     config = tmp_path / "reaper.yaml"
     config.write_text(text)

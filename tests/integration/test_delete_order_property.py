@@ -35,19 +35,19 @@ class MemoryLedger:
     def __init__(self) -> None:
         self.records: dict[tuple, dict[str, object]] = {}
 
-    def write(self, records) -> int:  # type: ignore[no-untyped-def]
+    def write(self, records) -> int:
         for r in records:
             key = tuple(r[f] for f in FENCE)
             self.records[key] = {**self.records.get(key, {}), **r}
         return len(records)
 
-    def _find(self, action: str, uids) -> list[dict[str, object]]:  # type: ignore[no-untyped-def]
+    def _find(self, action: str, uids) -> list[dict[str, object]]:
         return [r for r in self.records.values() if r["action"] == action and r["uid"] in set(uids)]
 
-    def outcomes(self, ids, uids):  # type: ignore[no-untyped-def]
+    def outcomes(self, ids, uids):
         return {(r["scope"], r["uid"]): r for r in self._find("outcome", uids)}
 
-    def intents(self, ids, uids):  # type: ignore[no-untyped-def]
+    def intents(self, ids, uids):
         return {(r["scope"], r["uid"]) for r in self._find("delete_intent", uids) if r.get("sent")}
 
     def lease_problem(self, target: str, holder: str, token: str) -> None:
@@ -55,7 +55,7 @@ class MemoryLedger:
 
 
 @pytest.fixture(scope="module")
-def emulator():  # type: ignore[no-untyped-def]
+def emulator():
     with K8sEmulator() as running:
         yield running
 
@@ -71,7 +71,7 @@ def emulator():  # type: ignore[no-untyped-def]
 )
 def test_pod_first_whatever_the_batches_and_their_order(
     emulator, runs: int, failing: set[int], size: int, schedule
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     config = parse_settings(
         {"k8s": {"clusters": ["c1"], "delete_rate_per_cluster": 1000.0, "pod_gone_timeout": "2s", "max_retries": 0}},
         "property",
@@ -90,7 +90,7 @@ def test_pod_first_whatever_the_batches_and_their_order(
 
     cluster.on("before", "delete", fail_pod, times=None)
     target = K8sTarget(config)
-    target.api_for = lambda _: api  # type: ignore[method-assign]
+    target.api_for = lambda _: api  # type: ignore[method-assign]  # the test's stub in place of the method
     # Every run's lease absent and its run over, when read again before its delete.
     target.__dict__["_lease_source"] = SimpleNamespace(read=lambda keys: Keyed(complete=True))
     target.__dict__["runs"] = lambda keys: Keyed(known=dict.fromkeys(keys, "failed"), complete=True)

@@ -24,7 +24,7 @@ def test_runs_cycle_through_live_finished_vanished_crashed() -> None:
     assert runs.leased == ["run-000000", "run-000001", "run-000005"]
 
 
-def test_mongo_run_records_and_leases_read_back(mongo) -> None:  # type: ignore[no-untyped-def]
+def test_mongo_run_records_and_leases_read_back(mongo) -> None:
     client, database = mongo
     runs = generated_runs(10)
     for _ in range(2):  # a second seeding replaces the first
@@ -37,7 +37,7 @@ def test_mongo_run_records_and_leases_read_back(mongo) -> None:  # type: ignore[
     assert leases.known == dict.fromkeys(runs.leased)  # held, no expiry
 
 
-def test_nats_leases_read_back_and_an_existing_bucket_is_kept(nats_server) -> None:  # type: ignore[no-untyped-def]
+def test_nats_leases_read_back_and_an_existing_bucket_is_kept(nats_server) -> None:
     url = f"nats://127.0.0.1:{nats_server.port}"
     asyncio.run(put_nats_leases(url, generated_runs(5)))  # creates run_leases
     asyncio.run(put_nats_leases(url, generated_runs(10)))  # finds it

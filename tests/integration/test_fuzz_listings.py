@@ -66,7 +66,7 @@ created = st.one_of(
 
 
 @st.composite
-def gce_instance(draw) -> tuple[dict[str, object], bool]:  # type: ignore[no-untyped-def]
+def gce_instance(draw) -> tuple[dict[str, object], bool]:
     """An instance in some wire form, and whether that form is the documented one."""
     zone = draw(st.sampled_from(ZONES))
     inst = gcloud_instance("p", zone, draw(st.sampled_from(["vm-a", "vm-b", "vm-c", "vm-d"])), 1, "RUNNING", None, 0)
@@ -87,7 +87,7 @@ def gce_instance(draw) -> tuple[dict[str, object], bool]:  # type: ignore[no-unt
 
 
 @st.composite
-def gce_pages(draw) -> tuple[list[dict[str, object]], bool, int]:  # type: ignore[no-untyped-def]
+def gce_pages(draw) -> tuple[list[dict[str, object]], bool, int]:
     """Aggregated-list pages, whether they are the documented complete form, and how many instances they hold."""
     complete, count, seen = True, 0, set()
     pages: list[dict[str, object]] = []
@@ -123,7 +123,7 @@ def gce_pages(draw) -> tuple[list[dict[str, object]], bool, int]:  # type: ignor
 
 
 @pytest.fixture(scope="module")
-def gce_server():  # type: ignore[no-untyped-def]
+def gce_server():
     with Emulator() as emulator:
         emulator.fleet.add_zone("p", ZONES[0])
         yield emulator, compute_clients(api_endpoint=emulator.endpoint)
@@ -131,7 +131,7 @@ def gce_server():  # type: ignore[no-untyped-def]
 
 @FUZZ
 @given(gce_pages())
-def test_gce_listing_is_complete_only_in_its_documented_form(gce_server, drawn) -> None:  # type: ignore[no-untyped-def]
+def test_gce_listing_is_complete_only_in_its_documented_form(gce_server, drawn) -> None:
     emulator, clients = gce_server
     pages, complete, count = drawn
     served = iter(pages)
@@ -155,7 +155,7 @@ def test_gce_listing_is_complete_only_in_its_documented_form(gce_server, drawn) 
 
 
 @st.composite
-def k8s_pages(draw) -> tuple[list[dict[str, object]], bool, int]:  # type: ignore[no-untyped-def]
+def k8s_pages(draw) -> tuple[list[dict[str, object]], bool, int]:
     """Pod list pages, whether they are the documented complete form, and how many Pods they hold."""
     complete, count, uids = True, 0, set()
     # Tokens the emulator can parse when they come back (its own format): the page after them is ours anyway.
@@ -170,11 +170,11 @@ def k8s_pages(draw) -> tuple[list[dict[str, object]], bool, int]:  # type: ignor
             stamp = draw(st.sampled_from(["2026-11-29T10:00:00Z", "2026-11-29T10:00:00+02:00", "2026-11-29T10:00:00"]))
             labels = {**MANAGED, "iterion.io/run-id": f"r{next(names)}"}
             pod = kube_pod(f"p{next(names)}", "ci", uid or "x", labels, 0)
-            pod["metadata"] = {**pod["metadata"], "creationTimestamp": stamp}  # type: ignore[dict-item]
+            pod["metadata"] = {**pod["metadata"], "creationTimestamp": stamp}  # type: ignore[dict-item]  # JSON data typed object: its shape is this code's own
             if uid is None:
-                del pod["metadata"]["uid"]  # type: ignore[attr-defined]
+                del pod["metadata"]["uid"]  # type: ignore[attr-defined]  # JSON data typed object: its shape is this code's own
             else:
-                pod["metadata"]["uid"] = uid  # type: ignore[index]
+                pod["metadata"]["uid"] = uid  # type: ignore[index]  # JSON data typed object: its shape is this code's own
             complete = complete and bool(uid) and uid not in uids and stamp != "2026-11-29T10:00:00"
             uids.add(uid)
             items.append(pod)
@@ -191,7 +191,7 @@ def _token(key: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def k8s_server():  # type: ignore[no-untyped-def]
+def k8s_server():
     from kubernetes import config as kconfig
 
     with K8sEmulator() as emulator:
@@ -200,11 +200,11 @@ def k8s_server():  # type: ignore[no-untyped-def]
 
 @FUZZ
 @given(k8s_pages())
-def test_k8s_listing_is_complete_only_in_its_documented_form(k8s_server, drawn) -> None:  # type: ignore[no-untyped-def]
+def test_k8s_listing_is_complete_only_in_its_documented_form(k8s_server, drawn) -> None:
     emulator, api = k8s_server
     pages, complete, count = drawn
     served = iter(pages)
-    emulator.cluster.rewrites["list"] = lambda body: next(served) if body["kind"] == "PodList" else body  # type: ignore[index]
+    emulator.cluster.rewrites["list"] = lambda body: next(served) if body["kind"] == "PodList" else body
     listing = list_cluster(api, "c1", MANAGED, fast_backoff(0), 10)
     runs = Keyed(known={o.labels["iterion.io/run-id"]: "failed" for o in listing.resources}, complete=True)
     evidence = Evidence(

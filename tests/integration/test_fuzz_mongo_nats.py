@@ -166,7 +166,7 @@ def _document(key_field: str, key_value: object, field: str, value: object) -> d
     return doc
 
 
-def _store(collection, docs: list[dict[str, object]]) -> list[dict[str, object]]:  # type: ignore[no-untyped-def]
+def _store(collection, docs: list[dict[str, object]]) -> list[dict[str, object]]:
     """Insert what the server accepts (``_id`` is unique, Int64 is the largest integer); return what it holds."""
     collection.delete_many({})
     for doc in docs:
@@ -208,7 +208,7 @@ def _about(value: object, key: str) -> str | None:
     return None
 
 
-def _verdict(stored: list[dict[str, object]], key_field: str, key: str, field: str, decode) -> tuple[object, bool]:  # type: ignore[no-untyped-def]
+def _verdict(stored: list[dict[str, object]], key_field: str, key: str, field: str, decode) -> tuple[object, bool]:
     """(verdict, near): ``None`` if no record is about ``key``, ``"unknown"``, or ``[the agreed value]``."""
     kinds = [(_about(doc.get(key_field, MISSING), key), doc) for doc in stored]
     near = any(kind == "near" for kind, _ in kinds)
@@ -266,7 +266,7 @@ def allowed_lease_states(stored: list[dict[str, object]], key: str) -> set[Lease
 
 
 @pytest.fixture
-def fuzz_db(mongo):  # type: ignore[no-untyped-def]
+def fuzz_db(mongo):
     """One database for the whole property; each example empties its collection first."""
     client, db = mongo
     return client[db]

@@ -75,10 +75,10 @@ def matching(layout: Layout, rows: list[Row], run: str, step: str, label: str) -
     return [
         r
         for r in rows
-        if stored_text(layout["run_id"], r[0]) == run  # type: ignore[arg-type]
-        and stored_text(layout["step"], r[1]) == step  # type: ignore[arg-type]
+        if stored_text(layout["run_id"], r[0]) == run  # type: ignore[arg-type]  # JSON data typed object: its shape is this code's own
+        and stored_text(layout["step"], r[1]) == step  # type: ignore[arg-type]  # JSON data typed object: its shape is this code's own
         and r[2] is not None
-        and Decimal(r[2]) == number  # type: ignore[arg-type]
+        and Decimal(r[2]) == number  # type: ignore[arg-type]  # JSON data typed object: its shape is this code's own
     ]
 
 
@@ -87,7 +87,7 @@ def canonical(label: str) -> bool:
 
 
 def durable(results: object) -> bool:
-    return results is not None and json.loads(results) is not None  # type: ignore[arg-type]
+    return results is not None and json.loads(results) is not None  # type: ignore[arg-type]  # JSON data typed object: its shape is this code's own
 
 
 def model(layout: Layout, rows: list[Row], pods: list[tuple[str, str, str]]) -> tuple[dict, set[str]]:

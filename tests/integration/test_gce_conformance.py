@@ -86,7 +86,7 @@ def violations(value: object, schema: dict, path: str = "$") -> list[str]:
 def error_violations(body: object, code: int) -> list[str]:
     """Where an error body departs from Google's JSON error format, as the Compute API sends it."""
     error = body.get("error") if isinstance(body, dict) else None
-    if not isinstance(error, dict) or set(body) != {"error"}:  # type: ignore[arg-type]
+    if not isinstance(error, dict) or set(body) != {"error"}:
         return [f"not {{'error': {{...}}}}: {body!r}"]
     found = [f"error.{key}: no such field" for key in set(error) - {"code", "message", "status", "errors", "details"}]
     if error.get("code") != code:
@@ -129,7 +129,7 @@ def emulator():
 
 
 def call(emulator: Emulator, method: str, path: str, **kwargs: object) -> requests.Response:
-    return requests.request(method, f"{emulator.endpoint}/compute/v1/{path}", timeout=10, **kwargs)  # type: ignore[arg-type]
+    return requests.request(method, f"{emulator.endpoint}/compute/v1/{path}", timeout=10, **kwargs)  # type: ignore[arg-type]  # **kwargs typed object: each goes to the parameter of its name
 
 
 def conforms(answer: requests.Response, method: str) -> None:

@@ -21,7 +21,7 @@ def compact(obj: object) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
 
-def listed(gce, rewrite):  # type: ignore[no-untyped-def]
+def listed(gce, rewrite):
     fleet, clients = gce
     for i in range(3):
         add_instance(fleet, "p", "us-east1-b", f"b-{i}")
@@ -73,13 +73,13 @@ def label_twice_offset(body: dict) -> bytes:
 @pytest.mark.parametrize(
     "rewrite", [zone_twice, warning_erased, label_twice, warning_erased_offset, label_twice_offset]
 )
-def test_a_key_repeated_in_one_object_makes_the_listing_incomplete(gce, rewrite) -> None:  # type: ignore[no-untyped-def]
+def test_a_key_repeated_in_one_object_makes_the_listing_incomplete(gce, rewrite) -> None:
     listing = listed(gce, rewrite)
     assert not listing.complete
     assert any("repeated" in p for p in listing.problems), listing.problems
 
 
-def test_the_same_answer_without_a_repeated_key_is_complete(gce) -> None:  # type: ignore[no-untyped-def]
+def test_the_same_answer_without_a_repeated_key_is_complete(gce) -> None:
     """The check counts keys, so it must not refuse an ordinary page: a value with an escaped quote before a
     colon, and one ending in an escaped backslash, are not keys."""
     # Escaped in values: a quote before a colon, a backslash at the end, a colon; an escaped backslash ends a key.
@@ -91,7 +91,7 @@ def test_the_same_answer_without_a_repeated_key_is_complete(gce) -> None:  # typ
     assert listing.resources[0].labels["c"] == ":" and listing.resources[0].labels["k\\"] == "v"
 
 
-def with_id(index: int, ident: object):  # type: ignore[no-untyped-def]
+def with_id(index: int, ident: object):
     def rewrite(body: dict) -> dict:
         body["items"]["zones/us-east1-b"]["instances"][index]["id"] = ident
         return body
@@ -100,11 +100,11 @@ def with_id(index: int, ident: object):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("ident", [str(2**64), 2**64, "٧", "1_0"])
-def test_an_id_that_is_not_a_uint64_in_ascii_digits_makes_the_listing_incomplete(gce, ident) -> None:  # type: ignore[no-untyped-def]
+def test_an_id_that_is_not_a_uint64_in_ascii_digits_makes_the_listing_incomplete(gce, ident) -> None:
     assert not listed(gce, with_id(0, ident)).complete
 
 
-def test_an_id_with_leading_zeros_is_the_same_instance_as_without(gce) -> None:  # type: ignore[no-untyped-def]
+def test_an_id_with_leading_zeros_is_the_same_instance_as_without(gce) -> None:
     def twin(body: dict) -> dict:
         instances = body["items"]["zones/us-east1-b"]["instances"]
         instances[1]["id"] = "0" + str(instances[0]["id"])
@@ -120,4 +120,4 @@ def test_an_id_with_leading_zeros_is_the_same_instance_as_without(gce) -> None: 
      ("", None), (" 7", None), ("٧", None), ("1_0", None), ("-1", None)],
 )  # fmt: skip
 def test_numeric_id(value: object, expected: str | None) -> None:
-    assert numeric_id(value) == expected  # type: ignore[arg-type]
+    assert numeric_id(value) == expected  # type: ignore[arg-type]  # values of every JSON type, on purpose

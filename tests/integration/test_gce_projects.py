@@ -41,12 +41,12 @@ DISCOVERY = Path(googleapiclient.__file__).parent / "discovery_cache/documents/c
 
 
 class Sweep(steps.Sweep):
-    def ledger(self) -> Ledger:  # type: ignore[override]
-        return self._ledger  # type: ignore[attr-defined]
+    def ledger(self) -> Ledger:
+        return self._ledger  # type: ignore[attr-defined]  # set on the instance by the test
 
 
 @pytest.fixture
-def world(gce, mongo, tmp_path):  # type: ignore[no-untyped-def]
+def world(gce, mongo, tmp_path):
     """Two projects, ci-a (number ``NUMBER``) and ci-b, each with a VM stopped for a day and a live one per zone."""
     fleet, clients = gce
     fleet.numbers["ci-a"] = NUMBER
@@ -60,7 +60,7 @@ def world(gce, mongo, tmp_path):  # type: ignore[no-untyped-def]
     return fleet, clients, ledger, tmp_path
 
 
-def sweep(world, projects: list[str], **gce: object) -> tuple[steps.Summary, set[str], Sweep]:  # type: ignore[no-untyped-def]
+def sweep(world, projects: list[str], **gce: object) -> tuple[steps.Summary, set[str], Sweep]:
     """One enforcement sweep of ``projects``, its deletes sent: its summary, the VMs it deleted, the sweep."""
     fleet, clients, ledger, tmp_path = world
     config = settings(
@@ -85,10 +85,10 @@ def sweep(world, projects: list[str], **gce: object) -> tuple[steps.Summary, set
 
 def holds(summary: steps.Summary) -> dict[str, list[str]]:
     """Each swept scope's holds but the one writer health being off puts everywhere."""
-    return {str(v["scope"]): [h for h in v["holds"] if h != "writer_health_unknown"] for v in summary.scopes}  # type: ignore[attr-defined]
+    return {str(v["scope"]): [h for h in v["holds"] if h != "writer_health_unknown"] for v in summary.scopes}  # type: ignore[attr-defined]  # JSON data typed object: its shape is this code's own
 
 
-def listings_of(fleet, name: str) -> int:  # type: ignore[no-untyped-def]
+def listings_of(fleet, name: str) -> int:
     """How many listing pages were asked for by the project name ``name``."""
     return sum(1 for _, path in fleet.requests if path.startswith(f"/compute/v1/projects/{name}/aggregated/instances"))
 

@@ -24,7 +24,7 @@ SELECTOR = {"ci_ephemeral": "true"}
 ZONE = "us-east1-b"
 
 
-def config(**gce: object):  # type: ignore[no-untyped-def]
+def config(**gce: object):
     return parse_settings({"gce": {"delete_rate_per_project": 1000.0, **gce}}, "test")
 
 
@@ -33,7 +33,7 @@ def used_up(_: tuple[str, ...]) -> None:
     raise ApiError(403, "rateLimitExceeded", "Rate Limit Exceeded")
 
 
-def planned(clients):  # type: ignore[no-untyped-def]
+def planned(clients):
     return list_project(clients, "p", SELECTOR, fast_backoff(), 10).resources
 
 
@@ -111,7 +111,7 @@ def test_a_slow_operation_near_the_deadline_is_pending_and_the_task_ends_within_
 
     def still_running(body: object) -> object:
         time.sleep(4.0)  # the server holds the wait, longer than a request timeout (it may, up to 2 minutes)
-        return {**body, "status": "RUNNING"}  # type: ignore[dict-item]
+        return {**body, "status": "RUNNING"}  # type: ignore[dict-item]  # JSON data typed object: its shape is this code's own
 
     fleet.rewrites["operation_wait"] = still_running
     request_timeout = 1.0

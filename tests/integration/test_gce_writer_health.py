@@ -248,7 +248,7 @@ UNUSABLE = [pytest.param(lambda v, bad=bad: [NOW, bad], id=repr(bad)) for bad in
 
 @pytest.mark.parametrize("query", ["last", "failed"])
 @pytest.mark.parametrize("sample", UNUSABLE)
-def test_unusable_sample_makes_its_pair_unknown(fake: FakePrometheus, query: str, sample) -> None:  # type: ignore[no-untyped-def]
+def test_unusable_sample_makes_its_pair_unknown(fake: FakePrometheus, query: str, sample) -> None:
     """A NaN compares false to every threshold, so a NaN writer passed for healthy. The
     good values are a fresh last pass and no failed pass: any misreading of the bad one as them is
     a healthy writer."""

@@ -38,14 +38,14 @@ class Commands(monitoring.CommandListener):
     def failed(self, event: monitoring.CommandFailedEvent) -> None: ...
 
 
-def seeded(fleet) -> None:  # type: ignore[no-untyped-def]
+def seeded(fleet) -> None:
     for i in range(ORPHANS):
         add_instance(fleet, "p", ZONE, f"orphan-{i}", heartbeat_age=6 * 3600, instance_id=1000 + i)
     for i in range(ORPHANS):  # as many live: the budget (more than half stale holds a project) lets all go
         add_instance(fleet, "p", ZONE, f"live-{i}", heartbeat_age=60, instance_id=9000 + i)
 
 
-def setup(gce, port: int, listener: Commands | None = None):  # type: ignore[no-untyped-def]
+def setup(gce, port: int, listener: Commands | None = None):
     fleet, clients = gce
     seeded(fleet)
     client = MongoClient(

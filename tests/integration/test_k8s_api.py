@@ -17,18 +17,18 @@ from tests.helpers.k8s import MANAGED, seed_run
 RUN_LABEL = "iterion.io/run-id"
 
 
-def listed(api) -> dict[str, K8sObject]:  # type: ignore[no-untyped-def]
+def listed(api) -> dict[str, K8sObject]:
     """The seeded run's objects as the inventory lists them, by kind (the second Secret under "Secret/files")."""
     objects = list_cluster(api, "c1", MANAGED, fast_backoff(), 10).resources
     return {o.kind + ("/files" if o.name.endswith("-files") else ""): o for o in objects}
 
 
-def recording(cluster) -> list[dict[str, object]]:  # type: ignore[no-untyped-def]
+def recording(cluster) -> list[dict[str, object]]:
     """The DeleteOptions of every delete the emulator receives."""
     bodies: list[dict[str, object]] = []
     original = cluster.delete
 
-    def delete(resource, namespace, name, options):  # type: ignore[no-untyped-def]
+    def delete(resource, namespace, name, options):
         bodies.append(options)
         return original(resource, namespace, name, options)
 

@@ -33,11 +33,11 @@ CONFIG = parse_settings({"k8s": {"delete_rate_per_cluster": 1000.0, "request_tim
 DEADLINE = "deadline reached: left for the next sweep"
 
 
-def planned(api) -> list[K8sObject]:  # type: ignore[no-untyped-def]
+def planned(api) -> list[K8sObject]:
     return list_cluster(api, "c1", MANAGED, fast_backoff(), 10).resources
 
 
-def deleter(api, backoff: Backoff | None = None, revalidate: Revalidate | None = None) -> K8sDeleter:  # type: ignore[no-untyped-def]
+def deleter(api, backoff: Backoff | None = None, revalidate: Revalidate | None = None) -> K8sDeleter:
     return K8sDeleter(lambda _: api, CONFIG, backoff or fast_backoff(), revalidate)
 
 
@@ -51,7 +51,7 @@ def recording_backoff(slept: list[float]) -> Backoff:
     return Backoff(4, base=0.01, cap=0.05, sleep=sleep)
 
 
-def results(outcomes) -> dict[str, str]:  # type: ignore[no-untyped-def]
+def results(outcomes) -> dict[str, str]:
     return {f"{o.kind}/{o.name}": o.result for o in outcomes}
 
 

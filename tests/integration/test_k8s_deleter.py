@@ -14,12 +14,12 @@ from tests.helpers.k8s import MANAGED, seed_run
 CONFIG = parse_settings({"k8s": {"delete_rate_per_cluster": 1000.0}}, "test")
 
 
-def planned(api, run: str | None = None):  # type: ignore[no-untyped-def]
+def planned(api, run: str | None = None):
     objects = list_cluster(api, "c1", MANAGED, fast_backoff(), 10).resources
     return [o for o in objects if run is None or o.labels.get("iterion.io/run-id") == run]
 
 
-def delete(api, objects):  # type: ignore[no-untyped-def]
+def delete(api, objects):
     return K8sDeleter(lambda _: api, CONFIG, fast_backoff()).delete(objects)
 
 
@@ -73,18 +73,18 @@ def test_a_partially_deleted_run_is_finished_by_the_next_sweep(kube) -> None:
     # The Pod and first Secret go; the second Secret keeps failing; the NetworkPolicy waits.
     original = cluster.delete
 
-    def flaky(resource, namespace, name, options):  # type: ignore[no-untyped-def]
+    def flaky(resource, namespace, name, options):
         if name == "sandbox-r1-files":
             from include.emulators.http import ApiError
 
             raise ApiError(503, "ServiceUnavailable", "etcd leader changed")
         return original(resource, namespace, name, options)
 
-    cluster.delete = flaky  # type: ignore[method-assign]
+    cluster.delete = flaky
     first = {(o.kind, o.name): o.result for o in delete(api, plan)}
     assert first[("Pod", "sandbox-r1")] == "deleted" and first[("Secret", "sandbox-r1-files")] == "failed"
     assert first[("NetworkPolicy", "sandbox-r1")] == "not_attempted"
-    cluster.delete = original  # type: ignore[method-assign]
+    cluster.delete = original
     second = {o.name: o.result for o in delete(api, planned(api, "r1"))}
     assert set(second.values()) == {"deleted"} and cluster.names() == set()
 

@@ -22,7 +22,7 @@ from tests.helpers.k8s import MANAGED, seed_pod, seed_run
 SECRET_VALUE = "c3VwZXItc2VjcmV0LXRva2VuLWRvLW5vdC1sZWFr"
 
 
-def listing(api, **kw):  # type: ignore[no-untyped-def]
+def listing(api, **kw):
     return list_cluster(api, "c1", MANAGED, fast_backoff(kw.pop("retries", 4)), 10)
 
 
@@ -137,14 +137,14 @@ def _sidecar_pod(run: str, created: float, phase: str, state: dict, restart_poli
     """A run's Pod whose results-egress sidecar reports ``state``, as the API server serves it."""
     labels = {**MANAGED, "iterion.io/run-id": run}
     pod = kube_pod(f"sandbox-{run}", "ci", f"{run}-pod", labels, created, phase=phase)
-    pod["spec"]["restartPolicy"] = restart_policy  # type: ignore[index]
+    pod["spec"]["restartPolicy"] = restart_policy  # type: ignore[index]  # JSON data typed object: its shape is this code's own
     status = {"name": "results-egress", "image": "registry.example/egress:0.3", "restartCount": 0, "state": state}
     if native:  # a native sidecar: an init container with restartPolicy Always
-        pod["spec"]["initContainers"] = [{"name": "results-egress", "restartPolicy": "Always"}]  # type: ignore[index]
-        pod["status"]["initContainerStatuses"] = [status]  # type: ignore[index]
+        pod["spec"]["initContainers"] = [{"name": "results-egress", "restartPolicy": "Always"}]  # type: ignore[index]  # JSON data typed object: its shape is this code's own
+        pod["status"]["initContainerStatuses"] = [status]  # type: ignore[index]  # JSON data typed object: its shape is this code's own
     else:
-        pod["spec"]["containers"].append({"name": "results-egress"})  # type: ignore[index]
-        pod["status"]["containerStatuses"].append(status)  # type: ignore[index]
+        pod["spec"]["containers"].append({"name": "results-egress"})  # type: ignore[index]  # JSON data typed object: its shape is this code's own
+        pod["status"]["containerStatuses"].append(status)  # type: ignore[index]  # JSON data typed object: its shape is this code's own
     return pod
 
 

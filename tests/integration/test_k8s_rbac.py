@@ -25,7 +25,7 @@ TOKEN = "reaper-service-account-token"
 SANDBOXES = "ci-sandboxes"  # the namespace deploy/rbac-swept-cluster.yaml's Role is in
 
 
-def as_reaper(emulator, manifest: str):  # type: ignore[no-untyped-def]
+def as_reaper(emulator, manifest: str):
     """An ApiClient bearing the ServiceAccount's token, the emulator enforcing ``deploy/<manifest>`` for it."""
     emulator.cluster.grant(TOKEN, list(yaml.safe_load_all((ROOT / "deploy" / manifest).read_text())))
     kubeconfig = emulator.kubeconfig()
@@ -33,7 +33,7 @@ def as_reaper(emulator, manifest: str):  # type: ignore[no-untyped-def]
     return kconfig.new_client_from_config_dict(kubeconfig)
 
 
-def settings(db: str, namespaces: list[str]):  # type: ignore[no-untyped-def]
+def settings(db: str, namespaces: list[str]):
     return parse_settings(
         {
             "k8s": {
@@ -57,7 +57,7 @@ class Fleet:
     db: str
     nats_url: str
 
-    def sweep(self, manifest: str, namespaces: list[str]):  # type: ignore[no-untyped-def]
+    def sweep(self, manifest: str, namespaces: list[str]):
         """One enforcement sweep by the ServiceAccount of ``deploy/<manifest>``: (plan, outcomes)."""
         return sweep(as_reaper(self.emulator, manifest), settings(self.db, namespaces), self.nats_url, self.mongo, None)
 
@@ -66,7 +66,7 @@ class Fleet:
 
 
 @pytest.fixture
-def fleet(kube, nats_server, mongo) -> Fleet:  # type: ignore[no-untyped-def]
+def fleet(kube, nats_server, mongo) -> Fleet:
     cluster, _, emulator = kube
     client, db = mongo
     url = f"nats://127.0.0.1:{nats_server.port}"
@@ -125,7 +125,7 @@ def test_a_namespace_the_role_does_not_cover_holds_the_whole_cluster(fleet: Flee
         pytest.param(lambda body, other: {**body, "items": [other]}, id="another-name"),
     ],
 )
-def test_a_server_that_ignores_the_field_selector_keeps_the_run(kube, answer) -> None:  # type: ignore[no-untyped-def]
+def test_a_server_that_ignores_the_field_selector_keeps_the_run(kube, answer) -> None:
     """The re-read before a delete must be this one object; any other answer is unreadable, so the run stays."""
     cluster, api, _ = kube
     seed_run(cluster, "orphan", namespace=SANDBOXES)
@@ -151,7 +151,7 @@ def test_the_emulator_refuses_field_selectors_the_api_server_does_not_support(ku
     assert refused.value.status == 400
 
 
-def test_a_new_pod_in_the_secrets_own_namespace_keeps_them_whatever_k8s_namespaces_says(kube) -> None:  # type: ignore[no-untyped-def]
+def test_a_new_pod_in_the_secrets_own_namespace_keeps_them_whatever_k8s_namespaces_says(kube) -> None:
     """Review finding (hardening): the Pod check looked only in the namespaces of the deleter's config, never in
     the Secrets' own, the one namespace whose Pods can mount them (the DAG refuses a plan made under another
     config; this is the deleter's own interface)."""
@@ -200,7 +200,7 @@ def test_the_emulator_puts_a_role_without_a_namespace_in_default_as_kubectl_does
         assert refused.value.code == 403
 
 
-def test_a_new_pod_in_any_namespace_of_the_runs_secrets_keeps_them(kube) -> None:  # type: ignore[no-untyped-def]
+def test_a_new_pod_in_any_namespace_of_the_runs_secrets_keeps_them(kube) -> None:
     """Second review: the check looked in the first Secret's namespace only; a run whose Secrets span two
     namespaces (none of them in the deleter's config) lost the second's beside a new Pod of the run there."""
     cluster, api, _ = kube

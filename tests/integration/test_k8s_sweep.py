@@ -14,7 +14,7 @@ from tests.helpers.k8s import MANAGED, put_leases, seed_pod, seed_run, sweep
 STEP = {"iterion.io/step": "build", "iterion.io/attempt": "1"}
 
 
-def runs_by_reason(plan) -> dict[str, str]:  # type: ignore[no-untyped-def]
+def runs_by_reason(plan) -> dict[str, str]:
     return {d.evidence["run"]: d.reason for d in plan.decisions if d.evidence and "run" in d.evidence}
 
 

@@ -31,13 +31,13 @@ class FakeTarget:
     def __init__(self, existing: set[str], crash_after: int | None = None) -> None:
         self.existing, self.calls, self.crash_after = existing, [], crash_after
 
-    def unit(self, r):  # type: ignore[no-untyped-def]
+    def unit(self, r):
         return r.project, r.id
 
-    def record_name(self, r):  # type: ignore[no-untyped-def]
+    def record_name(self, r):
         return r.name
 
-    def delete(self, resources, guard):  # type: ignore[no-untyped-def]
+    def delete(self, resources, guard):
         out = []
         for r in resources:
             why = guard.before_send(r)

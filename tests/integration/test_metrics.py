@@ -45,7 +45,7 @@ def _sweep(phase: Phase = Phase.ENFORCEMENT, **changes: object) -> Sweep:
         "started_at": 1.8e9 - 42,
         "finished_at": 1.8e9,
     }
-    return Sweep(**{**fields, **changes})  # type: ignore[arg-type]
+    return Sweep(**{**fields, **changes})  # type: ignore[arg-type]  # **kwargs typed object: each goes to the parameter of its name
 
 
 def _lines(url: str) -> list[str]:

@@ -248,7 +248,7 @@ def test_a_status_that_is_not_a_string_is_unknown_for_that_run_only(mongo) -> No
 # --- the right store: silence counts only from a store that has shown it is the one configured ---------
 
 
-def counted(mongo_server) -> tuple[MongoClient, FindCounter]:  # type: ignore[no-untyped-def]
+def counted(mongo_server) -> tuple[MongoClient, FindCounter]:
     counter = FindCounter()
     return MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/", event_listeners=[counter]), counter
 

@@ -213,7 +213,7 @@ def test_a_consumer_info_that_overtakes_the_keys_does_not_empty_the_listing(nats
     process = Client._process_msg
     held_back: list[asyncio.Future[None]] = []
 
-    async def late(self, sid, subject, reply, data, headers) -> None:  # type: ignore[no-untyped-def]
+    async def late(self, sid, subject, reply, data, headers) -> None:
         if not subject.startswith(b"$KV."):
             return await process(self, sid, subject, reply, data, headers)
         frame = (sid, bytes(subject), bytes(reply), bytes(data), bytes(headers) if headers else headers)

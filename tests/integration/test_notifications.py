@@ -44,13 +44,13 @@ class Mailbox:
     mails: list[tuple[str, list[str], Message]] = field(default_factory=list)
     refuse: bool = False
 
-    async def handle_RCPT(self, server, session, envelope, address, rcpt_options):  # type: ignore[no-untyped-def]
+    async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
         if self.refuse:
             return "550 5.1.1 mailbox unavailable"
         envelope.rcpt_tos.append(address)
         return "250 OK"
 
-    async def handle_DATA(self, server, session, envelope):  # type: ignore[no-untyped-def]
+    async def handle_DATA(self, server, session, envelope):
         self.mails.append((envelope.mail_from, list(envelope.rcpt_tos), email.message_from_bytes(envelope.content)))
         return "250 Message accepted for delivery"
 
@@ -81,7 +81,7 @@ def connect(monkeypatch: pytest.MonkeyPatch, port: int, timeout: int = 3) -> Non
 
 
 @pytest.fixture
-def ledger(mongo) -> Ledger:  # type: ignore[no-untyped-def]
+def ledger(mongo) -> Ledger:
     client, db = mongo
     return Ledger(client, LedgerConfig(database=db))
 
@@ -114,7 +114,7 @@ class Fleet(GceTarget):
 
 class Sweep(steps.Sweep):
     def ledger(self) -> Ledger:
-        return self._ledger  # type: ignore[attr-defined]
+        return self._ledger  # type: ignore[attr-defined]  # set on the instance by the test
 
 
 def fleet() -> list[GceInstance]:
@@ -161,7 +161,7 @@ def run(
     return planned, branch, [steps.delete(s, b, setup.lease, None) for b in planned.batches], setup.lease
 
 
-def record(s: Sweep, planned: steps.Planned, branch: steps.Branch, results, lease) -> dict[str, object]:  # type: ignore[no-untyped-def]
+def record(s: Sweep, planned: steps.Planned, branch: steps.Branch, results, lease) -> dict[str, object]:
     started = datetime.now(UTC)
     done = steps.record(s, planned.summary, branch, len(planned.batches), results, lease, started)
     s.ledger().release(s.target.name, s.ids.holder)
@@ -170,12 +170,12 @@ def record(s: Sweep, planned: steps.Planned, branch: steps.Branch, results, leas
 
 def notified(ledger: Ledger) -> dict[str, object]:
     (summary,) = ledger.summaries()
-    return summary["notifications"]  # type: ignore[return-value]
+    return summary["notifications"]  # type: ignore[return-value]  # JSON data typed object: its shape is this code's own
 
 
 def test_a_sweep_mails_its_held_scope_its_failed_delete_and_its_digest_once(
     tmp_path: Path, smtp: Mailbox, ledger
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     s = sweep(tmp_path, ledger)
     planned, branch, results, lease = run(s)
     assert record(s, planned, branch, results, lease)["outcomes"] == {"deleted": 1, "failed": 1}
@@ -203,14 +203,14 @@ def test_a_sweep_mails_its_held_scope_its_failed_delete_and_its_digest_once(
     assert len(smtp.mails) == 3 and notified(ledger)["sent"] == 3
 
 
-def test_a_dry_run_tells_nobody(tmp_path: Path, smtp: Mailbox, ledger) -> None:  # type: ignore[no-untyped-def]
+def test_a_dry_run_tells_nobody(tmp_path: Path, smtp: Mailbox, ledger) -> None:
     s = sweep(tmp_path, ledger)
     assert record(s, *run(s, {"dry_run": True}))["branch"] == steps.REPORT_ONLY
     (summary,) = ledger.summaries()
     assert smtp.mails == [] and "notifications" not in summary
 
 
-def test_a_refused_mail_fails_no_sweep_and_is_sent_by_the_next_one(tmp_path: Path, smtp: Mailbox, ledger) -> None:  # type: ignore[no-untyped-def]
+def test_a_refused_mail_fails_no_sweep_and_is_sent_by_the_next_one(tmp_path: Path, smtp: Mailbox, ledger) -> None:
     smtp.refuse = True
     s = sweep(tmp_path, ledger, events=["held"])
     planned, branch, results, lease = run(s)
@@ -229,7 +229,7 @@ def test_a_refused_mail_fails_no_sweep_and_is_sent_by_the_next_one(tmp_path: Pat
 
 def test_a_mail_server_that_is_down_or_hangs_costs_the_sweep_at_most_the_timeout(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ledger
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     connect(monkeypatch, free_port())  # nothing listens there
     s = sweep(tmp_path, ledger)
     planned, branch, results, lease = run(s)
@@ -248,7 +248,7 @@ def test_a_mail_server_that_is_down_or_hangs_costs_the_sweep_at_most_the_timeout
     assert latest["failed"] == 3 and all(n["error"].startswith("not sent within 1s") for n in latest["notices"])
 
 
-def test_the_daily_digest_lists_what_the_last_window_deleted_once(tmp_path: Path, smtp: Mailbox, ledger) -> None:  # type: ignore[no-untyped-def]
+def test_the_daily_digest_lists_what_the_last_window_deleted_once(tmp_path: Path, smtp: Mailbox, ledger) -> None:
     """A digest window (``digest_every`` 1h here) is read from the ledger by the first sweep after it ends."""
     first = sweep(tmp_path, ledger, events=["failed"])
     planned, branch, results, lease = run(first)
@@ -286,7 +286,7 @@ class SlackApi(BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None: ...
 
 
-def test_slack_and_its_webhooks_get_the_notice_as_a_code_block(tmp_path: Path, monkeypatch, ledger) -> None:  # type: ignore[no-untyped-def]
+def test_slack_and_its_webhooks_get_the_notice_as_a_code_block(tmp_path: Path, monkeypatch, ledger) -> None:
     """SlackNotifier (an API token connection) and SlackWebhookNotifier, against a local server in Slack's place."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), SlackApi)
     threading.Thread(target=server.serve_forever, daemon=True).start()

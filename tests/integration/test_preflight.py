@@ -27,7 +27,7 @@ NUMBER = "123456789012"
 
 
 @pytest.fixture
-def world(gce, kube, mongo_server, nats_server, postgres, pushgateway, monkeypatch, tmp_path):  # type: ignore[no-untyped-def]
+def world(gce, kube, mongo_server, nats_server, postgres, pushgateway, monkeypatch, tmp_path):
     """Everything up, with the Airflow connections the config names pointing at it; the good config's path."""
     fleet, clients = gce
     fleet.numbers["ci-a"] = NUMBER
@@ -124,7 +124,7 @@ def test_each_place_that_validates_but_points_at_nothing_is_one_failed_line_nami
 
 def test_a_writer_label_that_names_no_configured_project_fails_for_that_project(world) -> None:
     config, folder = world
-    config["gce"]["writer_health"]["project_label"] = "gcp_project"  # type: ignore[index]
+    config["gce"]["writer_health"]["project_label"] = "gcp_project"
     code, lines = check(config, folder)
     assert code == 1
     # Every series then lacks the label: the answer as a whole is unreadable, and says so.
@@ -133,7 +133,7 @@ def test_a_writer_label_that_names_no_configured_project_fails_for_that_project(
 
 def test_a_mongo_lease_collection_that_holds_no_lease_fails(world) -> None:
     config, folder = world
-    config["k8s"] = {**config["k8s"], "lease_source": "mongo", "mongo_leases": {"collection": "leases_typo"}}  # type: ignore[dict-item]
+    config["k8s"] = {**config["k8s"], "lease_source": "mongo", "mongo_leases": {"collection": "leases_typo"}}
     code, lines = check(config, folder)
     assert code == 1
     assert [line for line in lines if line.startswith("FAIL")] == [
@@ -144,7 +144,7 @@ def test_a_mongo_lease_collection_that_holds_no_lease_fails(world) -> None:
 
 def test_a_lease_key_template_that_reads_no_key_of_the_bucket_as_a_lease_fails(world) -> None:
     config, folder = world
-    config["k8s"] = {**config["k8s"], "nats_leases": {"key_template": "lease.{run}"}}  # type: ignore[dict-item]
+    config["k8s"] = {**config["k8s"], "nats_leases": {"key_template": "lease.{run}"}}
     code, lines = check(config, folder)
     assert code == 1
     assert [line for line in lines if line.startswith("FAIL")] == [

@@ -26,7 +26,7 @@ gitlab_runner_autoscaling_actions_total{cluster="runner-managers-1",executor="do
 
 
 @pytest.fixture(scope="module")
-def exporter():  # type: ignore[no-untyped-def]
+def exporter():
     """One scrape target with the managers' and kube-state-metrics' series (labels as a cluster's Prometheus adds)."""
 
     class Handler(BaseHTTPRequestHandler):
@@ -44,7 +44,7 @@ def exporter():  # type: ignore[no-untyped-def]
     server.shutdown()
 
 
-def _prometheus(tmp_path, target: str, with_rules: bool) -> Prometheus:  # type: ignore[no-untyped-def]
+def _prometheus(tmp_path, target: str, with_rules: bool) -> Prometheus:
     rules = tmp_path / "reaper-rules.yml"
     rules.write_text(render(settings(), "the defaults"))
     prom = Prometheus(tmp_path, [target], rules=rules if with_rules else None)

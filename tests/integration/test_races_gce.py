@@ -80,7 +80,7 @@ def recreate(fleet: Fleet) -> None:
 def _relabel(fleet: Fleet, change: Callable[[dict[str, str]], None]) -> None:
     with fleet.lock:
         inst = fleet.projects["p"][ZONE][VICTIM]
-        labels = dict(inst["labels"])  # type: ignore[arg-type]
+        labels = dict(inst["labels"])
         change(labels)
         inst["labels"] = labels
 
@@ -146,7 +146,7 @@ CASES = [
 # --- one sweep, with the world changed at one point ------------------------------------------------
 
 
-def plan_batches(clients, cfg: Settings, fleet: Fleet, mutate: Callable[[], None], point: str) -> list[list]:  # type: ignore[no-untyped-def]
+def plan_batches(clients, cfg: Settings, fleet: Fleet, mutate: Callable[[], None], point: str) -> list[list]:
     listing = list_project(clients, "p", SELECTOR, fast_backoff(), 10)
     if point == "after_listing":
         mutate()
@@ -159,7 +159,7 @@ def plan_batches(clients, cfg: Settings, fleet: Fleet, mutate: Callable[[], None
     return cut_batches(deletes, 1, lambda r: (r.project, r.id))
 
 
-def first_try_then_killed(endpoint: str, mongo_port: int, db: str, batch: list[dict], token: str, q) -> None:  # type: ignore[no-untyped-def]
+def first_try_then_killed(endpoint: str, mongo_port: int, db: str, batch: list[dict], token: str, q) -> None:
     """The first try of the victim's delete task, in a process of its own: killed between its intent and its delete."""
     import msgspec
     from pymongo import MongoClient
@@ -172,7 +172,7 @@ def first_try_then_killed(endpoint: str, mongo_port: int, db: str, batch: list[d
     delete_batch(ledger, target, Fence(IDS, HOLDER, token, None), resources)
 
 
-def run_sweep(fleet: Fleet, clients, ledger: Ledger, mongo_port: int, point: str, mutation: str = "vanish") -> None:  # type: ignore[no-untyped-def]
+def run_sweep(fleet: Fleet, clients, ledger: Ledger, mongo_port: int, point: str, mutation: str = "vanish") -> None:
     cfg = config()
     mutate = lambda: MUTATIONS[mutation](fleet)  # noqa: E731
     batches = plan_batches(clients, cfg, fleet, mutate, point)
@@ -196,7 +196,7 @@ def run_sweep(fleet: Fleet, clients, ledger: Ledger, mongo_port: int, point: str
     delete_batch(ledger, target, fence, batches[-1])
 
 
-def kill_first_try(fleet: Fleet, clients, ledger: Ledger, mongo_port: int, batch: list, token: str) -> None:  # type: ignore[no-untyped-def]
+def kill_first_try(fleet: Fleet, clients, ledger: Ledger, mongo_port: int, batch: list, token: str) -> None:
     import msgspec
 
     ctx = multiprocessing.get_context("forkserver")  # the SDKs are imported once, in the fork server
@@ -243,7 +243,7 @@ def assert_invariant(fleet: Fleet, ledger: Ledger, mutation: str) -> None:
 
 
 @pytest.fixture
-def world(gce, mongo, mongo_server):  # type: ignore[no-untyped-def]
+def world(gce, mongo, mongo_server):
     fleet, clients = gce
     client, db = mongo
     ledger = Ledger(client, LedgerConfig(database=db))
@@ -287,7 +287,7 @@ def test_api_faults_give_one_outcome_per_intent_and_no_second_delete(world, kind
         assert set(results.values()) == {"deleted"} and fleet.names("p") == set(LIVE)
 
 
-def planned(world) -> tuple[GceTarget, list[list[GceInstance]], Fence]:  # type: ignore[no-untyped-def]
+def planned(world) -> tuple[GceTarget, list[list[GceInstance]], Fence]:
     """The harness's fleet seeded and planned: the target, its delete batches (the victim's last), a fence."""
     fleet, clients, ledger, _ = world
     seed(fleet, "RUNNING")
@@ -376,10 +376,10 @@ def test_a_retry_never_forgets_that_an_earlier_try_sent_the_delete(world) -> Non
     vanish(fleet)  # its operation completed
 
     class OutcomeWriteFails:
-        def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        def __getattr__(self, name: str):
             return getattr(ledger, name)
 
-        def write(self, records):  # type: ignore[no-untyped-def]
+        def write(self, records):
             if any(r["action"] == "outcome" for r in records):
                 raise RuntimeError("not primary")
             return ledger.write(records)

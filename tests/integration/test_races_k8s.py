@@ -69,7 +69,7 @@ def config(db: str, **k8s: object) -> Settings:
 class World:
     """The emulated cluster, the runners' leases in NATS, the run store and the ledger in MongoDB."""
 
-    def __init__(self, cluster: Cluster, api, nats_url: str, mongo: MongoClient, db: str, namespaces=()) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, cluster: Cluster, api, nats_url: str, mongo: MongoClient, db: str, namespaces=()) -> None:
         self.cluster, self.api, self.nats_url, self.mongo, self.db = cluster, api, nats_url, mongo, db
         self.config = config(db, namespaces=list(namespaces))  # named: every list is a namespace's
         self.ledger = Ledger(mongo, LedgerConfig(database=db))
@@ -84,7 +84,7 @@ class World:
 
     def target(self) -> K8sTarget:
         target = K8sTarget(self.config)
-        target.api_for = lambda _: self.api  # type: ignore[method-assign]
+        target.api_for = lambda _: self.api  # type: ignore[method-assign]  # the test's stub in place of the method
         target.__dict__["_lease_source"] = NatsLeases(self.nats_url, self.config.k8s.nats_leases)
         target.__dict__["runs"] = MongoRunStore(self.mongo, self.config.k8s.mongo_run_store).read
         return target
@@ -95,7 +95,7 @@ class World:
             return {
                 KINDS[res]: obj
                 for (res, _, _), obj in self.cluster.objects.items()
-                if obj["metadata"]["labels"].get("iterion.io/run-id") == VICTIM  # type: ignore[index,union-attr]
+                if obj["metadata"]["labels"].get("iterion.io/run-id") == VICTIM  # type: ignore[index]  # JSON data typed object: its shape is this code's own
             }
 
 
@@ -105,10 +105,10 @@ class World:
 def _relabel(world: World, resource: str, name: str, change: Callable[[dict[str, str]], None]) -> None:
     with world.cluster.lock:
         meta = world.cluster.objects[(resource, "ci", name)]["metadata"]
-        labels = dict(meta["labels"])  # type: ignore[index,arg-type]
+        labels = dict(meta["labels"])  # type: ignore[index]  # JSON data typed object: its shape is this code's own
         change(labels)
-        meta["labels"] = labels  # type: ignore[index]
-        meta["resourceVersion"] = world.cluster._version()  # type: ignore[index]
+        meta["labels"] = labels  # type: ignore[index]  # JSON data typed object: its shape is this code's own
+        meta["resourceVersion"] = world.cluster._version()  # type: ignore[index]  # JSON data typed object: its shape is this code's own
 
 
 def recreate_pod(world: World) -> None:
@@ -176,7 +176,7 @@ CASES = [
 # --- one sweep, with the world changed at one point ------------------------------------------------
 
 
-def plan_batches(world: World, target: K8sTarget, mutate: Callable[[], None], point: str) -> list[list]:  # type: ignore[no-untyped-def]
+def plan_batches(world: World, target: K8sTarget, mutate: Callable[[], None], point: str) -> list[list]:
     listing = list_cluster(world.api, "c1", MANAGED, fast_backoff(), 10, namespaces=world.config.k8s.namespaces)
     if point == "after_listing":
         mutate()
@@ -188,7 +188,7 @@ def plan_batches(world: World, target: K8sTarget, mutate: Callable[[], None], po
     return cut_batches(deletes, 4, target.unit)
 
 
-def first_try_then_killed(world_args: tuple, batch: list[dict], token: str, q) -> None:  # type: ignore[no-untyped-def]
+def first_try_then_killed(world_args: tuple, batch: list[dict], token: str, q) -> None:
     """The first try of the victim's batch, in a process of its own: killed between its Pod's intent and delete."""
     import msgspec
     from kubernetes import config as kconfig
@@ -200,7 +200,7 @@ def first_try_then_killed(world_args: tuple, batch: list[dict], token: str, q) -
     mongo = MongoClient(f"mongodb://127.0.0.1:{mongo_port}/")
     api = kconfig.new_client_from_config_dict(kubeconfig)
     target = K8sTarget(cfg)
-    target.api_for = lambda _: api  # type: ignore[method-assign]
+    target.api_for = lambda _: api  # type: ignore[method-assign]  # the test's stub in place of the method
     target.__dict__["_lease_source"] = NatsLeases(nats_url, cfg.k8s.nats_leases)
     target.__dict__["runs"] = MongoRunStore(mongo, cfg.k8s.mongo_run_store).read
     q.put(os.getpid())
@@ -208,7 +208,7 @@ def first_try_then_killed(world_args: tuple, batch: list[dict], token: str, q) -
     delete_batch(Ledger(mongo, LedgerConfig(database=db)), target, Fence(IDS, HOLDER, token, None), resources)
 
 
-def kill_first_try(world: World, emulator, mongo_port: int, batch: list, token: str) -> None:  # type: ignore[no-untyped-def]
+def kill_first_try(world: World, emulator, mongo_port: int, batch: list, token: str) -> None:
     import msgspec
 
     ctx = multiprocessing.get_context("forkserver")
@@ -232,7 +232,7 @@ def kill_first_try(world: World, emulator, mongo_port: int, batch: list, token: 
     assert world.ledger.records.count_documents({"action": "outcome", "uid": {"$in": [o.uid for o in batch]}}) == 0
 
 
-def run_sweep(world: World, emulator, mongo_port: int, point: str, mutation: str = "vanish") -> None:  # type: ignore[no-untyped-def]
+def run_sweep(world: World, emulator, mongo_port: int, point: str, mutation: str = "vanish") -> None:
     mutate = lambda: MUTATIONS[mutation](world)  # noqa: E731
     target = world.target()
     batches = plan_batches(world, target, mutate, point)
@@ -306,14 +306,14 @@ def assert_pod_first(world: World) -> None:
 
 
 @pytest.fixture
-def world(kube, nats_server, mongo, mongo_server):  # type: ignore[no-untyped-def]
+def world(kube, nats_server, mongo, mongo_server):
     cluster, api, emulator = kube
     client, db = mongo
     yield World(cluster, api, f"nats://127.0.0.1:{nats_server.port}", client, db), emulator, mongo_server.port
 
 
 @pytest.fixture
-def named_world(kube, nats_server, mongo, mongo_server):  # type: ignore[no-untyped-def]
+def named_world(kube, nats_server, mongo, mongo_server):
     """The world with ``k8s.namespaces`` named, as deploy/ ships it: every list, the deleter's included, is
     a namespace's (``list_namespaced``, ``list_named``), never cluster-wide."""
     cluster, api, emulator = kube
@@ -335,7 +335,7 @@ NAMED_CASES = [(p, m) for p, m in CASES if p in ("in_rate_limit_wait", "between_
 
 
 @pytest.mark.parametrize(("point", "mutation"), NAMED_CASES, ids=[f"{p}-{m}" for p, m in NAMED_CASES])
-def test_with_named_namespaces_nothing_changed_live_or_opted_out_is_deleted(  # type: ignore[no-untyped-def]
+def test_with_named_namespaces_nothing_changed_live_or_opted_out_is_deleted(
     named_world, monkeypatch, point: str, mutation: str
 ) -> None:
     w, emulator, mongo_port = named_world

@@ -32,7 +32,7 @@ PAGES = (
 )
 
 
-def serve_pages(fleet, names: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
+def serve_pages(fleet, names: tuple[str, ...]) -> None:
     """The emulator answers the aggregated list with these recorded pages, chained by page tokens of ours (in the
     emulator's own form, which it checks when they come back)."""
     pages = [json.loads(recorded(name)) for name in names]
@@ -43,7 +43,7 @@ def serve_pages(fleet, names: tuple[str, ...]) -> None:  # type: ignore[no-untyp
     fleet.rewrites["aggregated_list"] = lambda _body: next(served)
 
 
-def test_the_gce_listing_of_recorded_pages_is_complete_and_reads_as_their_export(gce, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_the_gce_listing_of_recorded_pages_is_complete_and_reads_as_their_export(gce, tmp_path: Path) -> None:
     fleet, clients = gce
     serve_pages(fleet, PAGES)
     listing = list_project(clients, PROJECT, {"ci_ephemeral": "true"}, fast_backoff(0), 10)
@@ -55,7 +55,7 @@ def test_the_gce_listing_of_recorded_pages_is_complete_and_reads_as_their_export
     assert len(listing.resources) == 7 and {r.project for r in listing.resources} == {PROJECT}
 
 
-def test_a_recorded_instance_filed_under_no_project_is_refused_by_the_listing_and_the_export(gce, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_recorded_instance_filed_under_no_project_is_refused_by_the_listing_and_the_export(gce, tmp_path) -> None:
     fleet, clients = gce
     serve_pages(fleet, ("gce/aggregated-restarted.json", "gce/aggregated-scrubbed-urls.json"))
     listing = list_project(clients, PROJECT, {"ci_ephemeral": "true"}, fast_backoff(0), 10)
@@ -73,7 +73,7 @@ def test_a_recorded_instance_filed_under_no_project_is_refused_by_the_listing_an
 PODS = ("k8s/pod-native-sidecar.json", "k8s/pod-terminating.json")
 
 
-def test_the_k8s_listing_of_recorded_objects_reads_as_their_kubectl_export(kube, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_the_k8s_listing_of_recorded_objects_reads_as_their_kubectl_export(kube, tmp_path: Path) -> None:
     cluster, api, _ = kube
     running = json.loads(recorded("k8s/podlist-running.json"))["items"]
     pods = [*running, *(recorded_object(name) for name in PODS)]
@@ -83,7 +83,7 @@ def test_the_k8s_listing_of_recorded_objects_reads_as_their_kubectl_export(kube,
         "PartialObjectMetadataList": metadata_list(secret),  # the listing asks for Secrets' metadata only
         "NetworkPolicyList": api_list("NetworkPolicy", policy),
     }
-    cluster.rewrites["list"] = lambda body: json.loads(answers[body["kind"]])  # type: ignore[index]
+    cluster.rewrites["list"] = lambda body: json.loads(answers[body["kind"]])
     listing = list_cluster(api, "c1", MANAGED, fast_backoff(0), 10)
     assert listing.complete, listing.problems
     export = tmp_path / "kubectl.json"
@@ -94,10 +94,10 @@ def test_the_k8s_listing_of_recorded_objects_reads_as_their_kubectl_export(kube,
     assert [o.kind for o in listing.resources].count("Pod") == 3
 
 
-def test_a_recorded_list_of_another_kind_makes_the_k8s_listing_incomplete(kube) -> None:  # type: ignore[no-untyped-def]
+def test_a_recorded_list_of_another_kind_makes_the_k8s_listing_incomplete(kube) -> None:
     cluster, api, _ = kube
     namespaces = json.loads(recorded("k8s/namespacelist.json"))
-    cluster.rewrites["list"] = lambda body: namespaces if body["kind"] == "PodList" else body  # type: ignore[index]
+    cluster.rewrites["list"] = lambda body: namespaces if body["kind"] == "PodList" else body
     listing = list_cluster(api, "c1", MANAGED, fast_backoff(0), 10)
     assert not listing.complete
     assert any("NamespaceList answered a list of Pods" in p for p in listing.problems), listing.problems

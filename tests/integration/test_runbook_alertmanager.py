@@ -60,7 +60,7 @@ def test_the_route_is_valid_and_groups_on_labels_every_reaper_alert_carries(tmp_
     assert checked.returncode == 0, checked.stdout + checked.stderr
     [reaper_route] = [r for r in yaml.safe_load(ROUTE)["route"]["routes"] if "Reaper" in r["matchers"][0]]
     assert "scope" not in reaper_route["group_by"]
-    for rule in rules(load_config(DEFAULT_CONFIG))["groups"][0]["rules"]:  # type: ignore[index]
+    for rule in rules(load_config(DEFAULT_CONFIG))["groups"][0]["rules"]:
         if rule["alert"].startswith("Reaper"):
             by = re.findall(r"by \(([^)]*)\)", rule["expr"])[:1]  # the outer aggregation's labels, if any
             carried = {"alertname", *rule["labels"], *(label for labels in by for label in labels.split(", "))}

@@ -225,7 +225,7 @@ def test_schema_qualified_table_and_custom_columns(postgres) -> None:
 class CountingCursor(psycopg.Cursor):
     executed: ClassVar[list[str]] = []
 
-    def execute(self, query, params=None, **kwargs):  # type: ignore[no-untyped-def, override]
+    def execute(self, query, params=None, **kwargs):
         CountingCursor.executed.append(str(query))
         return super().execute(query, params, **kwargs)
 

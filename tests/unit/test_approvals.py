@@ -50,7 +50,7 @@ def stale_fleet(project: str = "p1", stale: int = 4, fresh: int = 1) -> list[Gce
     fleet = [inst(hb_age=D, project=project) for _ in range(stale)] + [
         inst(hb_age=M, project=project) for _ in range(fresh)
     ]
-    return [fp(i, f"fp-{i.id}") for i in fleet]  # type: ignore[misc]
+    return [fp(i, f"fp-{i.id}") for i in fleet]  # type: ignore[misc]  # fp returns the resource it is given, typed as the union
 
 
 def actions(p: Plan) -> dict[str, tuple[str, str]]:
@@ -153,7 +153,7 @@ def test_an_approval_is_evaluated_on_its_own() -> None:
 
 
 def k8s_runs(*names: str) -> list[K8sObject]:
-    return [fp(o, f"rv-{o.uid}") for r in names for o in sandbox(r)]  # type: ignore[misc]
+    return [fp(o, f"rv-{o.uid}") for r in names for o in sandbox(r)]  # type: ignore[misc]  # fp returns the resource it is given, typed as the union
 
 
 ORPHANS = Evidence(leases=leases(), runs=runs({}))

@@ -164,7 +164,7 @@ def test_a_recorded_kubernetes_input_reads_as_kubernetes(tmp_path: Path) -> None
     objects = exports.load_k8s(SAMPLES / "k8s-objects.json", "prod")
     leases = exports.load_leases(SAMPLES / "leases.json")
     keys = {o.labels.get("iterion.io/run-id") for o in objects} - {None}
-    runs = exports.load_runs(SAMPLES / "runs.json", keys)  # type: ignore[arg-type]
+    runs = exports.load_runs(SAMPLES / "runs.json", keys)  # type: ignore[arg-type]  # None taken out by the set difference, which mypy does not narrow
     evidence = Evidence(leases=leases, runs=runs, swept=frozenset({("k8s", "prod")}))
     recorded = record(tmp_path, "k8s.msgpack", SweepData(objects, evidence, datetime.fromisoformat(NOW).timestamp()))
     old, new = configs(tmp_path, ENFORCE + "rules: {sandbox_orphan: report}\n", ENFORCE)

@@ -41,7 +41,7 @@ def test_a_config_spelling_every_default_as_the_table_does_is_the_default_config
         *sections, leaf = key.split(".")
         node = data
         for section in sections:
-            node = node.setdefault(section, {})  # type: ignore[assignment]
+            node = node.setdefault(section, {})  # type: ignore[assignment]  # JSON data typed object: its shape is this code's own
         node[leaf] = yaml.safe_load(default.strip("`"))
     assert parse_settings(data, "the table") == Settings()
 

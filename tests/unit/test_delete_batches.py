@@ -60,7 +60,7 @@ def test_every_resource_once_each_scope_in_order_every_prefix_balanced(projects:
 
 
 @st.composite
-def runs(draw) -> list[K8sObject]:  # type: ignore[no-untyped-def]
+def runs(draw) -> list[K8sObject]:
     objects = []
     for r in range(draw(st.integers(0, 12))):
         cluster = draw(st.sampled_from(["c1", "c2"]))

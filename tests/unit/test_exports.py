@@ -36,7 +36,7 @@ def pod(
     return {"kind": "Pod", "metadata": metadata, "spec": spec, "status": status}
 
 
-def normalize(raw: dict):  # type: ignore[no-untyped-def]
+def normalize(raw: dict):
     return k8s_object(msgspec.convert(raw, KubeItem), "c1")
 
 

@@ -46,7 +46,7 @@ def failed(status: int, **headers: str) -> ApiException:
         (failed(403), False),
         (failed(400, Retry_After="1"), False),  # final whatever it says
         (ApiException(status=0, reason="SSL: CERTIFICATE_VERIFY_FAILED"), False),
-        (u3exc.ReadTimeoutError(None, "/", "read timed out"), True),  # type: ignore[arg-type]
+        (u3exc.ReadTimeoutError(None, "/", "read timed out"), True),  # type: ignore[arg-type]  # no pool: the error is only classified
         (u3exc.ProtocolError("connection dropped"), True),
         (ValueError("the answer is not this one object"), False),
     ],

@@ -164,6 +164,7 @@ reporting = st.one_of(
 )
 
 
+@pytest.mark.slow  # seconds of examples: `make test` runs it, `make check` does not
 @PROPS
 @given(
     fleet=st.lists(st.one_of(instances(), groups), max_size=30),

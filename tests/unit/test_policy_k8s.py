@@ -490,7 +490,7 @@ def test_a_run_label_every_sandbox_shares_deletes_nothing_as_the_live_runs_lease
     assert not wrong.deletes()
     assert {d.reason for d in wrong.decisions} <= {"run_key_shared", "store_unknown", "run_label_missing"}
     (verdict,) = wrong.scopes
-    assert any("k8s.run_label (app)" in why for why in verdict.details["unknown_evidence"])  # type: ignore[union-attr]
+    assert any("k8s.run_label (app)" in why for why in verdict.details["unknown_evidence"])
 
 
 def test_a_run_key_several_sandboxes_share_is_no_run_whatever_the_lease_source_and_the_other_runs() -> None:

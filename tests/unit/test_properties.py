@@ -6,6 +6,7 @@ import random
 from collections import defaultdict
 
 import msgspec
+import pytest
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
@@ -190,6 +191,7 @@ def run(resources, evidence, config, phase) -> Plan:
     return evaluate(resources, evidence, config, phase, NOW_DT)
 
 
+@pytest.mark.slow  # seconds of examples: `make test` runs it, `make check` does not
 @PROPS
 @given(st.lists(instances(), max_size=30), writer_health, configs, phases)
 def test_gce_fresh_or_future_heartbeat_is_only_ever_deleted_as_terminated(fleet, writers, config, phase) -> None:
@@ -200,6 +202,7 @@ def test_gce_fresh_or_future_heartbeat_is_only_ever_deleted_as_terminated(fleet,
             assert d.rule == "terminated" and d.resource.status == "TERMINATED"
 
 
+@pytest.mark.slow  # seconds of examples: `make test` runs it, `make check` does not
 @PROPS
 @given(st.lists(instances(), max_size=30), writer_health, configs, phases)
 def test_gce_opt_out_and_held_projects_never_delete_heartbeat(fleet, writers, config, phase) -> None:
@@ -211,6 +214,7 @@ def test_gce_opt_out_and_held_projects_never_delete_heartbeat(fleet, writers, co
             assert d.resource.project not in held
 
 
+@pytest.mark.slow  # seconds of examples: `make test` runs it, `make check` does not
 @PROPS
 @given(k8s_fleets(), configs, phases)
 def test_k8s_never_deletes_without_positive_evidence(fleet, config, phase) -> None:
@@ -243,6 +247,7 @@ def test_k8s_never_deletes_without_positive_evidence(fleet, config, phase) -> No
                 assert not any(selector_matches(sibling.selects, o.labels) for o in strangers)
 
 
+@pytest.mark.slow  # seconds of examples: `make test` runs it, `make check` does not
 @PROPS
 @given(k8s_fleets(), configs, phases)
 def test_k8s_every_object_of_a_run_gets_the_same_action(fleet, config, phase) -> None:
@@ -257,6 +262,7 @@ def test_k8s_every_object_of_a_run_gets_the_same_action(fleet, config, phase) ->
     assert all(len(found) == 1 for found in actions.values()), actions
 
 
+@pytest.mark.slow  # seconds of examples: `make test` runs it, `make check` does not
 @PROPS
 @given(st.lists(instances(), max_size=20), k8s_fleets(), writer_health, configs, phases, st.data())
 def test_a_plan_never_holds_two_deletes_for_one_uid(fleet, k8s, writers, config, phase, data) -> None:
@@ -271,6 +277,7 @@ def _uid_of(resource) -> str:
     return resource.id if isinstance(resource, GceInstance) else resource.uid
 
 
+@pytest.mark.slow  # seconds of examples: `make test` runs it, `make check` does not
 @PROPS
 @given(st.lists(instances(), max_size=30), k8s_fleets(), writer_health, configs, phases)
 def test_budget_tripped_scope_has_no_deletes_and_cap_is_respected(fleet, k8s, writers, config, phase) -> None:
@@ -289,6 +296,7 @@ def test_budget_tripped_scope_has_no_deletes_and_cap_is_respected(fleet, k8s, wr
 SCOPES = [("gce", p) for p in ("p1", "p2", "p3")] + [("k8s", c) for c in ("c1", "c2")]
 
 
+@pytest.mark.slow  # seconds of examples: `make test` runs it, `make check` does not
 @PROPS
 @given(
     st.lists(instances(), max_size=30),
@@ -328,6 +336,7 @@ def _lower(config, rule: str, mode: str):
     return settings(**data)
 
 
+@pytest.mark.slow  # seconds of examples: `make test` runs it, `make check` does not
 @PROPS
 @given(
     st.lists(instances(), max_size=25),
@@ -364,6 +373,7 @@ def _summary(plan: Plan) -> tuple:
     return decisions, scopes, plan.capped
 
 
+@pytest.mark.slow  # seconds of examples: `make test` runs it, `make check` does not
 @PROPS
 @given(st.lists(instances(), max_size=25), k8s_fleets(), writer_health, configs, phases, st.randoms())
 def test_result_does_not_depend_on_input_order(fleet, k8s, writers, config, phase, rnd: random.Random) -> None:

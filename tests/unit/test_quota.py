@@ -19,7 +19,7 @@ WINDOW = 60.0  # the API's minute (the suite's emulators run a faster clock: uns
 
 
 @pytest.fixture(autouse=True)
-def the_apis_minute(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def the_apis_minute(monkeypatch) -> None:
     monkeypatch.delenv(QUOTA_WINDOW_ENV, raising=False)
 
 

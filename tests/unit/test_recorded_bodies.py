@@ -69,7 +69,7 @@ def gce(
     """An instance of the recorded project, created at ``created`` (UTC); its labelFingerprint that of no labels
     unless ``more`` says otherwise."""
     more.setdefault("label_fingerprint", EMPTY)
-    return GceInstance(PROJECT, zone, name, ident, status, labels, utc(created), **more)  # type: ignore[arg-type]
+    return GceInstance(PROJECT, zone, name, ident, status, labels, utc(created), **more)  # type: ignore[arg-type]  # **kwargs typed object: each goes to the parameter of its name
 
 
 RECORDED_PAGES = {
@@ -227,13 +227,13 @@ def test_a_repeated_key_refuses_a_listed_page_and_reads_as_its_last_value_in_an_
     inst = LABELLED.replace('"labels": {', f'"labels": {{{OPT_OUT_TWICE}, ')
     assert listed(page_of(inst)) == "a key is repeated in one object of the answer"
     (record,) = exported(tmp_path, f"[{inst}]".encode())
-    assert record.labels["reaper_keep"] == "no"  # type: ignore[union-attr]
+    assert record.labels["reaper_keep"] == "no"  # type: ignore[union-attr]  # a str only for a refused page, not this one
 
 
 def test_a_created_by_key_marks_a_group_member_in_both_readers(tmp_path: Path) -> None:
     inst = VARIANTS["created-by-key"][0]
     for records in (listed(page_of(inst)), exported(tmp_path, f"[{inst}]".encode())):
-        assert [r.group_member for r in records] == [True]  # type: ignore[union-attr]
+        assert [r.group_member for r in records] == [True]  # type: ignore[union-attr]  # a str only for a refused page, not this one
 
 
 # --- Kubernetes ----------------------------------------------------------------------------------------------
@@ -264,7 +264,7 @@ def pod_of(listing: str) -> dict[str, object]:
 def k8s(
     kind: str, name: str, uid: str, labels: dict[str, str], created: str, version: str, **more: object
 ) -> K8sObject:
-    return K8sObject(kind, "c1", "default", name, uid, labels, utc(created), version, **more)  # type: ignore[arg-type]
+    return K8sObject(kind, "c1", "default", name, uid, labels, utc(created), version, **more)  # type: ignore[arg-type]  # **kwargs typed object: each goes to the parameter of its name
 
 
 RUNNING = k8s(
@@ -330,7 +330,7 @@ def test_a_recorded_secret_is_read_without_its_data() -> None:
 def test_a_recorded_list_of_another_kind_is_no_answer_to_a_pod_listing(tmp_path: Path) -> None:
     """A NamespaceList answering a Pod list would otherwise read as Pods; an export ignores kinds it does not judge."""
     namespaces = recorded("k8s/namespacelist.json")
-    assert "a NamespaceList answered a list of Pods" in k8s_listed(namespaces, "Pod")  # type: ignore[operator]
+    assert "a NamespaceList answered a list of Pods" in k8s_listed(namespaces, "Pod")
     assert k8s_exported(tmp_path, namespaces) == []
 
 
@@ -344,7 +344,7 @@ K8S_VARIANTS: dict[str, tuple[bytes, bool]] = {
     "an-item-of-another-kind": (json.dumps({"kind": "PodList", "items": [{**POD, "kind": "Secret"}]}).encode(), False),
     # Go's encoder never writes a key twice; both readers keep the last value, as msgspec does.
     "label-twice": (api_list("Pod", POD).replace(POD_META, LABEL_TWICE), True),
-    "no-uid": (api_list("Pod", {**POD, "metadata": {k: v for k, v in POD["metadata"].items() if k != "uid"}}), False),  # type: ignore[attr-defined]
+    "no-uid": (api_list("Pod", {**POD, "metadata": {k: v for k, v in POD["metadata"].items() if k != "uid"}}), False),  # type: ignore[attr-defined]  # JSON data typed object: its shape is this code's own
 }  # fmt: skip
 
 

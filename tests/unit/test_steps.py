@@ -69,7 +69,7 @@ class FakeLedger:
     def earlier_execution(self, ids: dict[str, object]) -> bool:
         return self.rerun
 
-    def write(self, records) -> int:  # type: ignore[no-untyped-def]
+    def write(self, records) -> int:
         records = list(records)
         self.records += records
         return len(records)
@@ -77,20 +77,20 @@ class FakeLedger:
     def summary(self, doc: dict[str, object]) -> None:
         self.summaries.append(doc)
 
-    def record_transitions(self, ids, plan, evidence, run_label):  # type: ignore[no-untyped-def]
+    def record_transitions(self, ids, plan, evidence, run_label):
         found, states = since(self.states, plan, evidence, run_label)
         self.states.update(states)
         self.transitions += [{**ids, **c.record()} for c in found]
         return len(found)
 
-    def outcomes(self, ids, uids=None):  # type: ignore[no-untyped-def]
+    def outcomes(self, ids, uids=None):
         return {
             (r["scope"], r["uid"]): r
             for r in self.records
             if r["action"] == "outcome" and r["lease"] == ids["lease"] and (uids is None or r["uid"] in uids)
         }
 
-    def intents(self, ids, uids):  # type: ignore[no-untyped-def]
+    def intents(self, ids, uids):
         return set()
 
     def lease_problem(self, target: str, holder: str, token: str) -> str | None:
@@ -128,7 +128,7 @@ class FakeGce(GceTarget):
 
 
 class Sweep(steps.Sweep):
-    def ledger(self):  # type: ignore[no-untyped-def]
+    def ledger(self):
         return self._ledger
 
 
@@ -241,7 +241,7 @@ def test_an_override_may_name_a_held_project_by_the_id_the_audit_view_shows(tmp_
     configured name; another name is refused (after resolution, the lease given back)."""
     s = sweep(tmp_path, [], gce={"projects": ["123456789012", "p2"]})
     number = Resolved("ci-a", ("123456789012",), ("123456789012",), how="projects.get")
-    s.target.resolve = lambda scopes, stop=None: [number, Resolved("p2", ("p2",))]  # type: ignore[method-assign]
+    s.target.resolve = lambda scopes, stop=None: [number, Resolved("p2", ("p2",))]  # type: ignore[method-assign]  # the test's stub in place of the method
     named = {**OVERRIDE, "override_scopes": ["ci-a"]}
     assert [[r.scope for r in shard] for shard in steps.resolve_scopes(s, named).shards] == [["ci-a"], ["p2"]]
     with pytest.raises(AirflowFailException, match=r"\['ci-x'\] are not swept .* or their ids \['ci-a'\]"):
@@ -256,7 +256,7 @@ def test_a_resolution_that_fails_gives_the_lease_back(tmp_path: Path) -> None:
     def unreachable(scopes: list[str], stop: Stop | None = None) -> list[Resolved]:
         raise ConnectionError("no route to the Compute API")
 
-    s.target.resolve = unreachable  # type: ignore[method-assign]
+    s.target.resolve = unreachable  # type: ignore[method-assign]  # the test's stub in place of the method
     with pytest.raises(ConnectionError):
         steps.resolve_scopes(s, {})
     assert s.ledger().released == [s.ids.holder]
@@ -276,7 +276,7 @@ def test_the_sweep_input_carries_every_listing_fact_and_decisions_go_to_the_ledg
 ) -> None:
     fleet = stale_fleet()
     s = sweep(tmp_path, fleet)
-    s.target.incomplete = {"p2": ["page 2: 503"]}  # type: ignore[attr-defined]
+    s.target.incomplete = {"p2": ["page 2: 503"]}  # type: ignore[attr-defined]  # the test's fake target; Sweep.target is typed Target
     planned = plan_through(s)
     data = msgspec.msgpack.decode(s.path("sweep-input.msgpack").read_bytes(), type=steps.SweepData[GceInstance])
     assert data.resources == fleet
@@ -321,7 +321,7 @@ def test_inputs_read_under_another_lease_or_a_dry_run_give_no_batch(tmp_path: Pa
 def test_a_kept_resource_has_its_story_recorded_once_per_change_never_per_sweep(tmp_path: Path) -> None:
     fleet = stale_fleet()
     s = sweep(tmp_path, fleet)
-    s.target.incomplete = {"p2": ["page 2: 503"]}  # type: ignore[attr-defined]
+    s.target.incomplete = {"p2": ["page 2: 503"]}  # type: ignore[attr-defined]  # the test's fake target; Sweep.target is typed Target
     plan_through(s)
     first = {t["name"]: (t["before"], t["state"]) for t in s.ledger().transitions}
     assert first == {
@@ -331,7 +331,7 @@ def test_a_kept_resource_has_its_story_recorded_once_per_change_never_per_sweep(
     }
     plan_through(s)  # nothing changed: nothing written
     assert len(s.ledger().transitions) == 3
-    s.target.fleet = [fleet[1]]  # type: ignore[attr-defined]  # p1's stale VM deleted; p2 still listed partially
+    s.target.fleet = [fleet[1]]  # type: ignore[attr-defined]  # the test's fake target; Sweep.target is typed Target; p1's stale VM deleted; p2 still listed partially
     plan_through(s)
     gone = [(t["name"], t["before"], t["state"]) for t in s.ledger().transitions[3:]]
     assert gone == [(fleet[0].name, "delete:heartbeat_stale", "gone")]  # p2's VM: absent from a partial answer
@@ -491,7 +491,7 @@ def test_a_raised_cap_plans_past_the_configured_one_and_stamps_every_decision(tm
     s = sweep(tmp_path / "b", fleet, max_deletions_per_sweep=2)
     raised = plan_through(s, {"max_deletions": 3, "override_reason": "INC-13578 recovery"})
     assert sum(len(b.resources) for b in raised.batches) == 3 and raised.summary.max_deletions == 3
-    stamps = {str(r["override"]["reason"]) for r in s.ledger().records if r["kind"] == "decision"}  # type: ignore[index]
+    stamps = {str(r["override"]["reason"]) for r in s.ledger().records if r["kind"] == "decision"}
     assert stamps == {"INC-13578 recovery"}
     assert steps.budget_check(raised.summary) == steps.Branch("delete", "3 deletes within the cap (3)")
 
@@ -505,7 +505,7 @@ def test_a_batch_is_run_only_by_its_own_execution_lease_and_config(tmp_path: Pat
     ]
     for other in others:
         assert steps.delete(other, batch, LEASE, None).outcomes == {Result.STALE_PLAN: 2}
-        assert other.target.guards == []  # type: ignore[attr-defined]
+        assert other.target.guards == []  # type: ignore[attr-defined]  # the test's fake target; Sweep.target is typed Target
     relet = msgspec.structs.replace(LEASE, token="another")
     assert steps.delete(s, batch, relet, None).outcomes == {Result.STALE_PLAN: 2}
     assert steps.delete(s, batch, LEASE, None).outcomes == {"deleted": 2}
@@ -524,7 +524,7 @@ def test_a_batch_of_a_phase_other_than_the_active_one_is_sent_only_with_its_conf
         msgspec.convert(planned_before, type(batch)),
     ):
         assert steps.delete(s, unconfirmed, LEASE, None).outcomes == {Result.STALE_PLAN: 2}
-        assert s.target.guards == []  # type: ignore[attr-defined]
+        assert s.target.guards == []  # type: ignore[attr-defined]  # the test's fake target; Sweep.target is typed Target
     assert steps.delete(s, batch, LEASE, None).outcomes == {"deleted": 2}
     # The active phase's batches need no confirmation.
     active = sweep(tmp_path / "a", stale_fleet())
@@ -556,7 +556,7 @@ def test_a_batch_stops_sending_at_the_lease_expiry_or_the_run_timeout_less_the_m
     steps.delete(s, batch, LEASE, None)
     s.ledger().records.clear()  # else the second call finds the first one's outcomes and sends nothing
     steps.delete(s, batch, LEASE, started)
-    no_start, with_start = s.target.guards  # type: ignore[attr-defined]
+    no_start, with_start = s.target.guards  # type: ignore[attr-defined]  # the test's fake target; Sweep.target is typed Target
     assert no_start.deadline == LEASE.expires_at - margin
     timeout = s.config.run_timeout("gce").total_seconds()
     assert started.timestamp() + timeout < LEASE.expires_at  # the run's timeout comes first here
@@ -607,7 +607,7 @@ def test_a_late_batch_records_a_delete_an_earlier_try_sent_as_unconfirmed(tmp_pa
     s = sweep(tmp_path, stale_fleet())
     (batch,) = plan_through(s).batches
     sent = batch.resources[0]
-    s.ledger().intents = lambda ids, uids: {(sent.scope, sent.uid)}  # type: ignore[method-assign]
+    s.ledger().intents = lambda ids, uids: {(sent.scope, sent.uid)}
     late = datetime.now(UTC) - s.config.run_timeout("gce")
     assert steps.delete(s, batch, LEASE, late).outcomes == {
         "unconfirmed": 1,
@@ -622,10 +622,10 @@ def test_a_batch_that_begins_after_the_deadline_sends_nothing_and_records_it_in_
     (batch,) = plan_through(s).batches
     writes: list[int] = []
     write = s.ledger().write
-    s.ledger().write = lambda records: writes.append(write(records)) or writes[-1]  # type: ignore[method-assign]
+    s.ledger().write = lambda records: writes.append(write(records)) or writes[-1]
     late = datetime.now(UTC) - s.config.run_timeout("gce")
     assert steps.delete(s, batch, LEASE, late).outcomes == {Result.NOT_ATTEMPTED: len(batch.resources)}
-    assert s.target.guards == [] and writes == [len(batch.resources)]  # type: ignore[attr-defined]
+    assert s.target.guards == [] and writes == [len(batch.resources)]  # type: ignore[attr-defined]  # the test's fake target; Sweep.target is typed Target
     assert {r["detail"] for r in s.ledger().records if r["action"] == "outcome"} == {
         "deadline reached: left for the next sweep"
     }
@@ -669,7 +669,7 @@ def test_unknown_evidence_stays_unknown_through_the_sweep_store(tmp_path: Path) 
     object.__setattr__(s, "target", Ambiguous(s.config, fleet))
     planned = plan_through(s)
     data = msgspec.msgpack.decode(s.path("sweep-input.msgpack").read_bytes(), type=steps.SweepData[GceInstance])
-    assert math.isnan(data.evidence.writer_health[0].last_pass)  # type: ignore[index]
+    assert math.isnan(data.evidence.writer_health[0].last_pass)
     assert data.evidence.leases is not None and data.evidence.leases.known == {"r1": math.inf}
     p1 = next(v for v in planned.summary.scopes if v["scope"] == "p1")
     assert p1["holds"] == ["writer_health_unknown"]  # that project held, the other swept

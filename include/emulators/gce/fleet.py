@@ -123,7 +123,7 @@ class Fleet(State):
         project = zone_url.split("/projects/")[1].split("/")[0]
         zone = zone_url.rstrip("/").split("/")[-1]
         instance.setdefault("labels", {})
-        instance["labelFingerprint"] = fingerprint(instance["labels"])  # type: ignore[arg-type]
+        instance["labelFingerprint"] = fingerprint(instance["labels"])  # type: ignore[arg-type]  # JSON data typed object: its shape is this code's own
         with self.lock:
             self.projects[project].setdefault(zone, {})[str(instance["name"])] = instance
 
@@ -201,7 +201,7 @@ class Fleet(State):
         placed = []
         for member in members:
             items = [{"key": "created-by", "value": url}]
-            member["metadata"] = {**member.get("metadata", {}), "items": items}  # type: ignore[dict-item]
+            member["metadata"] = {**member.get("metadata", {}), "items": items}  # type: ignore[dict-item]  # JSON data typed object: its shape is this code's own
             self.add(member)
             placed.append((str(member["zone"]).rstrip("/").split("/")[-1], str(member["name"])))
         with self.lock:
@@ -296,7 +296,7 @@ class Fleet(State):
             if body.get("labelFingerprint") != instance["labelFingerprint"]:
                 message = "Labels fingerprint either invalid or resource labels have changed"
                 raise ApiError(412, "conditionNotMet", message, more={"location": "If-Match", "locationType": "header"})
-            labels = dict(body.get("labels") or {})  # type: ignore[call-overload]
+            labels = dict(body.get("labels") or {})  # type: ignore[call-overload]  # JSON data typed object: its shape is this code's own
             instance["labels"] = labels
             instance["labelFingerprint"] = fingerprint(labels)
             self.mutations.append((time.monotonic(), project, "setLabels"))
@@ -318,7 +318,7 @@ class Fleet(State):
                 where = f"projects/{project}/zones/{zone}/instances/{name}"
                 raise ApiError(409, "alreadyExists", f"The resource '{where}' already exists")
             instance_id = int(hashlib.sha1(f"{project}/{zone}/{name}/{time.time()}".encode()).hexdigest()[:15], 16)
-            labels = {str(k): str(v) for k, v in dict(body.get("labels") or {}).items()}  # type: ignore[call-overload]
+            labels = {str(k): str(v) for k, v in dict(body.get("labels") or {}).items()}  # type: ignore[call-overload]  # JSON data typed object: its shape is this code's own
             instance = gcloud_instance(project, zone, name, instance_id + 1, "RUNNING", labels, time.time())
             self.add(instance)
             self.mutations.append((time.monotonic(), project, "insert"))

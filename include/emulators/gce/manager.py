@@ -68,7 +68,7 @@ class ManagerSimulator:
         interval: float = 60.0,
         concurrency: int = 4,
         heartbeat_label: str = "runner_manager_heartbeat",
-        clock=time.time,  # type: ignore[no-untyped-def]
+        clock=time.time,
         namespace: str = "runner-managers",
         machine_labels: dict[str, str] | None = None,
     ) -> None:
@@ -228,7 +228,7 @@ def main() -> None:
     parser.add_argument("--zone", default="us-east1-b", help="where a restart re-creates its idle machine")
     args = parser.parse_args()
     instances = [tuple(spec.split("/", 1)) for spec in args.instance]
-    manager = ManagerSimulator(args.name, args.project, manager_clients(args.endpoint), instances, args.interval)  # type: ignore[arg-type]
+    manager = ManagerSimulator(args.name, args.project, manager_clients(args.endpoint), instances, args.interval)
     port = manager.serve_metrics(args.metrics_port)
     print(f"manager {args.name} tracking {len(instances)} instances, metrics on :{port}", flush=True)
     manager.start()

@@ -129,13 +129,13 @@ class RateQuotas:
         if settings.get("documented"):
             self.documented()
         with self._lock:
-            for group, limit in dict(settings.get("limits") or {}).items():  # type: ignore[call-overload]
+            for group, limit in dict(settings.get("limits") or {}).items():  # type: ignore[call-overload]  # JSON data typed object: its shape is this code's own
                 self.limits[_group(group)] = int(limit)
-            for project, limits in dict(settings.get("projects") or {}).items():  # type: ignore[call-overload]
+            for project, limits in dict(settings.get("projects") or {}).items():  # type: ignore[call-overload]  # JSON data typed object: its shape is this code's own
                 own = self.projects.setdefault(str(project), {})
                 own.update({_group(group): int(limit) for group, limit in dict(limits).items()})
             if "window" in settings:
-                self.window = float(settings["window"])  # type: ignore[arg-type]
+                self.window = float(settings["window"])  # type: ignore[arg-type]  # JSON data typed object: its shape is this code's own
 
     def limit(self, project: str, group: str) -> int | None:
         return self.projects.get(project, {}).get(group, self.limits.get(group))

@@ -103,7 +103,7 @@ def _page_args(query: dict[str, list[str]]) -> tuple[dict[str, str], int, int]:
 
 def _matches(instance: dict[str, object], wanted: dict[str, str]) -> bool:
     labels = instance.get("labels") or {}
-    return all(labels.get(k) == v for k, v in wanted.items())  # type: ignore[union-attr]
+    return all(labels.get(k) == v for k, v in wanted.items())
 
 
 class GceHandler(Handler):
@@ -269,17 +269,17 @@ class GceHandler(Handler):
         fleet = self.state
         with fleet.lock:
             faults = fleet.faults
-            faults.latency = float(body.get("latency", faults.latency))  # type: ignore[arg-type]
-            faults.slow.update(body.get("slow", {}))  # type: ignore[arg-type]
-            faults.rates.update(body.get("rates", {}))  # type: ignore[arg-type]
-            faults.unreachable |= {tuple(pz) for pz in body.get("unreachable", [])}  # type: ignore[attr-defined]
-            faults.deny_set_labels |= set(body.get("deny_set_labels", []))  # type: ignore[arg-type]
-            faults.deny_project_get |= set(body.get("deny_project_get", []))  # type: ignore[arg-type]
-            faults.operation_seconds.update(body.get("operation_seconds", {}))  # type: ignore[arg-type]
-            faults.instance_operation_seconds.update(body.get("instance_operation_seconds", {}))  # type: ignore[arg-type]
-            faults.operation_wait_cap = float(body.get("operation_wait_cap", faults.operation_wait_cap))  # type: ignore[arg-type]
+            faults.latency = float(body.get("latency", faults.latency))  # type: ignore[arg-type]  # JSON data typed object: its shape is this code's own
+            faults.slow.update(body.get("slow", {}))
+            faults.rates.update(body.get("rates", {}))
+            faults.unreachable |= {tuple(pz) for pz in body.get("unreachable", [])}  # type: ignore[attr-defined]  # JSON data typed object: its shape is this code's own
+            faults.deny_set_labels |= set(body.get("deny_set_labels", []))
+            faults.deny_project_get |= set(body.get("deny_project_get", []))
+            faults.operation_seconds.update(body.get("operation_seconds", {}))
+            faults.instance_operation_seconds.update(body.get("instance_operation_seconds", {}))
+            faults.operation_wait_cap = float(body.get("operation_wait_cap", faults.operation_wait_cap))  # type: ignore[arg-type]  # JSON data typed object: its shape is this code's own
         try:
-            fleet.quotas.configure(body.get("quotas", {}))  # type: ignore[arg-type]
+            fleet.quotas.configure(body.get("quotas", {}))  # type: ignore[arg-type]  # JSON data typed object: its shape is this code's own
         except (TypeError, ValueError) as exc:
             raise ApiError(400, "invalid", str(exc)) from None
         return {"ok": True}
@@ -297,4 +297,4 @@ class Emulator(Server):
 
     def __init__(self, fleet: Fleet | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
         super().__init__(GceHandler, fleet or Fleet(), host, port)
-        self.fleet: Fleet = self.state  # type: ignore[assignment]
+        self.fleet: Fleet = self.state  # type: ignore[assignment]  # this server's state is always its own emulator's

@@ -74,7 +74,7 @@ class Cluster(State):
 
     def create(self, resource: str, namespace: str, obj: dict[str, object]) -> dict[str, object]:
         kind, api_version = RESOURCES[resource]
-        meta = dict(obj.get("metadata") or {})  # type: ignore[call-overload]
+        meta = dict(obj.get("metadata") or {})  # type: ignore[call-overload]  # JSON data typed object: its shape is this code's own
         name = meta.get("name")
         if not name:
             raise ApiError(422, "Invalid", f"{kind} is invalid: metadata.name: Required value")
@@ -95,7 +95,7 @@ class Cluster(State):
         """Add an owner reference to a stored object (tests build cascades with it)."""
         with self.lock:
             meta = self.objects[key]["metadata"]
-            meta.setdefault("ownerReferences", []).append({"uid": owner_uid})  # type: ignore[union-attr]
+            meta.setdefault("ownerReferences", []).append({"uid": owner_uid})
             self._dependents.setdefault(owner_uid, set()).add(key)
 
     def get(self, resource: str, namespace: str, name: str) -> dict[str, object]:
@@ -109,16 +109,16 @@ class Cluster(State):
         """Delete as the API server does; the answer is the object as deleted (or now terminating)."""
         with self.lock:
             obj = self.get(resource, namespace, name)
-            meta: dict[str, object] = obj["metadata"]  # type: ignore[assignment]
+            meta: dict[str, object] = obj["metadata"]  # type: ignore[assignment]  # JSON data typed object: its shape is this code's own
             pre = options.get("preconditions") or {}
-            if pre.get("uid") and pre["uid"] != meta["uid"]:  # type: ignore[union-attr,index]
+            if pre.get("uid") and pre["uid"] != meta["uid"]:  # type: ignore[index]  # JSON data typed object: its shape is this code's own
                 raise ApiError(
                     409,
                     "Conflict",
                     f"Operation cannot be fulfilled on {resource} {name!r}: Precondition failed: "
-                    f"UID in precondition: {pre['uid']}, UID in object meta: {meta['uid']}",  # type: ignore[index]
+                    f"UID in precondition: {pre['uid']}, UID in object meta: {meta['uid']}",  # type: ignore[index]  # JSON data typed object: its shape is this code's own
                 )
-            if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:  # type: ignore[union-attr,index]
+            if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:  # type: ignore[index]  # JSON data typed object: its shape is this code's own
                 raise ApiError(409, "Conflict", f"Precondition failed: resourceVersion of {resource} {name!r}")
             self.deletes.append((time.monotonic(), resource, namespace, name))
             if resource == "pods" or meta.get("finalizers"):
@@ -130,9 +130,9 @@ class Cluster(State):
 
     def _begin_graceful_delete(self, key: tuple[str, str, str], obj: dict[str, object]) -> dict[str, object]:
         """Mark the object terminating; the kubelet (a timer here) and the finalizers remove it later."""
-        meta: dict[str, object] = obj["metadata"]  # type: ignore[assignment]
+        meta: dict[str, object] = obj["metadata"]  # type: ignore[assignment]  # JSON data typed object: its shape is this code's own
         if "deletionTimestamp" not in meta:
-            grace = float((obj.get("spec") or {}).get("terminationGracePeriodSeconds", 30))  # type: ignore[union-attr]
+            grace = float((obj.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
             meta["deletionTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             meta["deletionGracePeriodSeconds"] = int(grace)
             meta["resourceVersion"] = self._version()
@@ -149,9 +149,9 @@ class Cluster(State):
         """The kubelet has stopped the Pod: it goes once no finalizer holds it."""
         with self.lock:
             obj = self.objects.get(key)
-            if obj is None or obj["metadata"]["uid"] != uid:  # type: ignore[index]
+            if obj is None or obj["metadata"]["uid"] != uid:  # type: ignore[index]  # JSON data typed object: its shape is this code's own
                 return  # gone already, or recreated under the same name: another object
-            meta: dict[str, object] = obj["metadata"]  # type: ignore[assignment]
+            meta: dict[str, object] = obj["metadata"]  # type: ignore[assignment]  # JSON data typed object: its shape is this code's own
             self._stopped.add(key)
             if meta.get("finalizers"):
                 return
@@ -162,7 +162,7 @@ class Cluster(State):
     def remove_finalizers(self, key: tuple[str, str, str]) -> None:
         """What the controller owning a finalizer does when it is done (tests call it)."""
         with self.lock:
-            meta: dict[str, object] = self.objects[key]["metadata"]  # type: ignore[assignment]
+            meta: dict[str, object] = self.objects[key]["metadata"]  # type: ignore[assignment]  # JSON data typed object: its shape is this code's own
             meta["finalizers"] = []
             meta["resourceVersion"] = self._version()
             done = "deletionTimestamp" in meta and (key[0] != "pods" or key in self._stopped)
@@ -211,7 +211,7 @@ class Cluster(State):
                     continue
                 if limit and len(page) == limit:
                     last = page[-1]["metadata"]
-                    return page, (last["namespace"], last["name"])  # type: ignore[index]
+                    return page, (last["namespace"], last["name"])  # type: ignore[index]  # JSON data typed object: its shape is this code's own
                 page.append(obj)
             return page, None
 

@@ -157,7 +157,7 @@ class K8sHandler(Handler):
         fields, name = parse_field_selector(query.get("fieldSelector", [""])[0])
 
         def matches(obj: dict[str, object]) -> bool:
-            return labels(obj["metadata"].get("labels") or {}) and fields(obj["metadata"])  # type: ignore[union-attr]
+            return labels(obj["metadata"].get("labels") or {}) and fields(obj["metadata"])
 
         limit = int(query.get("limit", ["0"])[0] or 0)
         token = query.get("continue", [""])[0]
@@ -181,7 +181,7 @@ class K8sHandler(Handler):
                 found = cluster.objects.get((resource, namespace, name))
             page, resume = ([found] if found is not None and matches(found) else []), None
         else:
-            page, resume = cluster.select(resource, namespace, matches, after, limit)  # type: ignore[arg-type]
+            page, resume = cluster.select(resource, namespace, matches, after, limit)
         with cluster.lock:
             if token and resume and cluster.faults.repeat_continue_tokens > 0:
                 cluster.faults.repeat_continue_tokens -= 1
@@ -196,7 +196,7 @@ class K8sHandler(Handler):
             "items": self._serve_objects(resource, page),
         }
         if resume:
-            body["metadata"]["continue"] = token if resume == after else _continue_token(resume, version)  # type: ignore[index]
+            body["metadata"]["continue"] = token if resume == after else _continue_token(resume, version)  # type: ignore[index]  # JSON data typed object: its shape is this code's own
         return body
 
 
@@ -205,7 +205,7 @@ class K8sEmulator(Server):
 
     def __init__(self, cluster: Cluster | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
         super().__init__(K8sHandler, cluster or Cluster(), host, port)
-        self.cluster: Cluster = self.state  # type: ignore[assignment]
+        self.cluster: Cluster = self.state  # type: ignore[assignment]  # this server's state is always its own emulator's
 
     def kubeconfig(self, name: str = "emulator") -> dict[str, object]:
         return {

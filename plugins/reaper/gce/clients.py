@@ -17,6 +17,7 @@ callers apart by it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypedDict
 
 from google.api_core import exceptions as gexc
 from google.api_core.client_options import ClientOptions
@@ -55,6 +56,15 @@ def throttled(exc: BaseException) -> bool:
     return False
 
 
+class _ClientArgs(TypedDict):
+    """The keyword arguments every Compute SDK client of :func:`compute_clients` is made with."""
+
+    credentials: Credentials
+    client_options: ClientOptions | None
+    transport: str
+    client_info: ClientInfo
+
+
 @dataclass(frozen=True)
 class ComputeClients:
     instances: compute_v1.InstancesClient
@@ -70,16 +80,21 @@ def compute_clients(
     options = ClientOptions(api_endpoint=api_endpoint) if api_endpoint else None
     credentials = credentials or AnonymousCredentials()
     info = ClientInfo(user_agent=user_agent)
-    kwargs = {"credentials": credentials, "client_options": options, "transport": "rest", "client_info": info}
-    instances = compute_v1.InstancesClient(**kwargs)  # type: ignore[arg-type]
+    kwargs: _ClientArgs = {
+        "credentials": credentials,
+        "client_options": options,
+        "transport": "rest",
+        "client_info": info,
+    }
+    instances = compute_v1.InstancesClient(**kwargs)
     # Scoped as the SDK scopes them (credentials without scopes get its default ones).
     http = AuthorizedSession(with_scopes_if_required(credentials, None, default_scopes=instances.transport.AUTH_SCOPES))
     # The SDK's clients name themselves in x-goog-api-client (their User-Agent is requests'): so does this one.
     http.headers.update({"User-Agent": user_agent, "x-goog-api-client": user_agent})
     return ComputeClients(
         instances,
-        compute_v1.ZoneOperationsClient(**kwargs),  # type: ignore[arg-type]
-        compute_v1.InstanceGroupManagersClient(**kwargs),  # type: ignore[arg-type]
+        compute_v1.ZoneOperationsClient(**kwargs),
+        compute_v1.InstanceGroupManagersClient(**kwargs),
         http,
         instances.transport.host,
     )

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 from urllib.parse import quote
 
 import msgspec
@@ -46,7 +46,6 @@ INSTANCE_FIELDS = (
 )
 # The top-level warning must stay in the mask: without it a partial answer reads as a complete one.
 LIST_FIELD_MASK = f"items/*/instances({INSTANCE_FIELDS}),items/*/warning,warning,nextPageToken,unreachables"
-S = TypeVar("S")
 
 
 class ApiWarning(msgspec.Struct):
@@ -54,6 +53,16 @@ class ApiWarning(msgspec.Struct):
 
     code: str = ""
     message: str = ""
+
+
+class Scoped(Protocol):
+    """A zone's or region's part of an aggregated page (:class:`ScopedInstances`, ``gce.groups.ScopedGroups``)."""
+
+    @property
+    def warning(self) -> ApiWarning | None: ...
+
+
+S = TypeVar("S", bound=Scoped)
 
 
 class ScopedInstances(msgspec.Struct):
@@ -158,7 +167,7 @@ def aggregated_scopes(
         if page.warning is not None:
             listing.problems.append(f"page {listing.pages}: {page.warning.code}: {page.warning.message}")
         for scope, scoped in page.items.items():
-            warning = scoped.warning  # type: ignore[attr-defined]
+            warning = scoped.warning
             if warning is not None and warning.code not in HARMLESS_WARNINGS:
                 listing.problems.append(f"{scope}: {warning.code}: {warning.message}")
             yield scope, scoped

@@ -117,7 +117,8 @@ def call(
         _return_http_data_only=True,
         _request_timeout=timeout,
     )
-    return response.data
+    data: bytes = response.data  # urllib3's response (the client is untyped): its body, unread until now
+    return data
 
 
 def selector_string(selector: dict[str, str]) -> str:

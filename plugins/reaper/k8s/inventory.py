@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from functools import partial
 
 import msgspec
 from kubernetes import client as k8s
@@ -100,7 +101,7 @@ def _list_path(
                 if token:
                     query.append(("continue", token))
                 # A 429's Retry-After is believed (capped); a listing has no delete guard to stop it.
-                raw = backoff.call(lambda q=query: call(api, "GET", path, timeout, q, accept=accept), retryable)
+                raw = backoff.call(partial(call, api, "GET", path, timeout, query, accept=accept), retryable)
                 found, token = read_page(raw, cluster, kind)
                 pages += 1
                 objects += found

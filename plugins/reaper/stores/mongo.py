@@ -25,7 +25,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from bson import Decimal128, ObjectId
 from bson.codec_options import DatetimeConversion
@@ -51,6 +51,10 @@ _UNBOUNDED = {name.lower() for name in (*_TIMEOUTS, "waitQueueTimeoutMS", "wTime
 _INT64 = range(-(2**63), 2**63)
 _DECIMAL = re.compile(r"0|-?[1-9][0-9]{0,4000}", re.ASCII)
 
+# pymongo hands documents out as plain dicts.
+Document = dict[str, Any]
+T = TypeVar("T")
+
 Identity = tuple[str, object]
 # Requested keys a stored key value may belong to, each with whether that form is documented.
 Owners = dict[Identity | None, list[tuple[str, bool]]]
@@ -60,7 +64,7 @@ class MongoConnectionError(RuntimeError):
     """No client could be built for a connection. The message never quotes the connection's fields."""
 
 
-def mongo_client(conn_id: str, timeout: float) -> MongoClient:
+def mongo_client(conn_id: str, timeout: float) -> MongoClient[Document]:
     """A client for the Airflow connection ``conn_id``, every timeout bounded by ``timeout`` seconds.
 
     Built from the connection's fields as keyword arguments, never from a URI holding credentials.
@@ -78,7 +82,7 @@ def mongo_client(conn_id: str, timeout: float) -> MongoClient:
     )
 
 
-def client_options(conn: Connection, timeout: float) -> dict[str, object]:
+def client_options(conn: Connection, timeout: float) -> dict[str, Any]:
     """``MongoClient`` keyword arguments for ``conn``, read as MongoHook reads it, timeouts bounded.
 
     The extras are pymongo options (``replicaSet``, ``authSource``, ``tlsCAFile``...) besides
@@ -90,7 +94,8 @@ def client_options(conn: Connection, timeout: float) -> dict[str, object]:
     srv = _flag(extras.pop("srv", False))
     tls = [_flag(extras.pop(name)) for name in ("ssl", "tls") if name in extras]
     insecure = _flag(extras.pop("allow_insecure", False))
-    options: dict[str, object] = {name: v for name, v in extras.items() if name.lower() not in _UNBOUNDED}
+    # Any: pymongo options of every type, for ``MongoClient(**options)``.
+    options: dict[str, Any] = {name: v for name, v in extras.items() if name.lower() not in _UNBOUNDED}
     host = conn.host or "127.0.0.1"
     if "://" in host:
         options["host"] = host
@@ -175,16 +180,16 @@ def _owners_of(value: object, owners: Owners) -> list[tuple[str, bool]]:
 
 
 def batched_lookup(
-    collection: Collection,
+    collection: Collection[Document],
     key_field: str,
     keys: Iterable[str],
     batch_size: int,
     projection: dict[str, int],
-    decode: Callable[[dict[str, object]], object],
-) -> Keyed:
+    decode: Callable[[dict[str, object]], T],
+) -> Keyed[T]:
     """``{key: decode(record)}`` for every key with agreeing documented records; the rest ``failed``."""
     wanted = sorted(set(keys))
-    known: dict[str, object] = {}
+    known: dict[str, T] = {}
     failed: set[str] = set()
     for start in range(0, len(wanted), batch_size):
         batch = wanted[start : start + batch_size]
@@ -214,7 +219,9 @@ def _owner_map(keys: Iterable[str]) -> Owners:
     return owners
 
 
-def _query(collection: Collection, key_field: str, batch: list[str], projection: dict[str, int]) -> list[dict]:
+def _query(
+    collection: Collection[Document], key_field: str, batch: list[str], projection: dict[str, int]
+) -> list[Document]:
     """Every record of the batch's keys, in any of their forms: one round trip."""
     values = [value for key in batch for value, _ in _forms(key)]
     # One more than the query can match when keys are unique (``_id``): a full first batch would
@@ -226,9 +233,9 @@ def documents_answer(
     keys: Iterable[str],
     docs: Iterable[dict[str, object]],
     key_field: str,
-    decode: Callable[[dict[str, object]], object],
+    decode: Callable[[dict[str, object]], T],
     exhaustive: bool,
-) -> tuple[dict[str, object], dict[str, str]]:
+) -> tuple[dict[str, T], dict[str, str]]:
     """What ``docs`` say of ``keys``: the decoded value of each key whose records agree in documented
     forms, and why each other key with records is unknown. One rule for the store and for exports.
 
@@ -244,7 +251,7 @@ def documents_answer(
             raise ValueError(f"the query returned a document that no requested key owns ({type(value).__name__})")
         for key, documented in owned:
             records[key].append((documented, doc))
-    known: dict[str, object] = {}
+    known: dict[str, T] = {}
     unknown: dict[str, str] = {}
     for key, matches in records.items():
         try:
@@ -254,7 +261,7 @@ def documents_answer(
     return known, unknown
 
 
-def _agreed(matches: list[tuple[bool, dict[str, object]]], decode: Callable[[dict[str, object]], object]) -> object:
+def _agreed(matches: list[tuple[bool, dict[str, object]]], decode: Callable[[dict[str, object]], T]) -> T:
     """The one value all of a key's records decode to; ``ValueError`` if any is odd or they disagree."""
     if not all(documented for documented, _ in matches):
         raise ValueError("a record holds the key in an undocumented form")
@@ -264,7 +271,7 @@ def _agreed(matches: list[tuple[bool, dict[str, object]]], decode: Callable[[dic
     return values[0]
 
 
-def _reading(collection: Collection) -> Collection:
+def _reading(collection: Collection[Document]) -> Collection[Document]:
     """``collection`` read from the primary, majority-committed (a connection's extras must never make a
     lease or a run state come from a stale secondary), with dates as aware UTC and out-of-range dates as
     ``DatetimeMS``, not errors."""
@@ -286,7 +293,9 @@ class _ProvenCollection:
     not complete), with the reason as the answer's ``problem``.
     """
 
-    def __init__(self, client: MongoClient, database: str, name: str, config_key: str, fields: tuple[str, ...]) -> None:
+    def __init__(
+        self, client: MongoClient[Document], database: str, name: str, config_key: str, fields: tuple[str, ...]
+    ) -> None:
         self.collection = _reading(client[database][name])
         self.config_key = config_key
         self.fields = fields
@@ -317,8 +326,8 @@ class _ProvenCollection:
         return problem
 
     def lookup(
-        self, keys: Iterable[str], key_field: str, batch_size: int, decode: Callable[[dict[str, object]], object]
-    ) -> Keyed:
+        self, keys: Iterable[str], key_field: str, batch_size: int, decode: Callable[[dict[str, object]], T]
+    ) -> Keyed[T]:
         """:func:`batched_lookup` of ``keys`` once the collection has proven it is the store, else all unknown."""
         wanted = set(keys)
         if wanted and self.problem:
@@ -330,7 +339,7 @@ class _ProvenCollection:
 class MongoRunStore(_ProvenCollection):
     """Run records ``{key_field: run key, status_field: status}``; proven by one carrying both fields."""
 
-    def __init__(self, client: MongoClient, config: MongoRunStoreConfig) -> None:
+    def __init__(self, client: MongoClient[Document], config: MongoRunStoreConfig) -> None:
         fields = (config.key_field, config.status_field)
         super().__init__(client, config.database, config.collection, "k8s.mongo_run_store", fields)
         self.config = config
@@ -371,7 +380,7 @@ class MongoLeases(_ProvenCollection):
     has an ``_id``, so that alone would take any collection (the run store's, say) for the leases.
     """
 
-    def __init__(self, client: MongoClient, config: MongoLeaseConfig) -> None:
+    def __init__(self, client: MongoClient[Document], config: MongoLeaseConfig) -> None:
         super().__init__(client, config.database, config.collection, "k8s.mongo_leases", ("_id", "expires_at"))
         self.config = config
 

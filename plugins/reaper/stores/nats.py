@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass, field
+from typing import TypedDict
 from urllib.parse import unquote
 
 import nats
@@ -32,6 +33,15 @@ log = logging.getLogger(__name__)
 
 class ListingBroken(Exception):
     """The client reported an error or lost its connection while the listing ran."""
+
+
+class ConnectKwargs(TypedDict):
+    """The ``nats.connect`` arguments of :meth:`NatsOptions.connect_kwargs`."""
+
+    servers: list[str]
+    user: str | None
+    password: str | None
+    token: str | None
 
 
 @dataclass(frozen=True)
@@ -53,7 +63,7 @@ class NatsOptions:
             return cls(servers, token=user)
         return cls(servers, user=user, password=password)
 
-    def connect_kwargs(self) -> dict[str, object]:
+    def connect_kwargs(self) -> ConnectKwargs:
         return {"servers": list(self.servers), "user": self.user, "password": self.password, "token": self.token}
 
     def redact(self, text: str) -> str:
@@ -133,7 +143,7 @@ class NatsLeases:
             log.warning("%s", problem)
             return Keyed(complete=False, problem=problem)  # every lease unknown
         runs = {run: live for key, live in listed.items() if (run := self._run(key)) is not None}
-        known = {run: None for run, live in runs.items() if live}
+        known: dict[str, float | None] = {run: None for run, live in runs.items() if live}
         return Keyed(known=known, failed=frozenset(run for run, live in runs.items() if live is None), complete=True)
 
     def template_problem(self, listed: dict[str, bool | None]) -> str:

@@ -102,7 +102,7 @@ def lookups(attempts: Iterable[tuple[str, str, str]]) -> tuple[dict[str, Lookup]
     return {k: r for k, r in wanted.items() if k not in unknown}, unknown
 
 
-def schema_problem(table: str, rows: list[tuple], config: PostgresStepStoreConfig) -> str | None:
+def schema_problem(table: str, rows: list[tuple[object, ...]], config: PostgresStepStoreConfig) -> str | None:
     """Why ``table`` (its ``pg_catalog`` rows) is not the documented step_runs schema, or ``None``."""
     if not rows:
         return f"step_runs table {table} not found"
