@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from include.emulators.k8s import RESOURCE_OF_KIND
 from reaper.config import parse_settings
+from reaper.fence import SendGuard
 from reaper.k8s.deleter import K8sDeleter
 from reaper.k8s.inventory import list_cluster
 from tests.helpers import fast_backoff
-from tests.helpers.k8s import MANAGED, seed_run
+from tests.helpers.k8s import MANAGED, kube_run, seed_run
 
 CONFIG = parse_settings({"k8s": {"delete_rate_per_cluster": 1000.0}}, "test")
 
@@ -138,11 +141,17 @@ def test_a_409_then_a_failed_read_of_the_pod_is_terminating_and_every_intent_has
     assert len(cluster.objects) == 4
 
 
-def test_an_undecodable_answer_to_a_pods_delete_is_terminating_without_a_poll(kube) -> None:
+# Answers a decoder cannot read: not JSON, a name of invalid UTF-8 (msgspec: UnicodeDecodeError), nesting past its
+# depth (RecursionError). A delete so answered was still accepted.
+UNDECODABLE = [b"not json", b'{"metadata":{"name":"\xff"}}', b'{"a":' * 2000 + b"1" + b"}" * 2000]
+
+
+@pytest.mark.parametrize("reply", UNDECODABLE, ids=["not json", "invalid utf-8", "deep"])
+def test_an_undecodable_answer_to_a_pods_delete_is_terminating_without_a_poll(kube, reply: bytes) -> None:
     # The answer cannot show the Pod gone: in doubt it is terminating, and its Secrets and NetworkPolicy wait.
     cluster, api, _ = kube
     seed_run(cluster, "dead")
-    cluster.rewrites["delete"] = lambda _: b"not json"
+    cluster.rewrites["delete"] = lambda _: reply
     outcomes = {o.kind + "/" + o.name: o.result for o in delete(api, planned(api))}
     assert outcomes == {
         "Pod/sandbox-dead": "terminating",
@@ -151,3 +160,26 @@ def test_an_undecodable_answer_to_a_pods_delete_is_terminating_without_a_poll(ku
         "NetworkPolicy/sandbox-dead": "not_attempted",
     }
     assert cluster.counters["delete"] == 1 and cluster.counters["list_named"] == 4  # the run's re-reads, no poll
+
+
+@pytest.mark.parametrize("reply", UNDECODABLE, ids=["not json", "invalid utf-8", "deep"])
+def test_an_undecodable_answer_to_a_secrets_delete_is_a_delete_marked_sent(kube, reply: bytes) -> None:
+    cluster, api, _ = kube
+    for obj in kube_run("dead", "ci", time.time() - 3600, MANAGED):  # a run whose Pod is gone: its Secrets are left
+        if obj["kind"] != "Pod":
+            cluster.create(RESOURCE_OF_KIND[obj["kind"]], "ci", obj)
+    objects = planned(api, "dead")
+    cluster.rewrites["delete"] = lambda _: reply
+    sent: list[str] = []
+    guard = SendGuard(intent=lambda r: None, outcome=lambda r, res, _d: None)
+    guard.sent = lambda resource: sent.append(resource.name)  # type: ignore[method-assign]  # a probe of the mark
+    outcomes = {
+        o.kind + "/" + o.name: o.result
+        for o in K8sDeleter(lambda _: api, CONFIG, fast_backoff()).delete(objects, guard)
+    }
+    assert outcomes == {
+        "Secret/sandbox-dead-egress-ca": "deleted",
+        "Secret/sandbox-dead-files": "deleted",
+        "NetworkPolicy/sandbox-dead": "deleted",
+    }
+    assert sent == ["sandbox-dead-egress-ca", "sandbox-dead-files", "sandbox-dead"] and cluster.names() == set()

@@ -98,9 +98,11 @@ class ClusterApi:
             if exc.status == 409:
                 raise Conflict(answer(exc)) from exc
             raise
+        # Whatever the answer is, the delete was accepted: an answer that does not decode (not JSON, no body,
+        # invalid UTF-8, nesting past the decoder's depth) is None, never an error that would unmark the send.
         try:
             return _ANSWER.decode(reply).metadata
-        except (msgspec.DecodeError, TypeError):  # not JSON of an object, or no body at all
+        except Exception:
             return None
 
     def _list(self, path: str, query: list[tuple[str, object]]) -> list[ObjectMeta]:
