@@ -119,7 +119,7 @@ def main() -> None:
     print(f"{'API calls':16s} {'made':>8s} {'lower bound':>12s}")
     for kind in ("aggregated_list", "get", "delete", "operation_wait", "operation_get", "list", "set_labels"):
         print(f"{kind:16s} {counts.get(kind, 0):8d} {bound.get(kind, 0):12d}")
-    results = dict(Counter(o.result for o in outcomes))
+    results = dict(Counter(str(o.result) for o in outcomes))
     complete = sum(1 for x in listings if x.complete)
     print(f"outcomes: {results}; complete listings: {complete}/{len(listings)}")
     print(

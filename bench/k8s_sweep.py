@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -210,10 +211,8 @@ def main() -> None:
         "its proof, then one per 1,000); "
         f"NATS: {nats_msgs} client messages for the lease listing"
     )
-    print(
-        f"outcomes: {sorted((r, sum(1 for o in outcomes if o.result == r)) for r in {o.result for o in outcomes})}; "
-        f"listing complete: {listing.complete}"
-    )
+    results = sorted(Counter(str(o.result) for o in outcomes).items())
+    print(f"outcomes: {results}; listing complete: {listing.complete}")
     print(
         f"wall: list {listed - started:.2f} s, evidence {gathered - listed:.2f} s, evaluate "
         f"{evaluated - gathered:.2f} s, delete {deleted - evaluated:.2f} s, total {wall:.2f} s"
