@@ -16,7 +16,7 @@ import secrets
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
-from typing import Protocol
+from typing import Protocol, cast
 
 import msgspec
 
@@ -202,6 +202,8 @@ def _named(index: Mapping[str, list[ApprovedItem]], name: str) -> list[ApprovedI
 
 
 def _item(record: Mapping[str, object]) -> ApprovedItem:
+    # cast: a plan record's "evidence" is a document (a dict) or absent; `.get` on anything else raised here before too.
+    evidence = cast("Mapping[str, object]", record.get("evidence") or {})
     return ApprovedItem(
         scope=str(record["scope"]),
         uid=str(record["uid"]),
@@ -210,7 +212,7 @@ def _item(record: Mapping[str, object]) -> ApprovedItem:
         kind=str(record.get("resource_kind") or ""),
         group=str(record.get("group") or ""),
         rule=str(record.get("rule") or ""),
-        status=str((record.get("evidence") or {}).get("status") or "") if record.get("target") == "gce" else "",  # type: ignore[union-attr]
+        status=str(evidence.get("status") or "") if record.get("target") == "gce" else "",
     )
 
 

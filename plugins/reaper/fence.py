@@ -15,6 +15,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator
+from types import FrameType
 from typing import Protocol
 
 from reaper.model import Resource
@@ -235,7 +236,7 @@ def halt_on_sigterm(guard: SendGuard) -> Iterator[None]:
         return
     previous = signal.getsignal(signal.SIGTERM)
 
-    def handler(signum: int, frame: object) -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
         guard.halt("SIGTERM: the task is being stopped")
         if callable(previous):
             previous(signum, frame)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Collection, Iterable
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from reaper.model import Action, Decision, Evidence, K8sObject, Plan, Resource
 
@@ -158,7 +158,9 @@ def joined(docs: Iterable[dict[str, object]]) -> dict[tuple[str, str], dict[str,
     for doc in docs:
         key = (str(doc["target"]), str(doc["scope"]))
         states = out.setdefault(key, {})
-        for uid, values in dict(doc.get("states") or {}).items():
+        # cast: a part's "states" is what split() wrote, uid -> the fields of a Seen (Mongo hands back lists).
+        stored = cast("dict[str, list[str]]", doc.get("states") or {})
+        for uid, values in dict(stored).items():
             states[uid] = Seen(*values)
     return out
 
