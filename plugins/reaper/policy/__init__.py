@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from functools import partial
+from typing import cast
 
 import msgspec
 
@@ -73,8 +74,11 @@ def evaluate(
     modes = effective_modes(config, phase)
     resources = resources if isinstance(resources, list) else list(resources)
     # A single-target inventory without fleeting groups (the usual sweep) is read as it is, not copied.
+    instances: list[GceInstance]
+    others: list[Resource]
     if set(map(type, resources)) <= {GceInstance}:
-        instances, others = resources, []
+        # cast: every item's type is GceInstance (the test just above), which mypy does not narrow a list by.
+        instances, others = cast("list[GceInstance]", resources), []
     else:
         instances = [r for r in resources if type(r) is GceInstance]
         others = [r for r in resources if type(r) is not GceInstance]
@@ -82,14 +86,15 @@ def evaluate(
     groups = [r for r in others if type(r) is GceGroup]
 
     plan = Plan(phase, at, acted=[], kept=[], scopes=[], census={})
+    # Each target's evaluation with its own items bound: the two take different resource types.
     targets = (
-        ("gce", config.gce.enabled, partial(evaluate_gce, groups=groups), instances),
-        ("k8s", config.k8s.enabled, evaluate_k8s, objects),
+        ("gce", config.gce.enabled, partial(evaluate_gce, instances, groups=groups)),
+        ("k8s", config.k8s.enabled, partial(evaluate_k8s, objects)),
     )
-    for target, enabled, evaluate_target, items in targets:
+    for target, enabled, evaluate_target in targets:
         if not enabled:
             continue
-        result = evaluate_target(items, evidence, config, modes, at, override)
+        result = evaluate_target(evidence, config, modes, at, override)
         if approval is not None:
             result.acted = held_unless_approved(result.acted, approval, at, config.k8s.run_label)
         deletes = sum(1 for d in result.acted if d.action is Action.DELETE)

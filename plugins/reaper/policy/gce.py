@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import chain
 from operator import attrgetter
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from reaper.config import Settings
 from reaper.model import (
@@ -29,6 +29,7 @@ from reaper.model import (
     Mode,
     Override,
     Reading,
+    Resource,
     ScopeVerdict,
     TargetResult,
     WriterRecord,
@@ -102,15 +103,17 @@ def evaluate_gce(
     for project in swept:
         part = _evaluate_project(project, projects.get(project) or _Project(), sweep)
         result.acted += part.acted
-        result.kept += part.kept
+        # cast: the kept groups are only read from here on, where a list of instances is one of resources.
+        result.kept += cast("list[tuple[str, str, list[Resource]]]", part.kept)
         result.verdicts.append(part.verdict)
         result.census[project] = part.census
     if config.gce.group_selector:
         reports, kept, census = evaluate_groups(groups or [], evidence, config, modes[RESIDUAL_GROUP.name])
         result.acted += reports
-        result.kept += kept
-        for project, part in result.census.items():
-            part["groups"] = census.get(project) or empty_census()
+        # cast: as above, a list of groups read as one of resources.
+        result.kept += cast("list[tuple[str, str, list[Resource]]]", kept)
+        for project, counts in result.census.items():
+            counts["groups"] = census.get(project) or empty_census()
     return result
 
 
@@ -256,12 +259,14 @@ def writer_hold(
     """
     if not records:
         return Reason.WRITER_HEALTH_UNKNOWN, []
-    unreadable = [{"manager": r.manager, "problem": "unreadable"} for r in records if not math.isfinite(r.last_pass)]
+    unreadable: list[dict[str, object]] = [
+        {"manager": r.manager, "problem": "unreadable"} for r in records if not math.isfinite(r.last_pass)
+    ]
     if unreadable:
         return Reason.WRITER_HEALTH_UNKNOWN, unreadable
     stale_before = now - config.gce.writer_stale_after.total_seconds()
     future_after = now + config.gce.clock_skew.total_seconds()
-    bad = []
+    bad: list[dict[str, object]] = []
     for r in records:
         if r.failing:
             bad.append({"manager": r.manager, "problem": "failing"})
@@ -357,7 +362,7 @@ def _classify(
     if created_in_future:
         findings[Reason.CREATED_IN_FUTURE] += 1
         candidates.append(_CREATED_FUTURE_UNLABELED if unlabeled else _CREATED_FUTURE_LABELED)
-    elif unlabeled:
+    elif raw is None:  # unlabeled
         findings["heartbeat_absent"] += 1
     elif raw.isdigit() and raw.isascii():
         if t.fresh(int(raw), inst.created):
@@ -413,6 +418,7 @@ def liveness(
     for inst in instances:
         candidates, facts, beat = _classify(inst, t, defaultdict(int))
         reasons = [c.reason for c in candidates]
+        reason: str  # a Reason, or the hold (a str) that makes a stale heartbeat unknown
         if Reason.TERMINATED in reasons:
             state, reason = Liveness.STALE, Reason.TERMINATED
         elif surprising := [r for r in reasons if r in (Reason.CREATED_IN_FUTURE, Reason.HEARTBEAT_IN_FUTURE)]:

@@ -14,7 +14,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar, cast
 
 import msgspec
 
@@ -39,6 +39,8 @@ from reaper.model import (
 from reaper.policy.budget import budget_hold
 from reaper.rules import SANDBOX_ORPHAN
 from reaper.vocabulary import Reason
+
+_T = TypeVar("_T")
 
 TARGET = "k8s"
 # The target's one rule, and its one finding (row 8: the run is an orphan, reapable): one name for both.
@@ -119,7 +121,7 @@ def unknown_sources(evidence: Evidence) -> list[str]:
     return [source.problem for source in (evidence.leases, evidence.runs) if source is not None and source.problem]
 
 
-def _lookup(key: str, source: Keyed | None) -> tuple[bool, object]:
+def _lookup(key: str, source: Keyed[_T] | None) -> tuple[bool, object]:
     """(missing, value): ``(False, record)`` when the source answered the key with a record, else
     ``(True, state)``: the :class:`StoreState` that the lack of a usable record stands for.
 
@@ -138,7 +140,7 @@ def run_state(key: str, runs: Keyed[str] | None, terminal: list[str]) -> tuple[S
     """The run's store state and its raw status; a status that is not terminal means active."""
     missing, value = _lookup(key, runs)
     if missing:
-        return value, None  # type: ignore[return-value]
+        return cast(StoreState, value), None  # cast: what _lookup gives for a missing key is a StoreState
     status = str(value)
     return (StoreState.TERMINAL if status.lower() in terminal else StoreState.ACTIVE), status
 
@@ -147,8 +149,8 @@ def step_state(key: str, steps: Keyed[tuple[str, bool]] | None, config: Settings
     """Terminal only when the attempt is terminal and its results are durable (or it failed)."""
     missing, value = _lookup(key, steps)
     if missing:
-        return value  # type: ignore[return-value]
-    status, has_results = value  # type: ignore[misc]
+        return cast(StoreState, value)  # cast: what _lookup gives for a missing key is a StoreState
+    status, has_results = cast("tuple[str, bool]", value)  # cast: a record of `steps`, a Keyed[tuple[str, bool]]
     status = status.lower()
     k8s = config.k8s
     if status in k8s.terminal_statuses and (has_results or status in k8s.step_failed_statuses):
@@ -175,7 +177,9 @@ def evaluate_k8s(
         else:
             by_cluster[obj.cluster].append(obj)
     guards = _run_guards((o for members in by_cluster.values() for o in members), config)
-    keys = {key for members in by_cluster.values() for o in members if (key := o.labels.get(config.k8s.run_label))}
+    keys = {
+        run_key for members in by_cluster.values() for o in members if (run_key := o.labels.get(config.k8s.run_label))
+    }
     evidence = msgspec.structs.replace(evidence, runs=cross_checked(keys, evidence, config, now))
     sweep = _Sweep(config, modes[RULE], now, evidence, override, guards, unknown_sources(evidence))
     result = TargetResult()
