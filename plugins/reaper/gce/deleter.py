@@ -32,8 +32,9 @@ sweep must raise the failed-deletions alert.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
@@ -47,6 +48,8 @@ from reaper.model import GceInstance, Outcome, status_class
 from reaper.ratelimit import BucketsPerScope, round_robin
 from reaper.retry import Backoff, GaveUp
 from reaper.vocabulary import Result
+
+T = TypeVar("T")
 
 GET_FIELD_MASK = "id,name,status,labels,labelFingerprint,deletionProtection"  # what re-validation compares
 _DONE = compute_v1.Operation.Status.DONE
@@ -105,7 +108,7 @@ class GceDeleter:
             return Outcome(inst, Result.DELETED, f"404 on {where} after this sweep's delete call")
         return Outcome(inst, Result.ALREADY_GONE, f"404 on {where}")
 
-    def _call(self, project: str, fn, guard: SendGuard):  # type: ignore[no-untyped-def]
+    def _call(self, project: str, fn: Callable[[], T], guard: SendGuard) -> T:
         """``fn()`` with the project's retries: throttled answers after the quota refills, errors with backoff,
         none past the guard's deadline (:class:`GaveUp`)."""
         return self.backoff.call(
@@ -193,7 +196,6 @@ class GceDeleter:
 
     def _reread(self, inst: GceInstance, guard: SendGuard, lost: bool) -> compute_v1.Instance | Outcome:
         """The instance as it is now, by id; or the outcome that ends its delete (gone, unreadable, out of time)."""
-        target = {"project": inst.project, "zone": inst.zone, "instance": inst.id}
         tries = 0
 
         def get() -> compute_v1.Instance:
@@ -202,7 +204,14 @@ class GceDeleter:
                 self.quota.take(inst.project, QuotaGroup.READ, stop=guard.stop_at)
             tries += 1
             metadata = [("x-goog-fieldmask", GET_FIELD_MASK)]
-            return self.clients.instances.get(**target, retry=None, timeout=self.timeout, metadata=metadata)
+            return self.clients.instances.get(
+                project=inst.project,
+                zone=inst.zone,
+                instance=inst.id,
+                retry=None,
+                timeout=self.timeout,
+                metadata=metadata,
+            )
 
         try:
             return self._call(inst.project, get, guard)
@@ -218,9 +227,10 @@ class GceDeleter:
     def _send(self, inst: GceInstance, guard: SendGuard, lost: bool) -> compute_v1.Operation | Outcome | _Retry:
         """One delete call by id: its operation, the outcome it ends in, or :class:`_Retry` (refused by a used-up
         quota, or unanswered: a 5xx, a timeout, a dropped connection) for the caller to re-validate and retry."""
-        target = {"project": inst.project, "zone": inst.zone, "instance": inst.id}
         try:
-            return self.clients.instances.delete_unary(**target, retry=None, timeout=self.timeout)
+            return self.clients.instances.delete_unary(
+                project=inst.project, zone=inst.zone, instance=inst.id, retry=None, timeout=self.timeout
+            )
         except gexc.NotFound:
             return self._gone(inst, guard, "delete", sent=lost)
         except (gexc.Conflict, gexc.PreconditionFailed) as exc:

@@ -89,8 +89,10 @@ def retryable(exc: BaseException) -> bool | float:
     return isinstance(exc, u3exc.HTTPError)
 
 
-def answer(exc: BaseException) -> str:
-    """A failed call's answer in a few words, for outcomes and logs (never the response's headers or body)."""
+def answer(exc: BaseException | None) -> str:
+    """A failed call's answer in a few words, for outcomes and logs (never the response's headers or body).
+
+    None (a :class:`reaper.retry.GaveUp` with no last error) reads ``NoneType``."""
     if isinstance(exc, ApiException):
         return f"HTTP {exc.status} {exc.reason}"
     return type(exc).__name__

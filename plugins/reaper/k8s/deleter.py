@@ -37,6 +37,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import TypeVar
 
 from kubernetes import client as k8s
@@ -175,7 +176,7 @@ class K8sDeleter:
         namespaces = sorted({*self.namespaces, *(o.namespace for o in rest)}) if self.namespaces else [None]
         try:
             for namespace in namespaces:
-                pods = self._guarded(guard, lambda n=namespace: api.pods(run, n))
+                pods = self._guarded(guard, partial(api.pods, run, namespace))
                 if pods:
                     return f"a Pod of the run exists ({pods[0].uid}): its Secrets and NetworkPolicy stay"
         except Stopped:
@@ -193,7 +194,7 @@ class K8sDeleter:
         api = self._api(members[0].cluster)  # a run lives in one cluster
         for obj in members:
             try:
-                meta = self._guarded(guard, lambda o=obj: api.read(o))
+                meta = self._guarded(guard, partial(api.read, obj))
             except Stopped:
                 raise
             except Exception as exc:
