@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 
+from airflow.sdk import Context
 from airflow.sdk.bases.notifier import BaseNotifier
 
 from reaper.config import AlertsConfig
@@ -21,7 +22,7 @@ class LogNotifier(BaseNotifier):
 
     template_fields = ()
 
-    def notify(self, context: dict[str, object]) -> None:
+    def notify(self, context: Context) -> None:
         ti = context.get("ti") or context.get("task_instance")
         run = context.get("dag_run")
         log.error(
