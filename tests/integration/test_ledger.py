@@ -420,3 +420,26 @@ def test_a_retry_after_the_transitions_were_written_but_not_the_states_writes_ea
     assert ledger.record_transitions(ids, plan, evidence, "run") == 3  # the same ones, refused by their fence
     assert ledger.transitions.count_documents({}) == 3
     assert ledger.record_transitions(ids, plan, evidence, "run") == 0  # and now the states are there
+
+
+def test_a_sweep_of_many_scopes_reads_their_states_in_one_round_trip(mongo_server, mongo) -> None:
+    """More state documents than a cursor's default first batch (101): still one find, no getMore (the benchmark's
+    200 projects made one getMore per sweep before)."""
+    from reaper.model import Evidence, Phase, Plan
+    from tests.builders import inst
+    from tests.helpers import FindCounter
+
+    _, db = mongo
+    counter = FindCounter()
+    counted = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/", event_listeners=[counter])
+    led = Ledger(counted, LedgerConfig(database=db))
+    led.ensure_indexes()
+    vms = [inst(project=f"p{p:03d}") for p in range(120)]
+    plan = Plan(Phase.ENFORCEMENT, 0.0, [], [("gce", "fresh", vms)], [], {})
+    ids = {"dag_id": "reaper_gce_enforcement", "execution": 0, "lease": "t"}
+    evidence = Evidence(swept=frozenset(("gce", f"p{p:03d}") for p in range(120)))
+    assert led.record_transitions({**ids, "run_id": "scheduled__1"}, plan, evidence, "run") == 120
+    assert led.states.count_documents({}) == 120
+    counter.commands.clear()
+    assert led.record_transitions({**ids, "run_id": "scheduled__2"}, plan, evidence, "run") == 0
+    assert counter.commands == ["find"]
