@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Generic, TypeVar
 
+from reaper.records import Document, LedgerRecord, document
+
 T = TypeVar("T")
-Record = dict[str, object]
+Record = Document  # a record as the ledger writes it (reaper.records.document)
 
 
 class Pending(Generic[T]):
@@ -94,15 +96,16 @@ class GroupCommit:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def submit(self, records: Iterable[Record]) -> Pending[None]:
-        """Queue records for the next cycle; their acknowledgement, which the caller waits for before what
-        depends on them."""
+    def submit(self, records: Iterable[LedgerRecord | Mapping[str, object]]) -> Pending[None]:
+        """Queue records for the next cycle, encoded now (a cycle merges them as documents); their
+        acknowledgement, which the caller waits for before what depends on them."""
         ack: Pending[None] = Pending(self.timeout)
+        docs = [document(r) for r in records]  # outside the lock: the writer thread waits on it
         with self._cond:
             if self._closed:
                 raise RuntimeError("the group commit is closed")
             self._arrive()
-            self._records.extend((dict(r), ack) for r in records)
+            self._records.extend((d, ack) for d in docs)
             self._cond.notify()
         return ack
 

@@ -31,14 +31,10 @@ from pymongo.read_concern import ReadConcern
 
 from reaper.config import LedgerConfig
 from reaper.model import Evidence, Plan
+from reaper.records import EXECUTION, FENCE, LedgerRecord, SweepSummary, document, summary_of
 from reaper.stores.mongo import mongo_client
 from reaper.vocabulary import RecordAction, Result
 
-# An execution of a sweep: the DAG run, its clear_number and the token of the sweep lease it took
-# (clearing tasks without resetting the run keeps the clear_number, never the token). A retried task
-# rewrites its own records; a cleared or re-run run never overwrites an earlier execution's.
-EXECUTION = ("dag_id", "run_id", "execution", "lease")
-FENCE = (*EXECUTION, "target", "scope", "uid", "action")
 ONE_BATCH = 100_000  # documents per cursor batch: above any realistic sweep, so one round trip
 HISTORY_SHOWN = 2000  # records of one resource's history that a reader gets at most
 RESOURCES_FOUND = 50  # resources one search of the history shows at most (a name prefix may find thousands)
@@ -231,10 +227,12 @@ class Ledger:
         ensure_index(self.approvals, [("dag_id", 1), ("created_at", 1)], "by_dag")
         ensure_index(self.approvals, [("at", 1)], "retention", ttl=self.retention)
 
-    def write(self, records: Iterable[dict[str, object]]) -> int:
-        """Upsert records by their fence; returns how many. Raises if the write is not acknowledged."""
+    def write(self, records: Iterable[LedgerRecord | Mapping[str, object]]) -> int:
+        """Upsert records by their fence, each encoded as :func:`reaper.records.document` makes it; returns how
+        many. Raises if the write is not acknowledged."""
         now = datetime.now(UTC)
-        ops = [UpdateOne({f: r[f] for f in FENCE}, {"$set": {**r, "at": now}}, upsert=True) for r in records]
+        docs = map(document, records)
+        ops = [UpdateOne({f: d[f] for f in FENCE}, {"$set": {**d, "at": now}}, upsert=True) for d in docs]
         if ops:
             self.records.bulk_write(ops, ordered=False)
         return len(ops)
@@ -302,8 +300,9 @@ class Ledger:
             self.states.bulk_write(writes, ordered=False)
         return len(found)
 
-    def summary(self, doc: dict[str, object]) -> None:
+    def summary(self, summary: SweepSummary | Mapping[str, object]) -> None:
         """One summary per execution: a cleared run adds its own, the first one stays."""
+        doc = document(summary)
         key = {f: doc[f] for f in EXECUTION}
         self.sweeps.update_one(key, {"$set": {**doc, "at": datetime.now(UTC)}}, upsert=True)
 
@@ -344,15 +343,18 @@ class Ledger:
 
     # --- reads: the audit view and the demo ---------------------------------------------------
 
-    def summaries(
-        self, dag_id: str | None = None, run_id: str | None = None, limit: int = 50
-    ) -> list[dict[str, object]]:
-        """The sweeps' summaries, newest first, at most ``limit``: all, one DAG's, or one run's executions.
+    def summaries(self, dag_id: str | None = None, run_id: str | None = None, limit: int = 50) -> list[SweepSummary]:
+        """The sweeps' summaries, newest first, at most ``limit``: all, one DAG's, or one run's executions; typed
+        (:func:`reaper.records.summary_of`), whatever version of the reaper wrote them.
 
         Without the census (the counts of every resource listed), which no reader shows.
         """
         query = {field: value for field, value in (("dag_id", dag_id), ("run_id", run_id)) if value}
-        return list(self.sweeps.find(query, {"_id": 0, "census": 0}).sort("at", -1).limit(limit))
+        return [summary_of(s) for s in self.sweeps.find(query, {"_id": 0, "census": 0}).sort("at", -1).limit(limit)]
+
+    # The audit view's reads of summaries hand it the documents as stored: its sweep page lists every field one
+    # carries, also those no type names (a worker's hostname), and its API returns them. Its charts read them
+    # typed (reaper.report.timeline).
 
     def executions(self, dag_id: str, run_id: str) -> list[dict[str, object]]:
         """Every execution's summary of one DAG run, the census included, oldest first."""

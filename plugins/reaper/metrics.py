@@ -30,11 +30,13 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from functools import partial
 
+import msgspec
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import delete_from_gateway, push_to_gateway
 from prometheus_client.registry import Collector
 
+from reaper.records import GceCensus, SweepSummary
 from reaper.redact import error_for_log, url_for_log
 from reaper.vocabulary import Reason, Result
 
@@ -61,7 +63,7 @@ def _gauge(name: str, doc: str, labels: list[str], rows: list[tuple[list[str], f
 
 @dataclass(frozen=True)
 class Sweep:
-    """What one sweep pushes: its summary (as the ledger holds it), outcomes and times.
+    """What one sweep pushes: its summary (the ledger's, :class:`reaper.records.SweepSummary`), outcomes and times.
 
     ``deleting``: the rules whose mode is ``delete`` in the sweep's phase (an orphan of one of
     them that was reported instead is held). ``full``: every configured scope was swept.
@@ -69,7 +71,7 @@ class Sweep:
     """
 
     target: str
-    summary: dict[str, object]
+    summary: SweepSummary
     outcomes: dict[str, int]
     deleting: Collection[str]
     full: bool
@@ -81,19 +83,15 @@ class Sweep:
 def scope_metrics(sweep: Sweep, scope: str) -> list[Metric]:
     """The census, decisions, holds and held orphans of one scope of a sweep."""
     target, summary = sweep.target, sweep.summary
-    census = ((summary.get("census") or {}).get(target) or {}).get(scope) or {}  # type: ignore[union-attr]
-    by_status = census.get("by_status") or census.get("by_kind") or {}
-    findings = census.get("by_finding") or census.get("by_reason") or {}
-    decisions = [d for d in summary.get("decisions", []) if d["scope"] == scope]  # type: ignore[union-attr]
-    verdict = next((v for v in summary.get("scopes", []) if v["scope"] == scope), {})  # type: ignore[union-attr]
+    census = summary.census.of(target, scope) if summary.census else None
+    by_status = census.counts if census else {}
+    findings = census.findings if census else {}
+    decisions = [d for d in summary.decisions or [] if d.scope == scope]
+    verdict = summary.verdict(scope)
     blocking = set(verdict.get("blocking", []))
     # The reasons a finding the phase deletes was reported instead: its scope's holds, and the global cap.
     stopped = {*verdict.get("holds", []), Reason.MAX_DELETIONS_EXCEEDED}
-    held = sum(
-        d["count"]
-        for d in decisions
-        if d["action"] == "report" and d["rule"] in sweep.deleting and d["reason"] in stopped
-    )
+    held = sum(d.count for d in decisions if d.action == "report" and d.rule in sweep.deleting and d.reason in stopped)
     metrics = [
         _gauge(
             "reaper_last_sweep_resources",
@@ -111,7 +109,7 @@ def scope_metrics(sweep: Sweep, scope: str) -> list[Metric]:
             "reaper_last_sweep_decisions",
             "Decisions of the last sweep by rule, reason and action.",
             ["target", "rule", "reason", "action"],
-            [([target, d["rule"], d["reason"], d["action"]], d["count"]) for d in decisions],
+            [([target, d.rule, d.reason, d.action], d.count) for d in decisions],
         ),
         _gauge(
             "reaper_scope_hold",
@@ -127,7 +125,7 @@ def scope_metrics(sweep: Sweep, scope: str) -> list[Metric]:
             [([target], float(held))],
         ),
     ]
-    use = (summary.get("quota") or {}).get(scope)  # type: ignore[union-attr]
+    use = (summary.quota or {}).get(scope)
     if use is not None:  # GCE: the project's rate quotas, as the sweep's calls spent them
         metrics += [
             _gauge(
@@ -135,22 +133,23 @@ def scope_metrics(sweep: Sweep, scope: str) -> list[Metric]:
                 "Calls the last sweep made to the scope's API by rate-quota group (retries included); the reaper "
                 "keeps to gce.quota.share of each group's limit.",
                 ["target", "group"],
-                [([target, group], n) for group, n in sorted(use["requests"].items())],
+                [([target, group], n) for group, n in sorted(use.requests.items())],
             ),
             _gauge(
                 "reaper_last_sweep_throttled_answers",
                 "Answers of the last sweep saying the scope's rate quota was used up (403 rateLimitExceeded, 429).",
                 ["target"],
-                [([target], float(use["throttled"]))],
+                [([target], float(use.throttled))],
             ),
             _gauge(
                 "reaper_last_sweep_throttled_wait_seconds",
                 "Seconds the last sweep's calls waited for the scope's rate quotas to refill.",
                 ["target"],
-                [([target], float(use["waited"]))],
+                [([target], float(use.waited))],
             ),
         ]
-    groups = census.get("groups")
+    gce = census if isinstance(census, GceCensus) else None
+    groups = msgspec.structs.asdict(gce.groups) if gce and gce.groups else None
     if groups:  # GCE with gce.group_selector: fleeting groups, and those left by a decommissioned manager
         metrics.append(
             _gauge(
@@ -162,7 +161,7 @@ def scope_metrics(sweep: Sweep, scope: str) -> list[Metric]:
                 [([target, k], v) for k, v in sorted(groups.items())],
             )
         )
-    hist = census.get("heartbeat_age_seconds")
+    hist = gce.heartbeat_age_seconds if gce else None
     if hist:
         # Gauges: one sweep's snapshot, not counters; histogram_quantile takes them as they are (no rate).
         metrics.append(
@@ -170,7 +169,7 @@ def scope_metrics(sweep: Sweep, scope: str) -> list[Metric]:
                 "reaper_last_sweep_heartbeat_ages",
                 "Valid heartbeat labels of the last sweep at most le seconds old (cumulative).",
                 ["target", "le"],
-                [([target, le], n) for le, n in hist["buckets"].items()],
+                [([target, le], n) for le, n in hist.buckets.items()],
             )
         )
     return metrics
@@ -179,7 +178,7 @@ def scope_metrics(sweep: Sweep, scope: str) -> list[Metric]:
 def target_metrics(sweep: Sweep, push_failures: int, retire_failures: int) -> list[Metric]:
     """The target-wide results of a completed sweep of every scope."""
     target = sweep.target
-    capped = (sweep.summary.get("capped") or {}).get(target)  # type: ignore[union-attr]
+    capped = (sweep.summary.capped or {}).get(target)
     return [
         _gauge(
             "reaper_last_success_timestamp_seconds",
@@ -235,7 +234,7 @@ def attempt_metrics(sweep: Sweep) -> list[Metric]:
 def push_sweep(url: str, sweep: Sweep, timeout: float, configured: Collection[str]) -> int:
     """Push one sweep's groups; returns how many of its Pushgateway calls failed. A full sweep retires
     stale groups first."""
-    scopes = [str(v["scope"]) for v in sweep.summary.get("scopes", [])] if sweep.completed else []  # type: ignore[union-attr]
+    scopes = [str(v["scope"]) for v in sweep.summary.scopes or []] if sweep.completed else []
     went = [_push(url, sweep.target, s, scope_metrics(sweep, s), timeout) for s in scopes]  # one per call
     retire_failures = 0
     if sweep.completed and sweep.full:  # retired first: the sweep's own group says how that went

@@ -20,6 +20,7 @@ from include.emulators.k8s import K8sEmulator
 from reaper.config import parse_settings
 from reaper.k8s.inventory import list_cluster
 from reaper.model import Keyed
+from reaper.records import document
 from reaper.sweep.deletes import Fence, cut_batches, delete_batch
 from reaper.sweep.targets import K8sTarget
 from tests.helpers import fast_backoff
@@ -36,7 +37,7 @@ class MemoryLedger:
         self.records: dict[tuple, dict[str, object]] = {}
 
     def write(self, records) -> int:
-        for r in records:
+        for r in map(document, records):  # encoded as the ledger encodes them
             key = tuple(r[f] for f in FENCE)
             self.records[key] = {**self.records.get(key, {}), **r}
         return len(records)

@@ -7,6 +7,7 @@ import time
 from datetime import timedelta
 from types import SimpleNamespace
 
+import msgspec
 import pytest
 from pymongo import MongoClient
 from pymongo.errors import PyMongoError
@@ -321,12 +322,12 @@ def test_summaries_newest_first_by_dag_and_run_without_the_census(ledger) -> Non
         ledger.summary({**IDS, "dag_id": dag_id, "run_id": run_id, "why": run_id, "census": {"p1": 5}})
         time.sleep(0.01)  # distinct "at"
     ledger.summary({**IDS, "run_id": "manual__1", "execution": 1, "lease": "t2", "why": "cleared"})
-    assert [s["why"] for s in ledger.summaries()] == ["cleared", "manual__2", "manual__1"]
-    assert [s["why"] for s in ledger.summaries(limit=1)] == ["cleared"]
-    assert [s["why"] for s in ledger.summaries("reaper_gce_enforcement")] == ["cleared", "manual__1"]
-    assert [s["why"] for s in ledger.summaries("reaper_gce_enforcement", "manual__1", limit=1)] == ["cleared"]
+    assert [s.why for s in ledger.summaries()] == ["cleared", "manual__2", "manual__1"]
+    assert [s.why for s in ledger.summaries(limit=1)] == ["cleared"]
+    assert [s.why for s in ledger.summaries("reaper_gce_enforcement")] == ["cleared", "manual__1"]
+    assert [s.why for s in ledger.summaries("reaper_gce_enforcement", "manual__1", limit=1)] == ["cleared"]
     assert ledger.summaries("reaper_gce_enforcement", "manual__9") == []
-    assert all("census" not in s and "_id" not in s for s in ledger.summaries())
+    assert all(s.census is msgspec.UNSET for s in ledger.summaries())
 
 
 def test_decision_page_of_one_run_ordered_filtered_and_counted(ledger) -> None:

@@ -17,20 +17,26 @@ from reaper import metrics
 from reaper.cli import main
 from reaper.metrics import Sweep, push_sweep, retire
 from reaper.model import Phase
+from reaper.records import SweepSummary, summary_of
 from reaper.sweep.deletes import PlanRef
 from reaper.sweep.overrides import Overrides
-from reaper.sweep.steps import SweepInput, summarize
+from reaper.sweep.steps import Summary, SweepInput, summarize
 from tests.builders import D, M, inst, plan, settings
 
 NONE = Overrides(budget=None, max_deletions=500, record=None)  # a sweep on the configured cap, no override
 
 
-def _summary(phase: Phase = Phase.ENFORCEMENT) -> dict[str, object]:
+def _as_ledger_holds(summary: Summary) -> SweepSummary:
+    """The plan's summary as the ledger's summary document holds it, typed."""
+    return summary_of({"dag_id": "reaper_gce_enforcement", "run_id": "r", **msgspec.to_builtins(summary)})
+
+
+def _summary(phase: Phase = Phase.ENFORCEMENT) -> SweepSummary:
     fleet = [inst(hb_age=M), inst(hb_age=D), inst(hb_age=D), inst(hb_age=D), inst(hb_age=M, project="p2")]
     fleet.append(inst(status="TERMINATED", stop_age=D, hb_age=M, project="p2"))
     read = SweepInput(path="", as_of=0.0, tokens=["t"], incomplete={}, hygiene={}, warnings=[])
     made = PlanRef(0, "t", "c")
-    return msgspec.to_builtins(summarize(plan(fleet, phase=phase), made, read, NONE, 0, "sre", False, False))
+    return _as_ledger_holds(summarize(plan(fleet, phase=phase), made, read, NONE, 0, "sre", False, False))
 
 
 def _sweep(phase: Phase = Phase.ENFORCEMENT, **changes: object) -> Sweep:
@@ -99,7 +105,7 @@ def test_the_cap_is_exported_and_what_it_held_counts_as_held_orphans(pushgateway
     fleet = [inst(status="TERMINATED", stop_age=D, hb_age=M, project="p1") for _ in range(3)]
     read = SweepInput(path="", as_of=0.0, tokens=["t"], incomplete={}, hygiene={}, warnings=[])
     capped = plan(fleet, config=settings(max_deletions_per_sweep=2, gce={"projects": ["p1"]}))
-    summary = msgspec.to_builtins(summarize(capped, PlanRef(0, "t", "c"), read, NONE, 0, "sre", False, False))
+    summary = _as_ledger_holds(summarize(capped, PlanRef(0, "t", "c"), read, NONE, 0, "sre", False, False))
     assert push_sweep(pushgateway.url, _sweep(summary=summary, outcomes={}), 5, ["p1"]) == 0
     lines = _lines(pushgateway.url)
     assert _value(lines, "reaper_last_sweep_capped", target="gce", scope="_all") == 1

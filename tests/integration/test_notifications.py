@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import ClassVar
 
+import msgspec
 import pytest
 from aiosmtpd.controller import Controller
 
@@ -170,7 +171,7 @@ def record(s: Sweep, planned: steps.Planned, branch: steps.Branch, results, leas
 
 def notified(ledger: Ledger) -> dict[str, object]:
     (summary,) = ledger.summaries()
-    return summary["notifications"]  # type: ignore[return-value]  # JSON data typed object: its shape is this code's own
+    return summary.notifications  # type: ignore[return-value]  # UNSET when none: then the test fails on it
 
 
 def test_a_sweep_mails_its_held_scope_its_failed_delete_and_its_digest_once(
@@ -207,7 +208,7 @@ def test_a_dry_run_tells_nobody(tmp_path: Path, smtp: Mailbox, ledger) -> None:
     s = sweep(tmp_path, ledger)
     assert record(s, *run(s, {"dry_run": True}))["branch"] == steps.REPORT_ONLY
     (summary,) = ledger.summaries()
-    assert smtp.mails == [] and "notifications" not in summary
+    assert smtp.mails == [] and summary.notifications is msgspec.UNSET
 
 
 def test_a_refused_mail_fails_no_sweep_and_is_sent_by_the_next_one(tmp_path: Path, smtp: Mailbox, ledger) -> None:
@@ -244,7 +245,8 @@ def test_a_mail_server_that_is_down_or_hangs_costs_the_sweep_at_most_the_timeout
         began = time.monotonic()
         record(s, planned, branch, results, lease)
         assert time.monotonic() - began < 5
-    latest = ledger.summaries()[0]["notifications"]
+    latest = ledger.summaries()[0].notifications
+    assert latest is not msgspec.UNSET
     assert latest["failed"] == 3 and all(n["error"].startswith("not sent within 1s") for n in latest["notices"])
 
 

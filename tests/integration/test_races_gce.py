@@ -31,6 +31,7 @@ from reaper.gce.inventory import list_project
 from reaper.ledger import Ledger
 from reaper.model import Evidence, GceInstance, Phase, WriterRecord
 from reaper.policy import evaluate
+from reaper.records import document
 from reaper.sweep.deletes import Fence, SweepHalted, cut_batches, delete_batch
 from reaper.sweep.targets import GceTarget
 from tests.builders import HB
@@ -380,7 +381,7 @@ def test_a_retry_never_forgets_that_an_earlier_try_sent_the_delete(world) -> Non
             return getattr(ledger, name)
 
         def write(self, records):
-            if any(r["action"] == "outcome" for r in records):
+            if any(document(r)["action"] == "outcome" for r in records):
                 raise RuntimeError("not primary")
             return ledger.write(records)
 

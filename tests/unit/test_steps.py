@@ -18,6 +18,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from reaper.config import Settings
+from reaper.records import document
 from reaper.fence import SendGuard
 from reaper.model import (
     Evidence,
@@ -70,12 +71,12 @@ class FakeLedger:
         return self.rerun
 
     def write(self, records) -> int:
-        records = list(records)
+        records = [document(r) for r in records]  # encoded as the ledger encodes them
         self.records += records
         return len(records)
 
-    def summary(self, doc: dict[str, object]) -> None:
-        self.summaries.append(doc)
+    def summary(self, doc) -> None:
+        self.summaries.append(document(doc))
 
     def record_transitions(self, ids, plan, evidence, run_label):
         found, states = since(self.states, plan, evidence, run_label)

@@ -13,11 +13,10 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
-import msgspec
 
 from reaper.commits import GroupCommit, wait_bound
 from reaper.config import LedgerConfig, Settings
@@ -25,18 +24,11 @@ from reaper.fence import SendGuard, halt_on_sigterm
 from reaper.ledger import FENCE
 from reaper.model import Resource
 from reaper.ratelimit import round_robin
+from reaper.records import Intent, LedgerRecord, Outcome, PlanRef
 from reaper.sweep.targets import Target
-from reaper.vocabulary import GONE, RecordAction
+from reaper.vocabulary import GONE
 
 log = logging.getLogger(__name__)
-
-
-class PlanRef(msgspec.Struct, frozen=True):
-    """What a plan was made under; only the same execution, lease token and config may run it."""
-
-    execution: int
-    token: str
-    config: str
 
 
 def config_digest(config: Settings) -> str:
@@ -102,16 +94,24 @@ def cut_batches(
 
 
 def outcome_records(
-    ids: dict[str, object], target: Target, result: str, details: Iterable[tuple[Resource, str]]
-) -> list[dict[str, object]]:
+    ids: Mapping[str, Any], target: Target, result: str, details: Iterable[tuple[Resource, str]]
+) -> list[Outcome]:
     """The outcome records of resources with one result, each with its detail: one ledger write for them all."""
-    return [
-        _record(ids, target, r, RecordAction.OUTCOME, {"result": result, "detail": detail}) for r, detail in details
-    ]
+    return [Outcome(**_fenced(ids, target, r), result=result, detail=detail) for r, detail in details]
+
+
+def intent(ids: Mapping[str, Any], target: Target, resource: Resource, sent: bool = False) -> Intent:
+    """A delete's intent record; ``sent``: its sent mark, written once the delete call went out."""
+    return Intent(**_fenced(ids, target, resource), sent=sent)
+
+
+def _fenced(ids: Mapping[str, Any], target: Target, resource: Resource) -> dict[str, Any]:
+    """The fields a delete's records share: the execution's ids, the resource's fence and its name."""
+    return {**ids, "target": target.name, "scope": resource.scope, "uid": resource.uid, "name": target.record_name(resource)}
 
 
 class LedgerLike(Protocol):
-    def write(self, records: Iterable[dict[str, object]]) -> int: ...
+    def write(self, records: Iterable[LedgerRecord | Mapping[str, object]]) -> int: ...
 
     def outcomes(self, ids: dict[str, object], uids: Iterable[str]) -> dict[tuple[str, str], dict[str, object]]: ...
 
@@ -187,8 +187,8 @@ def delete_batch(
         deadline=fence.deadline,
         lease=commits.lease_problem,
         # An intent never lowers ``sent``: a retry rewriting its intent keeps an earlier try's call on record.
-        intent=lambda r: commits.submit([_record(fence.ids, target, r, RecordAction.DELETE_INTENT, {})]),
-        sent=lambda r: commits.submit([_record(fence.ids, target, r, RecordAction.DELETE_INTENT, {"sent": True})]),
+        intent=lambda r: commits.submit([intent(fence.ids, target, r)]),
+        sent=lambda r: commits.submit([intent(fence.ids, target, r, sent=True)]),
         outcome=lambda r, result, detail: commits.submit(outcome_records(fence.ids, target, result, [(r, detail)])),
         sent_before={uid for _, uid in sent},
     )
@@ -217,18 +217,3 @@ def delete_batch(
         raise SweepHalted(f"{guard.halted}; recorded so far: {dict(counts)}")
     return dict(counts)
 
-
-def _record(
-    ids: dict[str, object], target: Target, resource: Resource, action: RecordAction, extra: dict[str, object]
-) -> dict[str, object]:
-    kind = action.kind
-    return {
-        **ids,
-        "target": target.name,
-        "scope": resource.scope,
-        "uid": resource.uid,
-        "action": action,
-        "kind": kind,
-        "name": target.record_name(resource),
-        **extra,
-    }

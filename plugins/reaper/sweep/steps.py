@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import msgspec
 from airflow.sdk import ObjectStoragePath
@@ -37,12 +37,12 @@ from reaper.model import (
     SweepData,
     merge_use,
 )
+from reaper.records import Census, DecisionCount, DecisionRecord, PlanRef, SweepSummary
 from reaper.redact import error_for_log
 from reaper.sweep import approved, notices
 from reaper.sweep.deadline import fit_before_deadline, resolving_deadline, send_deadline
 from reaper.sweep.deletes import (
     Fence,
-    PlanRef,
     config_digest,
     cut_batches,
     delete_batch,
@@ -150,15 +150,6 @@ class SweepInput(msgspec.Struct, frozen=True):
     quota: dict[str, QuotaUse] = {}
 
 
-class DecisionCount(msgspec.Struct, frozen=True):
-    target: str
-    scope: str
-    rule: str
-    reason: str
-    action: str
-    count: int
-
-
 class Summary(msgspec.Struct, frozen=True):
     """A sweep's plan in numbers and the facts it was made under: the ledger's summary, the metrics' source.
 
@@ -179,7 +170,7 @@ class Summary(msgspec.Struct, frozen=True):
     kept: dict[str, int]
     scopes: list[dict[str, object]]
     capped: dict[str, int]
-    census: dict[str, dict[str, dict[str, object]]]
+    census: Census
     override: dict[str, object] | None
     triggered_by: str
     dry_run: bool
@@ -328,8 +319,9 @@ def resolve_scopes(sweep: Sweep, params: dict[str, object]) -> Setup:
     )
     if isinstance(lease, str):
         # Skipping the setup skips the whole sweep: its summary is written here.
-        skipped = {"target": target.name, "phase": sweep.phase.value, "state": "skipped", "why": lease}
-        ledger.summary({**sweep.under(None).fields(), **skipped})
+        ledger.summary(
+            SweepSummary(**sweep.under(None).fields(), target=target.name, phase=sweep.phase.value, state="skipped", why=lease)
+        )
         raise AirflowSkipException(lease)
     try:
         deadline = resolving_deadline(send_deadline(config, target.name, lease.expires_at, None), time.time())
@@ -509,29 +501,27 @@ def evaluate_under(sweep: Sweep, data: SweepData, as_of: float, terms: Terms) ->
 
 def record_decisions(ledger: Ledger, ids: Ids, plan: Plan, config: Settings, terms: Terms) -> None:
     """Every decision that is not a keep, one ledger record each (docs/design.md §7), in one write."""
-    overrides, gate, confirmed, approval = terms.overrides, terms.gate, terms.confirmed, terms.approval
+    overrides, confirmed, approval = terms.overrides, terms.confirmed, terms.approval
     ledger.write(
-        {
+        DecisionRecord.of(d.action)(
             **ids.fields(),
-            "target": d.target,
-            "scope": d.resource.scope,
-            "uid": d.resource.uid,
-            "action": d.action.value,
-            "kind": "decision",
-            "rule": d.rule,
-            "reason": d.reason,
-            "name": d.resource.name,
-            "location": d.resource.location,
-            "resource_kind": d.resource.kind,  # the audit view's kind column and filter
+            target=d.target,
+            scope=d.resource.scope,
+            uid=d.resource.uid,
+            rule=d.rule,
+            reason=d.reason,
+            name=d.resource.name,
+            location=d.resource.location,
+            resource_kind=d.resource.kind,  # the audit view's kind column and filter
             # The state it was decided in (labelFingerprint, resourceVersion): what an approval of it names.
-            **({"fingerprint": fp} if (fp := fingerprint_of(d.resource)) else {}),
-            **({"approval": approval.id} if approval else {}),
-            **({"group": run} if (run := group_of(d.resource, config.k8s.run_label)) else {}),  # a Kubernetes run
-            "evidence": d.evidence,
+            fingerprint=fingerprint_of(d.resource),
+            approval=approval.id if approval else "",
+            group=group_of(d.resource, config.k8s.run_label),  # a Kubernetes run
+            evidence=d.evidence,
             # Every decision made under an override, or in a phase its trigger confirmed, says so.
-            **({"override": stamp} if (stamp := overrides.stamp(d.target, d.scope)) else {}),
-            **({"phase_gate": gate} if confirmed else {}),
-        }
+            override=overrides.stamp(d.target, d.scope),
+            phase_gate=terms.gate if confirmed else None,
+        )
         for d in plan.acted
         if d.action is not Action.KEEP
     )
@@ -635,7 +625,7 @@ def summarize(
         kept=dict(kept),
         scopes=[v.as_dict() for v in plan.scopes],
         capped=plan.capped,
-        census=plan.census,
+        census=msgspec.convert(plan.census, Census),
         override=overrides.record,
         triggered_by=triggered_by,
         dry_run=dry_run,
@@ -750,24 +740,24 @@ def record(
     problem = branch.why if foreign and branch else f"{len(results)} of {planned} delete batches ended"
     recorded = list(ledger.outcomes(ids.fields()).values())
     outcomes = Counter(str(o["result"]) for o in recorded)
-    facts = msgspec.to_builtins(summary) if summary is not None else {}
-    if summary is not None:  # the API quotas this execution spent: its listing's and its delete tasks'
-        facts["quota"] = msgspec.to_builtins(merge_use(summary.quota, *(r.quota for r in results)))
+    facts: dict[str, Any] = {}
+    if summary is not None:  # the plan, with the API quotas this execution spent: its listing's and its deletes'
+        facts = {**msgspec.structs.asdict(summary), "quota": merge_use(summary.quota, *(r.quota for r in results))}
     if summary is not None and summary.approval is not None:  # per approved item: what came of it
         facts["approval"] = approved.with_outcomes(summary.approval, recorded)
-    doc = {
+    doc = SweepSummary(
         **ids.fields(),
-        "target": sweep.target.name,
-        "phase": sweep.phase.value,
-        "active_phase": sweep.target.active_phase.value,
+        target=sweep.target.name,
+        active_phase=sweep.target.active_phase.value,
         **(msgspec.structs.asdict(branch) if branch else {}),
-        "outcomes": dict(outcomes),
-        **facts,
-        "stale_plan": stale_plans,
-        "state": "success" if completed else "failed",
-    }
+        outcomes=dict(outcomes),
+        **{"phase": sweep.phase.value, **facts},
+        stale_plan=stale_plans,
+        state="success" if completed else "failed",
+    )
     if pushes:
-        doc["metrics_push_failures"] = push_metrics(sweep, facts, dict(outcomes), completed, started)
+        failures = push_metrics(sweep, doc, dict(outcomes), completed, started)
+        doc = msgspec.structs.replace(doc, metrics_push_failures=failures)
     ledger.summary(doc)
     if summary is not None and sweep.config.notifications.channels and acts(sweep, summary):
         # After the deletes and the summary: a notice that fails is logged and counted, the sweep goes on.
@@ -777,7 +767,7 @@ def record(
             log.warning("notices not sent: %s", error_for_log(exc))
             told = {"sent": 0, "failed": 0, "error": error_for_log(exc)}
         if told != notices.NOTHING:  # a retry with nothing left to tell keeps its first try's record
-            ledger.summary({**doc, "notifications": told})
+            ledger.summary(msgspec.structs.replace(doc, notifications=told))
     if not completed:
         raise AirflowFailException(
             f"the sweep did not complete ({problem}); its summary and outcomes so far are in the ledger"
@@ -786,7 +776,7 @@ def record(
 
 
 def push_metrics(
-    sweep: Sweep, facts: dict[str, object], outcomes: dict[str, int], completed: bool, started: datetime | None
+    sweep: Sweep, summary: SweepSummary, outcomes: dict[str, int], completed: bool, started: datetime | None
 ) -> int:
     """Push this sweep's metrics (:mod:`reaper.metrics`); how many pushes failed."""
     from reaper.metrics import Sweep as Pushed
@@ -794,8 +784,8 @@ def push_metrics(
     from reaper.policy.modes import effective_modes
 
     config, target = sweep.config, sweep.target
-    swept = {str(v["scope"]) for v in facts.get("scopes", [])}  # type: ignore[union-attr]
-    resolution = msgspec.convert(facts.get("resolution", []), list[Resolved])
+    swept = {str(v["scope"]) for v in summary.scopes or []}
+    resolution = summary.resolution or []
     # Every configured name was resolved this sweep, and each scope it resolved to swept: the groups
     # of any other scope (another name of a project, a project no longer configured) can be retired.
     scopes = {r.scope for r in resolution}
@@ -803,7 +793,7 @@ def push_metrics(
     now = datetime.now(UTC).timestamp()
     pushed = Pushed(
         target=target.name,
-        summary=facts,
+        summary=summary,
         outcomes=outcomes,
         deleting={rule for rule, mode in effective_modes(config, sweep.phase).items() if mode is Mode.DELETE},
         full=every and swept >= scopes,
