@@ -114,8 +114,6 @@ class Outcome(LedgerRecord, tag=RecordAction.OUTCOME.value, kw_only=True, frozen
     detail: str
 
 
-
-
 # --- the sweep summary --------------------------------------------------------------------------------------
 
 
@@ -236,7 +234,7 @@ class SweepSummary(msgspec.Struct, frozen=True):
     scopes: list[dict[str, Any]] | UnsetType = UNSET
     capped: dict[str, int] | UnsetType = UNSET
     census: Census | UnsetType = UNSET
-    override: dict[str, Any] | None | UnsetType = UNSET
+    override: dict[str, Any] | UnsetType | None = UNSET
     triggered_by: str | UnsetType = UNSET
     dry_run: bool | UnsetType = UNSET
     stale_inputs: bool | UnsetType = UNSET
@@ -245,12 +243,12 @@ class SweepSummary(msgspec.Struct, frozen=True):
     incomplete: dict[str, list[str]] | UnsetType = UNSET
     deletes: int | UnsetType = UNSET
     plan: PlanRef | UnsetType = UNSET
-    max_deletions: int | None | UnsetType = UNSET
+    max_deletions: int | UnsetType | None = UNSET
     left: int | UnsetType = UNSET
     resolution: list[Resolved] | UnsetType = UNSET
     quota: dict[str, QuotaUse] | UnsetType = UNSET
-    phase_gate: dict[str, Any] | None | UnsetType = UNSET
-    approval: dict[str, Any] | None | UnsetType = UNSET
+    phase_gate: dict[str, Any] | UnsetType | None = UNSET
+    approval: dict[str, Any] | UnsetType | None = UNSET
     # how ``record`` ended
     stale_plan: int | UnsetType = UNSET
     state: str = ""

@@ -18,7 +18,6 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from reaper.config import Settings
-from reaper.records import document
 from reaper.fence import SendGuard
 from reaper.model import (
     Evidence,
@@ -31,6 +30,7 @@ from reaper.model import (
     ScopeListing,
     WriterRecord,
 )
+from reaper.records import document
 from reaper.retry import Stop
 from reaper.sweep import steps
 from reaper.sweep.deletes import PlanRef, config_digest

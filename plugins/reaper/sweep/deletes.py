@@ -17,7 +17,6 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-
 from reaper.commits import GroupCommit, wait_bound
 from reaper.config import LedgerConfig, Settings
 from reaper.fence import SendGuard, halt_on_sigterm
@@ -107,7 +106,13 @@ def intent(ids: Mapping[str, Any], target: Target, resource: Resource, sent: boo
 
 def _fenced(ids: Mapping[str, Any], target: Target, resource: Resource) -> dict[str, Any]:
     """The fields a delete's records share: the execution's ids, the resource's fence and its name."""
-    return {**ids, "target": target.name, "scope": resource.scope, "uid": resource.uid, "name": target.record_name(resource)}
+    return {
+        **ids,
+        "target": target.name,
+        "scope": resource.scope,
+        "uid": resource.uid,
+        "name": target.record_name(resource),
+    }
 
 
 class LedgerLike(Protocol):
@@ -216,4 +221,3 @@ def delete_batch(
     if guard.halted:
         raise SweepHalted(f"{guard.halted}; recorded so far: {dict(counts)}")
     return dict(counts)
-

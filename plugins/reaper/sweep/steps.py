@@ -320,7 +320,9 @@ def resolve_scopes(sweep: Sweep, params: dict[str, object]) -> Setup:
     if isinstance(lease, str):
         # Skipping the setup skips the whole sweep: its summary is written here.
         ledger.summary(
-            SweepSummary(**sweep.under(None).fields(), target=target.name, phase=sweep.phase.value, state="skipped", why=lease)
+            SweepSummary(
+                **sweep.under(None).fields(), target=target.name, phase=sweep.phase.value, state="skipped", why=lease
+            )
         )
         raise AirflowSkipException(lease)
     try:
