@@ -25,6 +25,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 
 from reaper.config import ConfigError, Settings, load_config
 from reaper.model import Phase, dag_id_of
+from reaper.records import summary_of
 from reaper.report import oncall, views
 from reaper.report.reasons import Limits
 from reaper.report.rows import COLUMNS, Row, ledger_rows
@@ -159,6 +160,7 @@ def overview(
     needs = [*oncall.needs(by_dag, expected), *alerts]
     charted = {t: views.charted_dag(t, latest, expected, dag_id) for t in ("gce", "k8s")}
     shown = [s for s in summaries if s["dag_id"] in charted.values()]
+    typed = {d: [summary_of(s) for s in by_dag[d]] for d in charted.values() if d}  # what the charts read
     hrefs = {
         (str(s["dag_id"]), str(s["run_id"]), int(s.get("execution") or 0)): urls.sweep(
             str(s["dag_id"]), str(s["run_id"])
@@ -171,8 +173,8 @@ def overview(
             needs,
             unknown,
             charted,
-            panels(shown, hrefs, scope),
-            {d: scopes_of(by_dag[d]) for d in charted.values() if d},
+            panels([s for sweeps in typed.values() for s in sweeps], hrefs, scope),
+            {d: scopes_of(sweeps) for d, sweeps in typed.items()},
             scope,
             latest,
             days,

@@ -126,14 +126,16 @@ class PlanRef(msgspec.Struct, frozen=True):
 
 
 class DecisionCount(msgspec.Struct, frozen=True):
-    """The decisions of one (target, scope, rule, reason, action): a summary counts them, keeps included."""
+    """The decisions of one (target, scope, rule, reason, action): a summary counts them, keeps included.
 
-    target: str
-    scope: str
-    rule: str
-    reason: str
-    action: str
-    count: int
+    Every field has a default: the audit view reads a summary's counts however partial, as it always did."""
+
+    target: str = ""
+    scope: str = ""
+    rule: str = ""
+    reason: str = ""
+    action: str = ""
+    count: int = 0
 
 
 class AgeHistogram(msgspec.Struct, frozen=True):

@@ -217,10 +217,13 @@ def test_a_gcloud_export_marks_members_by_the_created_by_key() -> None:
 
 def test_the_group_census_is_a_scope_gauge_by_state() -> None:
     from reaper.metrics import Sweep, scope_metrics
+    from reaper.records import summary_of
 
     census = {"gce": {"p1": {"groups": {"listed": 3, "residual": 1, "residual_instances": 4}}}}
-    sweep = Sweep("gce", {"census": census}, {}, (), full=True, completed=True, started_at=0, finished_at=1)
+    summary = summary_of({"dag_id": "d", "run_id": "r", "census": census})
+    sweep = Sweep("gce", summary, {}, (), full=True, completed=True, started_at=0, finished_at=1)
     (gauge,) = [m for m in scope_metrics(sweep, "p1") if m.name == "reaper_last_sweep_groups"]
     assert {s.labels["state"]: s.value for s in gauge.samples} == {"listed": 3, "residual": 1, "residual_instances": 4}
-    bare = Sweep("gce", {"census": {"gce": {"p1": {}}}}, {}, (), full=True, completed=True, started_at=0, finished_at=1)
+    empty = summary_of({"dag_id": "d", "run_id": "r", "census": {"gce": {"p1": {}}}})
+    bare = Sweep("gce", empty, {}, (), full=True, completed=True, started_at=0, finished_at=1)
     assert "reaper_last_sweep_groups" not in {m.name for m in scope_metrics(bare, "p1")}

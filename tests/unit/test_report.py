@@ -13,6 +13,7 @@ import pytest
 from reaper.cli import main
 from reaper.config import Settings
 from reaper.durations import duration
+from reaper.records import SweepSummary, summary_of
 from reaper.report.charts import Column, stacked_bars
 from reaper.report.reasons import Limits, explain
 from reaper.report.rows import ledger_rows, resource_kind
@@ -111,22 +112,23 @@ def test_a_chart_has_a_linked_column_per_bar_and_escapes_labels() -> None:
     assert "nothing recorded" in stacked_bars("t", [])
 
 
-def _summary(at: datetime, run: str, stale: int, deleted: int, holds: tuple[str, ...] = ()) -> dict[str, object]:
+def _summary(at: datetime, run: str, stale: int, deleted: int, holds: tuple[str, ...] = ()) -> SweepSummary:
     """A GCE sweep's summary of project p1: ``stale`` of 10 instances, reported (held) or deleted."""
     reason, action = ("budget_exceeded", "report") if holds else ("heartbeat_stale", "delete")
-    return {
+    return summary_of({
         "dag_id": "reaper_gce_enforcement", "run_id": run, "execution": 0, "target": "gce", "at": at,
         "census": {"gce": {"p1": {"by_status": {"RUNNING": 10 - stale, "TERMINATED": stale}}}},
-        "decisions": [{"scope": "p1", "rule": "heartbeat_stale", "reason": reason, "action": action, "count": stale}],
+        "decisions": [{"target": "gce", "scope": "p1", "rule": "heartbeat_stale", "reason": reason,
+                       "action": action, "count": stale}],
         "outcomes": {"deleted": deleted},
         "scopes": [{"scope": "p1", "holds": list(holds), "labeled": 10, "stale": stale}],
-    }  # fmt: skip
+    })  # fmt: skip
 
 
 def test_overview_panels_chart_the_fleet_and_one_scope_on_demand_with_holds_marked() -> None:
     t0 = datetime(2026, 11, 30, tzinfo=UTC)
     sweeps = [_summary(t0, "r1", 2, 2), _summary(t0 + timedelta(minutes=10), "r2", 6, 0, ("budget_exceeded",))]
-    sweeps[1]["scopes"][0]["blocking"] = ["budget_exceeded"]  # type: ignore[index]  # JSON data typed object: its shape is this code's own
+    sweeps[1].scopes[0]["blocking"] = ["budget_exceeded"]  # type: ignore[index]  # UNSET or a list: a list here
     (fleet,) = panels(sweeps, {("reaper_gce_enforcement", "r2", 0): "/s/r2"})  # no scope asked for: the fleet only
     found, deleted, held = (columns for _, columns in fleet.charts)
     assert fleet.scope == "" and [c.values for c in deleted] == [{"deleted": 2}, {}]

@@ -12,7 +12,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import quote
 
+import msgspec
+
 from reaper.model import Action, place
+from reaper.records import Census, summary_of
 from reaper.report.charts import Column, stacked_bars
 from reaper.report.html import action, document, facts, link, query, table, text
 from reaper.report.oncall import Need
@@ -262,7 +265,7 @@ def sweeps_table(summaries: list[dict[str, object]], urls: Urls) -> str:
                 f"<b>{text(s.get('branch'))}</b> {text(s.get('why'))}",
                 text((s.get("outcomes") or {}).get(Result.DELETED, 0)),  # type: ignore[union-attr]
                 text(reported),
-                "<br>".join(text(m) for m in marks(s, None)),
+                "<br>".join(text(m) for m in marks(summary_of(s), None)),
             ]
         )
     return table(headers, rows)
@@ -758,7 +761,10 @@ def whatif_page(plan: Plan, limits: Limits | None) -> str:
         findings.setdefault(d.scope, Counter())[d.rule or "none"] += 1
         if d.action is Action.REPORT:
             reports.setdefault(d.scope, Counter())[d.reason] += 1
-    census = {scope: census_counts(c) for by_scope in plan.census.values() for scope, c in by_scope.items()}
+    typed = msgspec.convert(plan.census, Census)
+    census = {
+        scope: census_counts(typed.of(target, scope)) for target, by_scope in plan.census.items() for scope in by_scope
+    }
     capped = ", ".join(
         f"{t}: {n} deletes planned, over max_deletions_per_sweep: nothing deleted" for t, n in plan.capped.items()
     )
