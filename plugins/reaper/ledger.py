@@ -22,7 +22,7 @@ import uuid
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from pymongo import DeleteMany, MongoClient, ReadPreference, ReturnDocument, UpdateOne, WriteConcern
 from pymongo.collection import Collection as MongoCollection
@@ -32,6 +32,7 @@ from pymongo.read_concern import ReadConcern
 from reaper.config import LedgerConfig
 from reaper.model import Evidence, Plan
 from reaper.records import EXECUTION, FENCE, LedgerRecord, SweepSummary, document, summary_of
+from reaper.stores.mongo import Document as MongoDocument
 from reaper.stores.mongo import mongo_client
 from reaper.vocabulary import RecordAction, Result
 
@@ -66,7 +67,12 @@ log = logging.getLogger(__name__)
 
 
 def ensure_index(
-    collection: MongoCollection, keys: list[tuple[str, int]], name: str, *, unique: bool = False, ttl: int | None = None
+    collection: MongoCollection[MongoDocument],
+    keys: list[tuple[str, int]],
+    name: str,
+    *,
+    unique: bool = False,
+    ttl: int | None = None,
 ) -> None:
     """Make ``name`` exactly this index, whatever an earlier config or version of the reaper left.
 
@@ -94,7 +100,8 @@ def ensure_index(
             return
         log.warning("%s: rebuilding index %s as %s (it was %s)", collection.full_name, name, wanted, have)
         collection.drop_index(name)
-    collection.create_index(keys, name=name, **{k: v for k, v in wanted.items() if k != "key"})
+    options: dict[str, Any] = {k: v for k, v in wanted.items() if k != "key"}
+    collection.create_index(keys, name=name, **options)
 
 
 def _definition(info: dict[str, object]) -> dict[str, object]:
@@ -102,7 +109,7 @@ def _definition(info: dict[str, object]) -> dict[str, object]:
     return {k: v for k, v in info.items() if k not in _NOT_DEFINITION and v is not False}
 
 
-def _set_ttl(collection: MongoCollection, name: str, ttl: int) -> bool:
+def _set_ttl(collection: MongoCollection[MongoDocument], name: str, ttl: int) -> bool:
     """Change a TTL index's expiry in place; False when refused (MongoDB's readWrite role lacks ``collMod``)."""
     try:
         collection.database.command("collMod", collection.name, index={"name": name, TTL: ttl})
@@ -113,7 +120,7 @@ def _set_ttl(collection: MongoCollection, name: str, ttl: int) -> bool:
 
 
 # This process's clients, by (pid, connection id, timeout): see process_client.
-_clients: dict[tuple[int, str, float], MongoClient] = {}
+_clients: dict[tuple[int, str, float], MongoClient[MongoDocument]] = {}
 _clients_lock = threading.Lock()
 
 
@@ -127,7 +134,7 @@ def _forget_clients() -> None:
 os.register_at_fork(after_in_child=_forget_clients)
 
 
-def process_client(conn_id: str, timeout: float) -> MongoClient:
+def process_client(conn_id: str, timeout: float) -> MongoClient[MongoDocument]:
     """This process's client of the Airflow connection ``conn_id``, timeouts bounded by ``timeout`` seconds.
 
     Built on first use and then reused: a client holds a connection pool and monitor threads,
@@ -186,7 +193,7 @@ class Ledger:
         """The ledger of ``config``, on this process's client of its connection (:func:`process_client`)."""
         return cls(process_client(config.conn_id, config.timeout.total_seconds()), config)
 
-    def __init__(self, client: MongoClient, config: LedgerConfig) -> None:
+    def __init__(self, client: MongoClient[MongoDocument], config: LedgerConfig) -> None:
         ms = int(config.timeout.total_seconds() * 1000)
         # Reads from the primary, of majority-committed data: a connection's extras (a read preference
         # of secondary) must never let a lease check or an outcome lookup read a stale copy.
@@ -497,6 +504,7 @@ class Ledger:
             )
         except DuplicateKeyError:
             return None  # held by another, unexpired: the upsert collided with it
+        assert lease is not None  # an upsert answering with the document after it always has one
         return {"holder": lease["holder"], "token": lease["token"], "expires_at": float(lease["expires_at"])}
 
     def holder(self, target: str) -> str | None:
@@ -550,7 +558,7 @@ class Ledger:
         if run_id is not None:
             query["run_id"] = run_id
         cursor = self.approvals.find(query, {"_id": 0, "at": 0}).sort("created_at", -1).limit(limit)
-        return [a if items else {**a, "items": len(a.get("items") or [])} for a in cursor]  # type: ignore[arg-type]
+        return [a if items else {**a, "items": len(a.get("items") or [])} for a in cursor]
 
     def claim_approval(self, approval_id: str, ids: Mapping[str, object]) -> dict[str, object] | None:
         """Mark an approval used by the execution ``ids`` (dag_id, run_id, execution, lease), atomically (one

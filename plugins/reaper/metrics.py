@@ -92,7 +92,7 @@ def scope_metrics(sweep: Sweep, scope: str) -> list[Metric]:
     # The reasons a finding the phase deletes was reported instead: its scope's holds, and the global cap.
     stopped = {*verdict.get("holds", []), Reason.MAX_DELETIONS_EXCEEDED}
     held = sum(d.count for d in decisions if d.action == "report" and d.rule in sweep.deleting and d.reason in stopped)
-    metrics = [
+    metrics: list[Metric] = [
         _gauge(
             "reaper_last_sweep_resources",
             "In-scope resources of the last sweep by status (GCE) or kind (Kubernetes).",
@@ -281,7 +281,8 @@ def retire(
     """
     with urllib.request.urlopen(f"{url.rstrip('/')}/api/v1/metrics", timeout=timeout) as answer:
         groups = json.load(answer).get("data") or []
-    gone, failed = [], []
+    gone: list[dict[str, str]] = []
+    failed: list[dict[str, str]] = []
     for group in groups:
         labels = dict(group.get("labels") or {})
         if labels.pop("job", None) != JOB:

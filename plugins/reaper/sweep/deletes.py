@@ -13,17 +13,16 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from reaper.commits import GroupCommit, wait_bound
 from reaper.config import LedgerConfig, Settings
 from reaper.fence import SendGuard, halt_on_sigterm
-from reaper.ledger import FENCE
 from reaper.model import Resource
 from reaper.ratelimit import round_robin
-from reaper.records import Intent, LedgerRecord, Outcome, PlanRef
+from reaper.records import FENCE, Intent, LedgerRecord, Outcome, PlanRef
 from reaper.sweep.targets import Target
 from reaper.vocabulary import GONE
 
@@ -118,9 +117,9 @@ def _fenced(ids: Mapping[str, Any], target: Target, resource: Resource) -> dict[
 class LedgerLike(Protocol):
     def write(self, records: Iterable[LedgerRecord | Mapping[str, object]]) -> int: ...
 
-    def outcomes(self, ids: dict[str, object], uids: Iterable[str]) -> dict[tuple[str, str], dict[str, object]]: ...
+    def outcomes(self, ids: dict[str, object], uids: Collection[str]) -> dict[tuple[str, str], dict[str, object]]: ...
 
-    def intents(self, ids: dict[str, object], uids: Iterable[str]) -> set[tuple[str, str]]: ...
+    def intents(self, ids: dict[str, object], uids: Collection[str]) -> set[tuple[str, str]]: ...
 
     def lease_problem(self, target: str, holder: str, token: str) -> str | None: ...
 

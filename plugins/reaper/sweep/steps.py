@@ -91,7 +91,8 @@ class Ids(msgspec.Struct, frozen=True):
         """Who holds the sweep lease: the execution, whatever its token."""
         return f"{self.dag_id}/{self.run_id}#{self.execution}"
 
-    def fields(self) -> dict[str, object]:
+    def fields(self) -> dict[str, Any]:
+        """The ids as the ledger's documents carry them (the fields of every record and summary)."""
         return msgspec.structs.asdict(self)
 
 
