@@ -298,19 +298,22 @@ def demo_ledger(reaper_config: Path, connections: Path):
 
 def summarize(ledger, runs: list[tuple[str, str, str]]) -> dict[str, object]:
     """What each sweep reported, deleted and kept, and the ledger's records counted."""
+    from reaper.records import SweepSummary
+
     phases = []
     for dag_id, run_id, state in runs:
-        doc = next(iter(ledger.summaries(dag_id, run_id, limit=1)), {})
-        decisions = doc.get("decisions", [])
+        found = ledger.summaries(dag_id, run_id, limit=1)
+        doc = found[0] if found else SweepSummary(dag_id, run_id)
+        decisions = doc.decisions or []
         phases.append(
             {
                 "dag_id": dag_id,
                 "run_id": run_id,
                 "state": state,
-                "reported": sum(d["count"] for d in decisions if d["action"] == "report"),
-                "deleted": doc.get("outcomes", {}).get("deleted", 0),
-                "kept": sum(doc.get("kept", {}).values()) + sum(d["count"] for d in decisions if d["action"] == "keep"),
-                "holds": {s["scope"]: s["holds"] for s in doc.get("scopes", []) if s.get("holds")},
+                "reported": sum(d.count for d in decisions if d.action == "report"),
+                "deleted": (doc.outcomes or {}).get("deleted", 0),
+                "kept": sum((doc.kept or {}).values()) + sum(d.count for d in decisions if d.action == "keep"),
+                "holds": {s["scope"]: s["holds"] for s in doc.scopes or [] if s.get("holds")},
             }
         )
     counts = ledger.tally()

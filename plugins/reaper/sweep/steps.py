@@ -754,7 +754,7 @@ def record(
         active_phase=sweep.target.active_phase.value,
         **(msgspec.structs.asdict(branch) if branch else {}),
         outcomes=dict(outcomes),
-        **{"phase": sweep.phase.value, **facts},
+        **{"phase": sweep.phase.value, **facts},  # the plan's phase when there is a plan (the same)
         stale_plan=stale_plans,
         state="success" if completed else "failed",
     )
