@@ -7,7 +7,8 @@ with: a decision's is its :class:`reaper.model.Action` (``delete``, ``report``),
 ``kind``, what the audit view reads a record as, follows from the type instead of being written beside it.
 
 The documents are exactly what the ledger has always held, field by field and in the same order (the fence
-first, as its upserts name it): :func:`document` encodes a record, and a document written before a field
+first, as its upserts name it; one exception: a summary skipped for the lease names ``why`` before ``state``,
+as a full summary always has): :func:`document` encodes a record, and a document written before a field
 existed still decodes, the field at its default. A key that only some documents carry is ``UNSET`` when
 absent (never written), or a default that ``omit_defaults`` leaves out where the writer never wrote it.
 
