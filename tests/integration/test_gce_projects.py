@@ -29,6 +29,7 @@ from include.emulators.shapes import COMPUTE, gcloud_instance
 from reaper.config import LedgerConfig
 from reaper.ledger import Ledger
 from reaper.model import Phase
+from reaper.records import summary_of
 from reaper.sweep import steps
 from reaper.sweep.targets import GceTarget
 from tests.builders import settings
@@ -179,7 +180,8 @@ def test_metrics_name_the_id_and_a_sweep_of_every_configured_name_is_full(world,
     summary, _, s = sweep(world, [NUMBER, "ci-b"])
     pushed: list[tuple[object, set[str]]] = []
     monkeypatch.setattr("reaper.metrics.push_sweep", lambda url, sweep, timeout, keep: pushed.append((sweep, keep)))
-    steps.push_metrics(s, json.loads(json.dumps(msgspec.to_builtins(summary))), {}, True, None)
+    stored = json.loads(json.dumps({**s.ids.fields(), **msgspec.to_builtins(summary)}))  # as the ledger holds it
+    steps.push_metrics(s, summary_of(stored), {}, True, None)
     ((metrics, keep),) = pushed
     assert metrics.full and keep == {"ci-a", "ci-b"}  # ci-a's groups stay; one named 123456789012 is retired
 
