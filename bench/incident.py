@@ -35,7 +35,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "plugins"), str(Path(__file__).resolve().parents[1])]
-from bench.sweep import HOME, ROOT, configure, writers  # noqa: E402  (sets AIRFLOW_HOME: import it before Airflow)
+from bench.sweep import HOME, LEDGER_CALLS, ROOT, STEPS, Meter, configure, writers  # noqa: E402  (sets AIRFLOW_HOME: import it before Airflow)
 from include.emulators.http import free_port, start_secantusdb  # noqa: E402
 from include.emulators.shapes import gcloud_instance  # noqa: E402
 from tests.helpers.gce import busiest_second  # noqa: E402
@@ -169,6 +169,7 @@ def main() -> None:
             f"holds {holds}; outcomes {summary['outcomes']}"
         )
 
+        meter = Meter()  # from here: what each recovery run spent in the reaper's own steps
         triggered = time.time()
         runs, left, reviewed = [], args.abandoned, held.run_id  # type: ignore[attr-defined]  # a DagRun, typed object where it comes from
         while left and len(runs) < 5:
@@ -184,7 +185,8 @@ def main() -> None:
             recovery = run("reaper_gce_enforcement", **conf, scopes=crashed)
             summary = db.sweeps.find_one({"run_id": recovery.run_id})  # type: ignore[attr-defined]  # a DagRun, typed object where it comes from
             outcomes = Counter(summary["outcomes"])
-            runs.append((recovery.state, summary["why"], dict(outcomes)))  # type: ignore[attr-defined]  # a DagRun, typed object where it comes from
+            taken = meter.take()
+            runs.append((recovery.state, summary["why"], dict(outcomes), taken))  # type: ignore[attr-defined]  # a DagRun, typed object where it comes from
             left -= outcomes["deleted"]
             reviewed = recovery.run_id  # type: ignore[attr-defined]  # a DagRun, typed object where it comes from; what a run left is held again: approved anew
         last = db.ledger.find_one(
@@ -205,8 +207,16 @@ def main() -> None:
     rate_bound = args.abandoned / (args.crashed * args.rate)
     quota_bound = args.abandoned / (args.crashed * allowance / 60)
     bound = max(rate_bound, quota_bound)
-    for i, (state, why, outcomes) in enumerate(runs, 1):
+    for i, (state, why, outcomes, taken) in enumerate(runs, 1):
         print(f"recovery run {i}: {state}; {why}; outcomes {outcomes}")
+        print("  its steps: " + ", ".join(f"{step} {taken.seconds[step]:.1f} s" for step in STEPS))
+        ledger = [f"{name} {seconds:.1f} s" for name, seconds in taken.by_call.most_common() if name in LEDGER_CALLS]
+        print("  its ledger calls outside the deletes: " + ", ".join(ledger[:6]))
+    first = min((at for _, at in sent), default=float("nan"))
+    print(
+        f"trigger to the first send: {first - triggered:.1f} s (the approval, the DAG's tasks up to the deletes); "
+        f"first send to the last deletion: {last['at'].timestamp() - first if last else float('nan'):.1f} s"
+    )
     print(
         f"{args.recover} run triggered to last deletion: {took:.1f} s; bound {bound:.1f} s "
         f"(rate limit {rate_bound:.1f} s, quota share {quota_bound:.1f} s); ratio {took / bound:.2f}x"

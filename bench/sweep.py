@@ -90,6 +90,7 @@ class Meter:
         self.nested: Counter[tuple[str, str]] = Counter()
         self.peak: dict[str, int] = defaultdict(int)
         self.growth: dict[str, int] = defaultdict(int)  # peak above the RSS the step started with
+        self.by_call: Counter[str] = Counter()  # seconds of each wrapped call outside another step's
         self._running: Counter[str] = Counter()
         self._lock = threading.Lock()
         for step, places in STEPS.items():
@@ -124,6 +125,7 @@ class Meter:
                 with self._lock:
                     self._running[step] -= 1
                     self.seconds[step] += time.perf_counter() - started
+                    self.by_call[name] += time.perf_counter() - started
                 peak = _rss("VmHWM")
                 self.peak[step] = max(self.peak[step], peak)
                 self.growth[step] = max(self.growth[step], peak - rss)
@@ -134,7 +136,9 @@ class Meter:
         """This sweep's figures; the meter starts again from zero."""
         taken = Meter.__new__(Meter)
         taken.seconds, taken.nested, taken.peak, taken.growth = self.seconds, self.nested, self.peak, self.growth
+        taken.by_call = self.by_call
         self.seconds, self.nested, self.peak, self.growth = Counter(), Counter(), defaultdict(int), defaultdict(int)
+        self.by_call = Counter()
         return taken
 
 

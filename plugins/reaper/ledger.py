@@ -285,8 +285,8 @@ class Ledger:
 
         dag_id = ids["dag_id"]
         targets = sorted({t for t, _ in evidence.swept})
-        states = self.states.find({"dag_id": dag_id, "target": {"$in": targets}}, {"_id": 0}, batch_size=ONE_BATCH)
-        before = joined(states)
+        stored = self.states.find({"dag_id": dag_id, "target": {"$in": targets}}, {"_id": 0}, batch_size=ONE_BATCH)
+        before = joined(stored)
         found, states = since(before, plan, evidence, run_label)
         now = datetime.now(UTC)
         if found:  # inserts, not upserts (a first sweep writes one per resource); a retry's are there already
