@@ -44,7 +44,10 @@ def settings() -> Settings:
     return load_config()
 
 
-SettingsDep = Annotated[object, Depends(settings)]
+if TYPE_CHECKING:  # what the routes get; at run time FastAPI reads only the Depends (pymongo stays unimported)
+    SettingsDep = Settings
+else:
+    SettingsDep = Annotated[object, Depends(settings)]
 
 
 def ledger(config: SettingsDep) -> Ledger:
@@ -52,7 +55,7 @@ def ledger(config: SettingsDep) -> Ledger:
     (a dependency, so tests can swap it)."""
     from reaper.ledger import Ledger
 
-    return Ledger.connect(config.ledger)  # type: ignore[attr-defined]
+    return Ledger.connect(config.ledger)
 
 
 def limits() -> Limits | None:
@@ -68,7 +71,10 @@ def readable_dags(user: GetUserDep) -> frozenset[str]:
     return frozenset(get_auth_manager().get_authorized_dag_ids(user=user, method="GET"))
 
 
-LedgerDep = Annotated[object, Depends(ledger)]  # object: the plugin loads without pymongo
+if TYPE_CHECKING:
+    LedgerDep = Ledger
+else:
+    LedgerDep = Annotated[object, Depends(ledger)]  # object: the plugin loads without pymongo
 LimitsDep = Annotated[Limits | None, Depends(limits)]
 DagsDep = Annotated[frozenset[str], Depends(readable_dags)]
 router = APIRouter(dependencies=[Depends(READ_RUNS)])
@@ -155,14 +161,14 @@ def overview(
     for s in summaries:  # oldest first
         by_dag.setdefault(str(s["dag_id"]), []).append(s)
     latest = {dag: sweeps[-1] for dag, sweeps in by_dag.items()}
-    expected = _expected(config, dags)  # type: ignore[arg-type]
-    alerts, unknown = _alerts(config)  # type: ignore[arg-type]
+    expected = _expected(config, dags)
+    alerts, unknown = _alerts(config)
     needs = [*oncall.needs(by_dag, expected), *alerts]
     charted = {t: views.charted_dag(t, latest, expected, dag_id) for t in ("gce", "k8s")}
     shown = [s for s in summaries if s["dag_id"] in charted.values()]
     typed = {d: [summary_of(s) for s in by_dag[d]] for d in charted.values() if d}  # what the charts read
     hrefs = {
-        (str(s["dag_id"]), str(s["run_id"]), int(s.get("execution") or 0)): urls.sweep(
+        (str(s["dag_id"]), str(s["run_id"]), int(str(s.get("execution") or 0))): urls.sweep(
             str(s["dag_id"]), str(s["run_id"])
         )
         for s in shown
@@ -181,12 +187,12 @@ def overview(
         ),
         newest,
         urls,
-        config.metrics.runbook_url,  # type: ignore[attr-defined]
+        config.metrics.runbook_url,
     )
 
 
 @router.get("/api/sweeps")
-def api_sweeps(led: LedgerDep, dags: DagsDep, days: int = Query(14, ge=1, le=400)) -> list[dict]:
+def api_sweeps(led: LedgerDep, dags: DagsDep, days: int = Query(14, ge=1, le=400)) -> list[dict[str, object]]:
     """The summaries of the last ``days`` of the DAGs the user may read, oldest first (what the overview charts)."""
     return _window(led, dags, days)
 
@@ -267,7 +273,7 @@ async def approve(
     try:  # the ledger's reads and write off the API server's event loop, which every other request shares
         approval = await run_in_threadpool(
             record,
-            led,  # type: ignore[arg-type]
+            led,
             dag_id,
             run_id,
             items,

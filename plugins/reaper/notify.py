@@ -137,7 +137,8 @@ def facts(
 ) -> Facts:
     """A sweep's facts from its summary and its outcome records, each with the delete decision behind it
     (:meth:`reaper.ledger.Ledger.deciding`)."""
-    failed, deleted = [], []
+    failed: list[Row] = []
+    deleted: list[Row] = []
     for outcome, decision in outcomes:
         if outcome.get("result") in (Result.FAILED, Result.DELETED):  # the outcomes notices tell of
             (failed if outcome["result"] == Result.FAILED else deleted).append(row(outcome, decision, limits))

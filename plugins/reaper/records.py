@@ -35,6 +35,9 @@ EXECUTION = ("dag_id", "run_id", "execution", "lease")
 FENCE = (*EXECUTION, "target", "scope", "uid", "action")
 # A document as the ledger hands it to MongoDB and reads it back.
 Document = dict[str, object]
+# A document as stored, read field by field where no type names every field it may carry: the audit view's
+# sweep page and overview list what a summary holds, also fields a later version added (docs/audit-view.md).
+Stored = dict[str, Any]
 
 
 class LedgerRecord(msgspec.Struct, tag_field="action", omit_defaults=True, kw_only=True, frozen=True):

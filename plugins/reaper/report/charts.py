@@ -59,7 +59,7 @@ def stacked_bars(
     ]
     for i, col in enumerate(columns):
         x = left + i * step + (step - bar) / 2
-        y = top + plot_h
+        y: float = top + plot_h
         rects = []
         for s in series:
             n = col.values.get(s, 0)

@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 from reaper.alerting import reapers
 from reaper.durations import duration
+from reaper.records import Stored
 from reaper.vocabulary import Reason, Result
 
 
@@ -26,7 +27,7 @@ class Runbook(NamedTuple):
 
 
 # A hold that blocks deletes -> its runbook entry.
-HOLD_ACTIONS = {
+HOLD_ACTIONS: dict[str, Runbook] = {
     Reason.BUDGET_EXCEEDED: Runbook(
         "ReaperBudgetHold",
         "Check that the stale ones are really dead, then approve the reviewed ones on the sweep's page (or "
@@ -68,14 +69,14 @@ class Need(NamedTuple):
     at: object = None
 
 
-def counts(summary: Mapping[str, object]) -> bool:
+def counts(summary: Stored) -> bool:
     """Whether a summary is of a sweep that ran for real: not a dry run, not a run skipped because another
     sweep held the lease. Only such a sweep says what holds, fails or is missing."""
     return summary.get("state") != "skipped" and not summary.get("dry_run")
 
 
 def needs(
-    sweeps: Mapping[str, list[dict[str, object]]], expected: Mapping[str, timedelta], now: datetime | None = None
+    sweeps: Mapping[str, list[Stored]], expected: Mapping[str, timedelta], now: datetime | None = None
 ) -> list[Need]:
     """Everything that needs a human in the sweeps of each DAG of ``expected`` (the active phases' DAG ids and
     their schedule intervals; ``0``: triggered by hand only, never missing). ``sweeps``: each DAG's summaries
@@ -107,20 +108,20 @@ def needs(
             found.append(Need("sweep missing", dag_id, run, "", why, MISSING, at))
         if s.get("state") == "failed":
             found.append(Need("sweep failed", dag_id, run, "", str(s.get("why") or "a task failed"), FAILED_RUN, at))
-        verdicts: dict[str, tuple[dict[str, object], Mapping[str, object]]] = {}
+        verdicts: dict[str, tuple[Stored, Stored]] = {}
         for sweep in real:  # oldest first: the latest verdict of each scope stays
-            for v in sweep.get("scopes") or []:  # type: ignore[union-attr]
+            for v in sweep.get("scopes") or []:
                 verdicts[str(v.get("scope"))] = (v, sweep)
         for scope, (v, by) in verdicts.items():
-            blocking = [str(h) for h in v.get("blocking") or []]  # type: ignore[union-attr]
+            blocking = [str(h) for h in v.get("blocking") or []]
             if blocking:
                 why = "deletes held: " + ", ".join(blocking)
                 hold = HOLD_ACTIONS.get(blocking[0], OTHER_HOLD)
                 found.append(Need("scope held", dag_id, str(by.get("run_id")), scope, why, hold, by.get("at")))
-        failed = int((s.get("outcomes") or {}).get(Result.FAILED, 0))  # type: ignore[union-attr]
+        failed = int((s.get("outcomes") or {}).get(Result.FAILED, 0))
         if failed:
             found.append(Need("deletions failing", dag_id, run, "", f"{failed} deletes failed", FAILED, at))
-        for target, planned in (s.get("capped") or {}).items():  # type: ignore[union-attr]
+        for target, planned in (s.get("capped") or {}).items():
             why = f"{target}: {planned} deletes planned, over max_deletions_per_sweep: nothing deleted"
             found.append(Need("cap reached", dag_id, run, "", why, CAPPED, at))
     return found

@@ -45,8 +45,10 @@ class Limits(NamedTuple):
 
 def _member(code: str | None) -> Reason | None:
     """The reason a stored code names, or None for a code that is no reason."""
+    if code is None:
+        return None
     try:
-        return Reason(code)
+        return Reason(code)  # type: ignore[call-arg]  # a lookup by value (EnumMeta.__call__), not __new__
     except ValueError:
         return None
 

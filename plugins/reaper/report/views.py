@@ -15,7 +15,7 @@ from urllib.parse import quote
 import msgspec
 
 from reaper.model import Action, place
-from reaper.records import Census, summary_of
+from reaper.records import Census, Stored, summary_of
 from reaper.report.charts import Column, stacked_bars
 from reaper.report.html import action, document, facts, link, query, table, text
 from reaper.report.oncall import Need
@@ -149,13 +149,11 @@ class Overview(NamedTuple):
     panels: list[Panel]
     scopes: dict[str, list[str]]  # each charted DAG's scopes: what its drill-down offers
     scope: str
-    latest: dict[str, dict[str, object]]
+    latest: dict[str, Stored]
     days: int
 
 
-def charted_dag(
-    target: str, latest: Mapping[str, object], expected: Mapping[str, object], asked: str | None
-) -> str | None:
+def charted_dag(target: str, latest: Stored, expected: Mapping[str, object], asked: str | None) -> str | None:
     """The DAG whose fleet a target's charts show: the one asked for, else the active phase's, else the one
     of the target swept most recently; None when the target has no sweep to chart."""
     prefix = f"reaper_{target}_"
@@ -165,7 +163,7 @@ def charted_dag(
     if active in latest:
         return active
     swept = [d for d in latest if d.startswith(prefix)]
-    return max(swept, key=lambda d: when(latest[d].get("at"))) if swept else None  # type: ignore[union-attr]
+    return max(swept, key=lambda d: when(latest[d].get("at"))) if swept else None
 
 
 def runbook_link(base: str, section: str) -> str:
@@ -203,7 +201,7 @@ def needs_table(needs: list[Need], urls: Urls, runbook: str) -> str:
     return table(["needs", "where", "why", "what to do", "runbook", "since"], rows, css="needs")
 
 
-def overview_page(view: Overview, newest: list[dict[str, object]], urls: Urls, runbook: str) -> str:
+def overview_page(view: Overview, newest: list[Stored], urls: Urls, runbook: str) -> str:
     """What needs a human now; then per target a few fleet charts over time, with a drill-down to one scope;
     then the latest sweeps. Every time is UTC."""
     days = view.days
@@ -249,12 +247,12 @@ def overview_page(view: Overview, newest: list[dict[str, object]], urls: Urls, r
     return document("Reaper sweeps", "".join(parts), urls.nav())
 
 
-def sweeps_table(summaries: list[dict[str, object]], urls: Urls) -> str:
+def sweeps_table(summaries: list[Stored], urls: Urls) -> str:
     headers = ["at", "DAG", "run", "exec", "phase", "branch and why", "deleted", "reported", "holds, overrides, cap"]
     rows = []
     for s in summaries:
         dag_id, run_id = str(s["dag_id"]), str(s["run_id"])
-        reported = sum(int(d.get("count", 0)) for d in s.get("decisions") or [] if d.get("action") == "report")  # type: ignore[union-attr]
+        reported = sum(int(d.get("count", 0)) for d in s.get("decisions") or [] if d.get("action") == "report")
         rows.append(
             [
                 text(when(s.get("at"))),
@@ -263,7 +261,7 @@ def sweeps_table(summaries: list[dict[str, object]], urls: Urls) -> str:
                 text(s.get("execution", 0)),
                 text(s.get("phase")),
                 f"<b>{text(s.get('branch'))}</b> {text(s.get('why'))}",
-                text((s.get("outcomes") or {}).get(Result.DELETED, 0)),  # type: ignore[union-attr]
+                text((s.get("outcomes") or {}).get(Result.DELETED, 0)),
                 text(reported),
                 "<br>".join(text(m) for m in marks(summary_of(s), None)),
             ]
@@ -274,7 +272,7 @@ def sweeps_table(summaries: list[dict[str, object]], urls: Urls) -> str:
 # --- one sweep ------------------------------------------------------------------------------------
 
 
-def summary_facts(s: dict[str, object], urls: Urls | None) -> str:
+def summary_facts(s: Stored, urls: Urls | None) -> str:
     """A summary's facts at the top of its page: the branch and why, the state, the phase, the cap, the override.
 
     Any other plain value the summary carries (a worker's hostname, a new field) is listed too.
@@ -312,14 +310,14 @@ def summary_facts(s: dict[str, object], urls: Urls | None) -> str:
         ("dry run", text("yes" if s.get("dry_run") else "no")),
         ("triggered by", text(s.get("triggered_by"))),
         ("planned deletes", text(s.get("deletes"))),
-        ("outcomes", text(", ".join(f"{k} {v}" for k, v in (s.get("outcomes") or {}).items()) or "none")),  # type: ignore[union-attr]
+        ("outcomes", text(", ".join(f"{k} {v}" for k, v in (s.get("outcomes") or {}).items()) or "none")),
         (
             "cap",
             text(
                 ", ".join(f"{k}: {v} planned, over the cap" for k, v in (s.get("capped") or {}).items())
                 or "not reached"
             ),
-        ),  # type: ignore[union-attr]
+        ),
     ]
     told = s.get("notifications")
     if isinstance(told, dict):  # what the owners were told (docs/notifications.md), and what failed
@@ -339,7 +337,7 @@ def summary_facts(s: dict[str, object], urls: Urls | None) -> str:
     if s.get("stale_plan"):
         pairs.append(("stale plans refused", text(s["stale_plan"])))
     if s.get("warnings"):
-        pairs.append(("warnings", "<br>".join(text(w) for w in s["warnings"])))  # type: ignore[union-attr]
+        pairs.append(("warnings", "<br>".join(text(w) for w in s["warnings"])))
     for key, value in s.items():
         if key.startswith("override") and isinstance(value, dict):
             # A budget override's scopes as a list of names, the scopes it lifted.
@@ -360,27 +358,27 @@ def summary_facts(s: dict[str, object], urls: Urls | None) -> str:
     return facts(pairs)
 
 
-def scopes_table(verdicts: list[dict[str, object]]) -> str:
+def scopes_table(verdicts: list[Stored]) -> str:
     """Each scope's verdict: its holds, which of them block a delete, the budget's S and L, and why evidence
     there is unknown (a store that did not prove it is the right one, writer health with no series)."""
     rows = []
     for v in verdicts:
         budget = ""
         if "labeled" in v:
-            budget = f"S {v.get('stale')} / L {v.get('labeled')} ({float(v.get('stale_fraction') or 0):.0%})"  # type: ignore[arg-type]
+            budget = f"S {v.get('stale')} / L {v.get('labeled')} ({float(v.get('stale_fraction') or 0):.0%})"
         elif "managed_runs" in v:
             budget = f"S {v.get('orphaned_runs')} / L {v.get('managed_runs')} runs"
-        writers = ", ".join(f"{w.get('manager')} {w.get('problem')}" for w in v.get("unhealthy_writers") or [])  # type: ignore[union-attr]
+        writers = ", ".join(f"{w.get('manager')} {w.get('problem')}" for w in v.get("unhealthy_writers") or [])
         rows.append(
             [
                 text(v.get("target")),
                 text(v.get("scope")),
-                text(", ".join(v.get("holds") or []) or "ok"),  # type: ignore[arg-type]
-                text(", ".join(v.get("blocking") or [])),  # type: ignore[arg-type]
-                text(", ".join(v.get("overridden") or [])),  # type: ignore[arg-type]
+                text(", ".join(v.get("holds") or []) or "ok"),
+                text(", ".join(v.get("blocking") or [])),
+                text(", ".join(v.get("overridden") or [])),
                 text(budget),
                 text(writers),
-                "<br>".join(text(why) for why in v.get("unknown_evidence") or []),  # type: ignore[union-attr]
+                "<br>".join(text(why) for why in v.get("unknown_evidence") or []),
             ]
         )
     headers = ["target", "scope", "holds", "blocking deletes", "overridden", "budget S / L", "unhealthy writers"]
@@ -403,16 +401,16 @@ def _filter(name: str, chosen: str, values: list[str]) -> str:
     return _select(name, name, chosen, [("", "any"), *((v, v) for v in values)])
 
 
-def choices(executions: list[dict[str, object]]) -> dict[str, list[str]]:
+def choices(executions: list[Stored]) -> dict[str, list[str]]:
     """The values each filter can take in this sweep, from its summaries: what its choices offer."""
     found: dict[str, set[str]] = {f: set() for f in FILTERS}
     for s in executions:
-        for d in s.get("decisions") or []:  # type: ignore[union-attr]
+        for d in s.get("decisions") or []:
             if d.get("action") != "keep":
                 for f in ("scope", "rule", "reason", "action"):
                     found[f].add(str(d.get(f) or ""))
-        found["outcome"] |= set(map(str, s.get("outcomes") or {}))  # type: ignore[arg-type]
-        for scopes in (s.get("census") or {}).values():  # type: ignore[union-attr]
+        found["outcome"] |= set(map(str, s.get("outcomes") or {}))
+        for scopes in (s.get("census") or {}).values():
             for census in scopes.values():
                 found["kind"] |= set(map(str, census.get("by_kind") or {}))
         if s.get("target") == "gce":
@@ -433,7 +431,7 @@ class Page(NamedTuple):
 
 
 def sweep_page(
-    executions: list[dict[str, object]],
+    executions: list[Stored],
     rows: list[Row],
     page: Page,
     params: dict[str, str],
@@ -450,7 +448,7 @@ def sweep_page(
     parts = [f"<h1>{text(dag_id)} / {text(run_id)}</h1>"]
     for s in executions:
         parts.append(summary_facts(s, urls))
-        parts.append("<h3>scopes</h3>" + scopes_table(s.get("scopes") or []))  # type: ignore[arg-type]
+        parts.append("<h3>scopes</h3>" + scopes_table(s.get("scopes") or []))
     if held:
         parts.append(approval_form(held, urls.approve(dag_id, run_id)))
     if approvals:
@@ -534,14 +532,14 @@ def approval_use(a: Mapping[str, object], urls: Urls, now: float) -> str:
     return "<b>unused</b>: " + trigger_help(str(a.get("dag_id")), str(a.get("id")))
 
 
-def approvals_table(approvals: list[dict[str, object]], urls: Urls, now: float) -> str:
+def approvals_table(approvals: list[Stored], urls: Urls, now: float) -> str:
     """Each approval (with its items, :meth:`reaper.ledger.Ledger.approvals_of`): id, who, when, why, expiry, the
     items each with the fingerprint it was approved in, the sweep it came from, and its use. Times are UTC."""
     if not approvals:
         return '<p class="muted">No approval recorded.</p>'
     rows = []
     for a in approvals:
-        items = [i for i in a.get("items") or [] if isinstance(i, dict)]  # type: ignore[union-attr]
+        items = [i for i in a.get("items") or [] if isinstance(i, dict)]
         inner = table(
             ["scope", "kind", "name", "run", "uid", "fingerprint"],
             (
@@ -590,11 +588,11 @@ ITEM_STATES = {
 }
 
 
-def approval_record(record: Mapping[str, object], urls: Urls, dag_id: str) -> str:
+def approval_record(record: Stored, urls: Urls, dag_id: str) -> str:
     """A sweep's ``approval`` (the approval it ran under, :func:`reaper.sweep.approved.summary`): who gave it and
     why, from which sweep, and per approved item what came of it (deleted, approval_changed, not_listed, ...)."""
     approval_id = str(record.get("id"))
-    results = [r for r in record.get("results") or [] if isinstance(r, dict)]  # type: ignore[union-attr]
+    results = [r for r in record.get("results") or [] if isinstance(r, dict)]
     counts = ", ".join(f"{n} {state}" for state, n in Counter(str(r.get("state")) for r in results).items())
     source = str(record.get("from_run"))
     head = (
