@@ -134,7 +134,7 @@ def _alerts(config: Settings) -> tuple[list[oncall.Need], str]:
         return [], f"{exc}: look there"
     broken = alerting.unhealthy(found)
     unknown = f"Prometheus at {alerting.shown(config)} cannot evaluate {'; '.join(broken)}: those alerts cannot fire"
-    alerts = (a for r in found for a in r.get("alerts") or [])  # type: ignore[attr-defined]
+    alerts = (a for r in found for a in r.get("alerts") or [])  # type: ignore[attr-defined]  # a JSON list
     return oncall.firing(alerts, config.metrics.runbook_url), unknown if broken else ""
 
 
@@ -173,7 +173,7 @@ def overview(
         )
         for s in shown
     }
-    newest = sorted(summaries, key=lambda s: s["at"], reverse=True)[:50]  # type: ignore[arg-type,return-value]
+    newest = sorted(summaries, key=lambda s: s["at"], reverse=True)[:50]  # type: ignore[arg-type,return-value]  # datetimes
     return views.overview_page(
         views.Overview(
             needs,

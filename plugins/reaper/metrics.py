@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import urllib.request
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from functools import partial
 
@@ -310,7 +310,7 @@ def _push(url: str, target: str, scope: str, metrics: list[Metric], timeout: flo
     )
 
 
-def _attempt(call, url: str, what: str) -> bool:  # type: ignore[no-untyped-def]
+def _attempt(call: Callable[[], object], url: str, what: str) -> bool:
     """Run one Pushgateway call; False, logged and counted, when it failed (observability only)."""
     try:
         call()

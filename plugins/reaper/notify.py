@@ -156,7 +156,7 @@ def held_scopes(summary: Summary, limits: Limits | None) -> tuple[Held, ...]:
             reported[d.scope, d.reason] += d.count
     held = []
     for verdict in summary.scopes:
-        blocking = tuple(str(h) for h in verdict.get("blocking") or ())  # type: ignore[attr-defined]
+        blocking = tuple(str(h) for h in verdict.get("blocking") or ())  # type: ignore[attr-defined]  # a list of codes
         if not blocking:
             continue
         scope = str(verdict["scope"])
@@ -185,7 +185,7 @@ def row(outcome: Mapping[str, object], decision: Mapping[str, object] | None, li
         what, why = str(outcome.get("name")), "its decision is not in the ledger"
     else:
         what = f"{decision.get('resource_kind')} {decision.get('location')}/{decision.get('name')}"
-        why = explain(str(decision.get("reason")), decision.get("evidence"), limits, raw=False)  # type: ignore[arg-type]
+        why = explain(str(decision.get("reason")), decision.get("evidence"), limits, raw=False)  # type: ignore[arg-type]  # an object
     return Row(str(outcome.get("scope")), what, why, detail, when(outcome.get("at")))
 
 

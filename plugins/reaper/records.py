@@ -74,7 +74,7 @@ class DecisionRecord(LedgerRecord, kw_only=True, frozen=True):
     fingerprint: str = ""
     approval: str = ""
     group: str = ""
-    evidence: dict[str, Any]
+    evidence: dict[str, Any] | None  # None: a decision the policy gave no evidence
     override: dict[str, Any] | None = None
     phase_gate: dict[str, Any] | None = None
 

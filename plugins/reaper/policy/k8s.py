@@ -514,7 +514,7 @@ def liveness(
 
 def valid_attempt(label: str | None) -> bool:
     """An attempt label the step store can match by value: ASCII decimal digits (``"01"`` is attempt 1)."""
-    return bool(label) and label.isascii() and label.isdigit()  # type: ignore[union-attr]
+    return label is not None and label.isascii() and label.isdigit()
 
 
 def _undurable_steps(key: str, pods: list[K8sObject], evidence: Evidence, config: Settings) -> dict[str, str]:

@@ -133,7 +133,7 @@ def firing(alerts: Iterable[dict[str, object]], runbook_url: str) -> list[Need]:
     for a in alerts:
         if a.get("state") != "firing" or not reapers(a, runbook_url):
             continue
-        labels, notes = dict(a.get("labels") or {}), dict(a.get("annotations") or {})  # type: ignore[call-overload]
+        labels, notes = dict(a.get("labels") or {}), dict(a.get("annotations") or {})  # type: ignore[call-overload]  # JSON objects
         name = str(labels.get("alertname", ""))
         where = ", ".join(f"{k}={v}" for k, v in sorted(labels.items()) if k not in ("alertname", "severity"))
         why = f"{labels.get('severity', '')} {notes.get('summary', '')}".strip() + (f" ({where})" if where else "")

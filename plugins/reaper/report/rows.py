@@ -119,7 +119,7 @@ def ledger_row(decision: dict[str, object], companions: list[dict[str, object]],
         outcome=str(outcome.get("result", "")),
         detail=str(outcome.get("detail") or ""),
         outcome_at=when(outcome.get("at")),
-        execution=int(decision.get("execution") or 0),  # type: ignore[call-overload]
+        execution=int(decision.get("execution") or 0),  # type: ignore[call-overload]  # an int, as the ledger wrote it
         dag_id=str(decision.get("dag_id", "")),
         run_id=str(decision.get("run_id", "")),
         at=when(decision.get("at")),

@@ -527,7 +527,7 @@ def approval_use(a: Mapping[str, object], urls: Urls, now: float) -> str:
             f"used by {link(urls.sweep(dag_id, run_id), run_id)} (execution {text(used.get('execution', 0))}) "
             f'<span class="muted">at {text(when(used.get("at")))}</span>'
         )
-    if now >= float(a.get("expires_at") or 0):  # type: ignore[arg-type]
+    if now >= float(a.get("expires_at") or 0):  # type: ignore[arg-type]  # a number, as the ledger wrote it
         return '<span class="muted">expired unused</span>'
     return "<b>unused</b>: " + trigger_help(str(a.get("dag_id")), str(a.get("id")))
 
@@ -713,7 +713,7 @@ def history_page(term: str, rows: list[Row], found: History | None, urls: Urls) 
                             text(t.get("dag_id")),
                             link(urls.sweep(str(t.get("dag_id")), str(t.get("run_id"))), t.get("run_id")),
                             text(described(t)),
-                            text(explain(str(t.get("reason") or ""), t.get("evidence") or {})),  # type: ignore[arg-type]
+                            text(explain(str(t.get("reason") or ""), t.get("evidence") or {})),  # type: ignore[arg-type]  # an object, as written
                         ]
                         for t in story_of
                     ),

@@ -117,6 +117,6 @@ def with_outcomes(record: Mapping[str, object], outcomes: Iterable[Mapping[str, 
     result = {(str(o["scope"]), str(o["uid"])): str(o["result"]) for o in outcomes}
     items = [
         {**r, "state": result.get((str(r["scope"]), str(r["uid"])), r["state"])} if r["state"] == PLANNED else r
-        for r in record.get("results") or []  # type: ignore[attr-defined]
+        for r in record.get("results") or []  # type: ignore[attr-defined]  # a list, as the ledger wrote it
     ]
     return {**record, "results": items}

@@ -92,18 +92,18 @@ def cut_batches(
 
 
 def outcome_records(
-    ids: Mapping[str, Any], target: Target, result: str, details: Iterable[tuple[Resource, str]]
+    ids: Mapping[str, Any], target: Target[Any], result: str, details: Iterable[tuple[Resource, str]]
 ) -> list[Outcome]:
     """The outcome records of resources with one result, each with its detail: one ledger write for them all."""
     return [Outcome(**_fenced(ids, target, r), result=result, detail=detail) for r, detail in details]
 
 
-def intent(ids: Mapping[str, Any], target: Target, resource: Resource, sent: bool = False) -> Intent:
+def intent(ids: Mapping[str, Any], target: Target[Any], resource: Resource, sent: bool = False) -> Intent:
     """A delete's intent record; ``sent``: its sent mark, written once the delete call went out."""
     return Intent(**_fenced(ids, target, resource), sent=sent)
 
 
-def _fenced(ids: Mapping[str, Any], target: Target, resource: Resource) -> dict[str, Any]:
+def _fenced(ids: Mapping[str, Any], target: Target[Any], resource: Resource) -> dict[str, Any]:
     """The fields a delete's records share: the execution's ids, the resource's fence and its name."""
     return {
         **ids,
@@ -139,7 +139,7 @@ class SweepHalted(Exception):
 
 
 def delete_batch(
-    ledger: LedgerLike, target: Target, fence: Fence, resources: list[Resource], pace: LedgerConfig | None = None
+    ledger: LedgerLike, target: Target[Any], fence: Fence, resources: list[Resource], pace: LedgerConfig | None = None
 ) -> dict[str, int]:
     """Delete one batch, safely under task retries, timeouts and SIGTERM; the counts of this try's outcomes.
 

@@ -154,7 +154,7 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
             "max_retry_delay": timeout / 4,
             "on_failure_callback": alerts,
         },
-        on_failure_callback=alerts,
+        on_failure_callback=alerts,  # type: ignore[arg-type]  # notifiers: Airflow takes them, its types say callables
         doc_md=f"Reaper sweep of **{name}** in phase **{phase.value}**. {__doc__.split(chr(10))[0]}",
     )
     def sweep() -> None:
@@ -164,13 +164,16 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
             setup = steps.resolve_scopes(sweep, context["params"])
             context["ti"].xcom_push(key="lease", value=_xcom(setup.lease))
             context["ti"].xcom_push(key="quota", value=msgspec.to_builtins(setup.quota))
-            return msgspec.to_builtins(setup.shards)
+            shards: list[list[dict[str, Any]]] = msgspec.to_builtins(setup.shards)
+            return shards
 
         @task
         def list_inventory(shard: list[dict[str, Any]], lease: dict[str, Any]) -> dict[str, Any]:
             sweep, context = _current(config, target, phase)
             scopes = _typed(shard, list[Resolved])
-            return _xcom(steps.list_inventory(sweep, scopes, context["ti"].map_index, _typed(lease, steps.Lease)))
+            index = context["ti"].map_index  # always set: the task is mapped (-1 is Airflow's "not mapped")
+            shard_index = -1 if index is None else index
+            return _xcom(steps.list_inventory(sweep, scopes, shard_index, _typed(lease, steps.Lease)))
 
         @task
         def gather_evidence(shards: list[dict[str, Any]], lease: dict[str, Any]) -> dict[str, Any]:
@@ -208,7 +211,7 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
         @task(pool=f"reaper_{name}", pool_slots=1)
         def delete(batch: dict[str, Any], lease: dict[str, Any]) -> dict[str, Any]:
             sweep, context = _current(config, target, phase)
-            typed = _typed(batch, steps.Batch[target.resource_type])
+            typed = _typed(batch, steps.Batch[target.resource_type])  # type: ignore[name-defined]  # a run-time type
             return _xcom(steps.delete(sweep, typed, _typed(lease, steps.Lease), context["dag_run"].start_date))
 
         @task
@@ -244,22 +247,24 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
             failed task, so the next sweep need not wait for the lease to expire."""
             steps.release_lease(_current(config, target, phase)[0])
 
+        # Tasks called with XComArgs, which Airflow's types do not model (they say the function's own parameter
+        # types): hence the ignores below.
         # A task can only be mapped over a return value: the shards and the batches are those,
         # the lease and the summary named outputs beside them.
         shards = resolve_scopes()
-        lease = shards["lease"]
+        lease = shards["lease"]  # type: ignore[index]  # an XComArg, see above
         listings = list_inventory.partial(lease=lease).expand(shard=shards)
-        batches = evaluate_policy(gather_evidence(listings, lease), lease)
-        branch = budget_check(batches["summary"])
+        batches = evaluate_policy(gather_evidence(listings, lease), lease)  # type: ignore[arg-type]  # an XComArg, see above
+        branch = budget_check(batches["summary"])  # type: ignore[index]  # an XComArg, see above
         deleted = delete.partial(lease=lease).expand(batch=batches)
-        reported = report_only(batches["summary"])
+        reported = report_only(batches["summary"])  # type: ignore[index]  # an XComArg, see above
         branch >> [deleted, reported]
-        [deleted, reported] >> record() >> release_lease().as_teardown(setups=shards)
+        [deleted, reported] >> record() >> release_lease().as_teardown(setups=shards)  # type: ignore[arg-type]  # an XComArg, see above
 
     return sweep()
 
 
-def _current(config: Settings, target: Target, phase: Phase) -> tuple[steps.Sweep, Context]:
+def _current(config: Settings, target: Target[Any], phase: Phase) -> tuple[steps.Sweep, Context]:
     """The running task's context, and the execution of the sweep it belongs to (:class:`steps.Ids`)."""
     context = get_current_context()
     run = context["dag_run"]
@@ -269,7 +274,8 @@ def _current(config: Settings, target: Target, phase: Phase) -> tuple[steps.Swee
 
 def _xcom(payload: msgspec.Struct) -> dict[str, Any]:
     """A typed payload as the plain data XCom stores."""
-    return msgspec.to_builtins(payload)
+    data: dict[str, Any] = msgspec.to_builtins(payload)
+    return data
 
 
 def _typed(value: object, kind: type[T]) -> T:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
@@ -42,7 +42,7 @@ class Overrides:
         return None
 
 
-def check_budget_override(params: dict[str, object], wanted: list[str], target: Target) -> None:
+def check_budget_override(params: dict[str, object], wanted: list[str], target: Target[Any]) -> None:
     """``override_budget`` needs ``override_reason``, and names the scopes it lifts (:func:`check_override_scopes`)."""
     if params.get("override_budget") and not param_text(params, "override_reason"):
         raise AirflowFailException("params.override_reason: expected a non-empty reason with override_budget")
@@ -50,7 +50,7 @@ def check_budget_override(params: dict[str, object], wanted: list[str], target: 
 
 
 def check_override_scopes(
-    params: dict[str, object], wanted: list[str], target: Target, resolved: list[Resolved] | None = None
+    params: dict[str, object], wanted: list[str], target: Target[Any], resolved: list[Resolved] | None = None
 ) -> None:
     """``override_scopes`` names the scopes whose budget hold ``override_budget`` lifts (docs/design.md §6):
     some, each swept by this run (``wanted``), and only beside ``override_budget``.
@@ -133,7 +133,7 @@ def run_overrides(
     """
     wanted = params.get("max_deletions")
     reason = param_text(params, "override_reason")
-    asked = configured if wanted is None else int(wanted)  # type: ignore[call-overload]
+    asked = configured if wanted is None else int(wanted)  # type: ignore[call-overload]  # an int (check_form)
     lower = min(asked, configured)  # what holds in every execution, override or not
     # Raised only with a reason, checked again here: the config may have lowered the cap since resolve_scopes.
     raised = asked > configured and bool(reason)

@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 import msgspec
 from airflow.sdk import ObjectStoragePath
@@ -216,7 +216,7 @@ class Deleted(msgspec.Struct, frozen=True):
 class Planned(msgspec.Struct, frozen=True):
     """``evaluate_policy``'s outputs: the batches ``delete`` maps over, and the summary."""
 
-    batches: list[Batch]
+    batches: list[Batch[Resource]]
     summary: Summary
 
 
@@ -235,7 +235,7 @@ class Sweep:
     """One execution of a sweep of ``target`` in ``phase``: what every task step needs."""
 
     config: Settings
-    target: Target
+    target: Target[Any]
     phase: Phase
     ids: Ids
 
@@ -301,7 +301,8 @@ def resolve_scopes(sweep: Sweep, params: dict[str, object]) -> Setup:
     """
     target, config = sweep.target, sweep.config
     configured = target.scopes()
-    wanted = list(dict.fromkeys(params.get("scopes") or configured))
+    asked = params.get("scopes")  # check_form: a list of scope names, when given
+    wanted = list(dict.fromkeys(cast("list[str]", asked) if asked else configured))
     unknown = sorted(set(wanted) - set(configured))
     if unknown:
         raise AirflowFailException(
@@ -392,7 +393,7 @@ def gather_evidence(
     ``resolving``: what resolving the scopes cost their API quotas (:attr:`Setup.quota`), added to the listings'.
     """
     target = sweep.target
-    decode = msgspec.json.Decoder(list[target.resource_type]).decode
+    decode = msgspec.json.Decoder(list[target.resource_type]).decode  # type: ignore[name-defined]  # a run-time type
     resources = [r for s in shards for r in decode(ObjectStoragePath(s.path).read_bytes())]
     incomplete = {scope: problems for s in shards for scope, problems in s.incomplete.items()}
     evidence = target.evidence(resources, list(incomplete))
@@ -460,10 +461,11 @@ def evaluate_policy(
     return Planned(batches=batches_of(sweep, fits, plan_ref, terms), summary=summary)
 
 
-def read_sweep_input(sweep: Sweep, sweep_input: SweepInput) -> SweepData:
+def read_sweep_input(sweep: Sweep, sweep_input: SweepInput) -> SweepData[Resource]:
     """The resources and evidence ``gather_evidence`` wrote to the sweep store."""
     raw = ObjectStoragePath(sweep_input.path).read_bytes()
-    return msgspec.msgpack.decode(raw, type=SweepData[sweep.target.resource_type])
+    data_type = SweepData[sweep.target.resource_type]  # type: ignore[name-defined]  # a run-time type
+    return msgspec.msgpack.decode(raw, type=data_type)
 
 
 def plan_terms(
@@ -491,7 +493,7 @@ def plan_terms(
     return replace(terms, approval=approved.take(sweep, params, ledger, ids, claim=terms.may_delete))
 
 
-def evaluate_under(sweep: Sweep, data: SweepData, as_of: float, terms: Terms) -> Plan:
+def evaluate_under(sweep: Sweep, data: SweepData[Resource], as_of: float, terms: Terms) -> Plan:
     """The policy's plan as of ``as_of`` (when listing began), under the run's approval, else its overrides."""
     from reaper.policy import evaluate
 
@@ -557,13 +559,14 @@ def leave_what_does_not_fit(
     return fits, len(left)
 
 
-def batches_of(sweep: Sweep, deletes: list[Resource], plan_ref: PlanRef, terms: Terms) -> list[Batch]:
+def batches_of(sweep: Sweep, deletes: list[Resource], plan_ref: PlanRef, terms: Terms) -> list[Batch[Resource]]:
     """The deletes cut into the batches ``delete`` maps over (:func:`cut_batches`), each stamped with the plan it
     belongs to, its phase confirmation and its approval."""
     config, target, approval = sweep.config, sweep.target, terms.approval
     units = cut_batches(deletes, config.airflow.delete_batch_size, target.unit, config.airflow.max_delete_batches)
-    stamp = {"approval": approval.id, "approval_expires": approval.expires_at} if approval else {}
-    return [Batch(plan_ref, unit, terms.confirmed, **stamp) for unit in units]
+    if approval is None:
+        return [Batch(plan_ref, unit, terms.confirmed) for unit in units]
+    return [Batch(plan_ref, unit, terms.confirmed, approval.id, approval.expires_at) for unit in units]
 
 
 def summary_under(
@@ -672,7 +675,7 @@ def budget_check(summary: Summary) -> Branch:
     return Branch(DELETE, f"{summary.deletes - summary.left} deletes within the cap ({summary.max_deletions}){left}")
 
 
-def delete(sweep: Sweep, batch: Batch, lease: Lease, started: datetime | None) -> Deleted:
+def delete(sweep: Sweep, batch: Batch[Resource], lease: Lease, started: datetime | None) -> Deleted:
     """Run one batch of this execution's plan under the fence; another execution's plan is never run, nor a
     batch of a phase other than the active one that its trigger did not confirm (:class:`Batch`).
 

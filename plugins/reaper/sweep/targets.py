@@ -8,11 +8,12 @@ time, and the SDKs behind the adapters take seconds to import.
 
 from __future__ import annotations
 
+import builtins  # the targets' ``list`` method shadows the builtin in their class bodies
 import copy
 from collections.abc import Callable, Hashable
 from datetime import timedelta
 from functools import cached_property
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from reaper.config import Settings
 from reaper.fence import SendGuard
@@ -31,13 +32,29 @@ from reaper.model import (
 )
 from reaper.retry import Backoff, Stop
 
+if TYPE_CHECKING:  # the adapters are imported where they are used: DAG files import this module at parse time
+    from kubernetes import client as k8s
 
-class Target(Protocol):
-    """What a sweep needs of a target: its scopes and schedule, listing, evidence, and deleting under a guard."""
+    from reaper.gce.clients import ComputeClients
+    from reaper.gce.quota import ProjectQuota
+
+R = TypeVar("R", bound=Resource)
+
+
+class Target(Protocol[R]):
+    """What a sweep needs of a target: its scopes and schedule, listing, evidence, and deleting under a guard.
+
+    ``R``: the resources it deletes (its ``unit``, ``record_name`` and ``delete`` take them); the sweep's steps
+    hold any target (``Target[Any]``)."""
 
     name: str
-    resource_type: type[Resource]
     scope_key: str  # the config key under the target's section that names its scopes
+
+    @property
+    def resource_type(self) -> Any:
+        """What it lists, as a type expression (a class or a union of classes): the sweep's files and delete
+        batches are decoded as it (msgspec)."""
+        ...
 
     @property
     def schedule(self) -> timedelta: ...
@@ -50,18 +67,18 @@ class Target(Protocol):
         """Deletes per second per scope: each send takes a token of its scope's bucket."""
         ...
 
-    def scopes(self) -> list[str]: ...
+    def scopes(self) -> builtins.list[str]: ...
 
-    def resolve(self, scopes: list[str], stop: Stop | None = None) -> list[Resolved]:
+    def resolve(self, scopes: builtins.list[str], stop: Stop | None = None) -> builtins.list[Resolved]:
         """These configured scopes by their canonical names, one entry per scope (once per sweep); no wait that
         ``stop`` refuses."""
         ...
 
-    def unit(self, resource: Resource) -> Hashable: ...
+    def unit(self, resource: R) -> Hashable: ...
 
-    def record_name(self, resource: Resource) -> str: ...
+    def record_name(self, resource: R) -> str: ...
 
-    def list(self, scopes: list[str], stop: Stop | None = None) -> list[ScopeListing]:
+    def list(self, scopes: builtins.list[str], stop: Stop | None = None) -> builtins.list[ScopeListing]:
         """The scopes' listings; no wait (a used-up quota, a Retry-After) is made that ``stop`` refuses."""
         ...
 
@@ -69,13 +86,13 @@ class Target(Protocol):
         """What this process's calls cost each scope since the last time this was asked (each task its own)."""
         ...
 
-    def evidence(self, resources: list[Resource], incomplete: list[str]) -> Evidence: ...
+    def evidence(self, resources: builtins.list[R], incomplete: builtins.list[str]) -> Evidence: ...
 
-    def warnings(self, resources: list[Resource]) -> list[str]: ...
+    def warnings(self, resources: builtins.list[R]) -> builtins.list[str]: ...
 
-    def delete(self, resources: list[Resource], guard: SendGuard) -> list[Outcome]: ...
+    def delete(self, resources: builtins.list[R], guard: SendGuard) -> builtins.list[Outcome]: ...
 
-    def pinned(self) -> Target:
+    def pinned(self) -> Target[R]:
         """This target deleting only what is still in its planned state to the last label (a run carrying an
         approval, docs/design.md §6): GCE compares the ``labelFingerprint`` too; Kubernetes deletes with the
         planned uid and resourceVersion as preconditions anyway."""
@@ -105,13 +122,13 @@ class GceTarget:
         return self.config.gce.delete_rate
 
     @cached_property
-    def clients(self):  # type: ignore[no-untyped-def]
+    def clients(self) -> ComputeClients:
         from reaper.gce.clients import clients_from_connection
 
         return clients_from_connection(self.config.gce.conn_id)
 
     @cached_property
-    def quota(self):  # type: ignore[no-untyped-def]
+    def quota(self) -> ProjectQuota:
         """The reaper's share of each project's rate quotas, paced for the whole process (every task of it)."""
         from reaper.gce.quota import ProjectQuota
 
@@ -120,10 +137,10 @@ class GceTarget:
     def quota_use(self) -> dict[str, QuotaUse]:
         return self.quota.drain() if "quota" in self.__dict__ else {}
 
-    def scopes(self) -> list[str]:
+    def scopes(self) -> builtins.list[str]:
         return list(self.config.gce.projects)
 
-    def resolve(self, scopes: list[str], stop: Stop | None = None) -> list[Resolved]:
+    def resolve(self, scopes: builtins.list[str], stop: Stop | None = None) -> builtins.list[Resolved]:
         """Each configured project by its id (:mod:`reaper.gce.projects`).
 
         Called by ``resolve_scopes``, which runs once per sweep, before the scopes are sharded: two
@@ -146,7 +163,7 @@ class GceTarget:
     def record_name(self, resource: GceInstance) -> str:
         return resource.name
 
-    def list(self, scopes: list[str], stop: Stop | None = None) -> list[ScopeListing]:
+    def list(self, scopes: builtins.list[str], stop: Stop | None = None) -> builtins.list[ScopeListing]:
         """In-scope instances (and fleeting groups) of these projects, ``list_concurrency`` projects at a time."""
         from reaper.gce.groups import add_groups
         from reaper.gce.inventory import list_projects
@@ -160,7 +177,7 @@ class GceTarget:
         add_groups(listings, self.clients, gce, backoff, timeout, self.quota, stop)
         return listings
 
-    def evidence(self, resources: list[Resource], incomplete: list[str]) -> Evidence:
+    def evidence(self, resources: builtins.list[Resource], incomplete: builtins.list[str]) -> Evidence:
         from reaper.gce.writer_health import PrometheusWriterHealth
 
         gce = self.config.gce
@@ -171,14 +188,14 @@ class GceTarget:
             writer_health=records, incomplete=frozenset(("gce", s) for s in incomplete), reporting=reporting
         )
 
-    def warnings(self, resources: list[Resource]) -> list[str]:
+    def warnings(self, resources: builtins.list[Resource]) -> builtins.list[str]:
         return []
 
-    def delete(self, resources: list[Resource], guard: SendGuard) -> list[Outcome]:
+    def delete(self, resources: builtins.list[GceInstance], guard: SendGuard) -> builtins.list[Outcome]:
         from reaper.gce.deleter import GceDeleter
 
         deleter = GceDeleter(self.clients, self.config, quota=self.quota, pin_labels=self.pin_labels)
-        return deleter.delete(resources, guard)  # type: ignore[arg-type]
+        return deleter.delete(resources, guard)
 
     def pinned(self) -> GceTarget:
         """A copy that shares this one's clients and quota pacing (made so far) and compares the fingerprint."""
@@ -194,7 +211,7 @@ class K8sTarget:
 
     def __init__(self, config: Settings) -> None:
         self.config = config
-        self._apis: dict[str, object] = {}
+        self._apis: dict[str, k8s.ApiClient] = {}
 
     @property
     def schedule(self) -> timedelta:
@@ -209,7 +226,7 @@ class K8sTarget:
     def delete_rate(self) -> float:
         return self.config.k8s.delete_rate_per_cluster
 
-    def api_for(self, cluster: str):  # type: ignore[no-untyped-def]
+    def api_for(self, cluster: str) -> k8s.ApiClient:
         """The cluster's ApiClient, made once per sweep task from its Airflow connection."""
         from reaper.k8s.client import api_client_from_connection
 
@@ -217,10 +234,10 @@ class K8sTarget:
             self._apis[cluster] = api_client_from_connection(cluster)
         return self._apis[cluster]
 
-    def scopes(self) -> list[str]:
+    def scopes(self) -> builtins.list[str]:
         return list(self.config.k8s.clusters)
 
-    def resolve(self, scopes: list[str], stop: Stop | None = None) -> list[Resolved]:
+    def resolve(self, scopes: builtins.list[str], stop: Stop | None = None) -> builtins.list[Resolved]:
         """A cluster is named by its Airflow connection: as configured."""
         return [Resolved(cluster, (cluster,)) for cluster in scopes]
 
@@ -236,7 +253,7 @@ class K8sTarget:
     def quota_use(self) -> dict[str, QuotaUse]:
         return {}  # the API server throttles with Retry-After (API Priority and Fairness), no quota to share
 
-    def list(self, scopes: list[str], stop: Stop | None = None) -> list[ScopeListing]:
+    def list(self, scopes: builtins.list[str], stop: Stop | None = None) -> builtins.list[ScopeListing]:
         """Managed objects of these clusters, one cluster after another, with their hygiene findings
         (the cluster's own defences missing: reported, never acted on)."""
         from reaper.k8s.inventory import list_cluster
@@ -269,18 +286,18 @@ class K8sTarget:
         return None
 
     @property
-    def leases(self) -> Callable[[list[str]], Keyed[float | None] | None] | None:
+    def leases(self) -> Callable[[builtins.list[str]], Keyed[float | None] | None] | None:
         """The configured liveness authority's reader for the sweep, or None (every lease unknown)."""
         return getattr(self._lease_source, "read", None)
 
     @property
-    def lease_of(self) -> Callable[[list[str]], Keyed[float | None] | None] | None:
+    def lease_of(self) -> Callable[[builtins.list[str]], Keyed[float | None] | None] | None:
         """Its reader of one run's lease, the re-read right before that run's delete (NATS: that key alone)."""
         source = self._lease_source
         return getattr(source, "read_one", None) or getattr(source, "read", None)
 
     @cached_property
-    def runs(self) -> Callable[[list[str]], Keyed[str]] | None:
+    def runs(self) -> Callable[[builtins.list[str]], Keyed[str]] | None:
         """The run store's reader, or None (every run's state unknown)."""
         k8s = self.config.k8s
         if k8s.run_store != "mongo":
@@ -290,7 +307,7 @@ class K8sTarget:
         cfg = k8s.mongo_run_store
         return MongoRunStore(mongo_client(cfg.conn_id, cfg.timeout.total_seconds()), cfg).read
 
-    def evidence(self, resources: list[Resource], incomplete: list[str]) -> Evidence:
+    def evidence(self, resources: builtins.list[K8sObject], incomplete: builtins.list[str]) -> Evidence:
         from reaper.k8s.evidence import gather
         from reaper.stores.postgres import PostgresStepStore, postgres_connect
 
@@ -301,12 +318,12 @@ class K8sTarget:
             connect = postgres_connect(cfg_steps.conn_id, cfg_steps.timeout.total_seconds())
             steps = PostgresStepStore(connect, cfg_steps).read
         incomplete_scopes = frozenset(("k8s", s) for s in incomplete)
-        return gather(resources, self.config, self.leases, self.runs, steps, incomplete_scopes)  # type: ignore[arg-type]
+        return gather(resources, self.config, self.leases, self.runs, steps, incomplete_scopes)
 
-    def warnings(self, resources: list[Resource]) -> list[str]:
+    def warnings(self, resources: builtins.list[K8sObject]) -> builtins.list[str]:
         from reaper.k8s.evidence import unguarded_step_pods
 
-        return unguarded_step_pods(resources, self.config)  # type: ignore[arg-type]
+        return unguarded_step_pods(resources, self.config)
 
     def revalidate(self, cluster: str, run: str) -> str | None:
         """Right before a run's first delete: its lease still absent and its run still over, or why not."""
@@ -314,7 +331,7 @@ class K8sTarget:
 
         return still_reapable(run, self.config, self.lease_of, self.runs)
 
-    def delete(self, resources: list[Resource], guard: SendGuard) -> list[Outcome]:
+    def delete(self, resources: builtins.list[K8sObject], guard: SendGuard) -> builtins.list[Outcome]:
         from reaper.k8s.deleter import K8sDeleter
 
         # A Mongo reader proves it is the right store on its first read (reaper/stores/mongo.py): done here, before
@@ -324,7 +341,7 @@ class K8sTarget:
             owner = getattr(read, "__self__", None)
             if owner is not None and hasattr(owner, "problem"):
                 owner.problem  # noqa: B018  (a cached property: read once, remembered)
-        return K8sDeleter(self.api_for, self.config, revalidate=self.revalidate).delete(resources, guard)  # type: ignore[arg-type]
+        return K8sDeleter(self.api_for, self.config, revalidate=self.revalidate).delete(resources, guard)
 
     def pinned(self) -> K8sTarget:
         """Itself: every delete's preconditions are the planned uid and resourceVersion, which the policy planned
@@ -332,4 +349,4 @@ class K8sTarget:
         return self
 
 
-TARGETS: dict[str, Callable[[Settings], Target]] = {"gce": GceTarget, "k8s": K8sTarget}
+TARGETS: dict[str, Callable[[Settings], Target[Any]]] = {"gce": GceTarget, "k8s": K8sTarget}
