@@ -160,6 +160,17 @@ class Reason(StrEnum):
         ),
         lambda v, lim: f"the heartbeat writers' health is unknown{_unknown(v) or _writers(v)}",
     )
+    HEARTBEAT_LABEL_UNSEEN = (
+        "heartbeat_label_unseen",
+        lambda ev, lim: (
+            "no valid heartbeat label and older than the maximum age, but no VM of its project carries the "
+            "heartbeat label at all: the label's name may be wrong (gce.heartbeat_label)"
+        ),
+        lambda v, lim: (
+            "no in-scope VM of the project carries the heartbeat label (gce.heartbeat_label): its name may be "
+            "wrong, so no VM's lack of it proves anything"
+        ),
+    )
     BUDGET_EXCEEDED = (
         "budget_exceeded",
         lambda ev, lim: (

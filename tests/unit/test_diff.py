@@ -58,7 +58,8 @@ def test_enabling_a_rule_on_stale_vms_is_listed_but_not_dangerous() -> None:
 
 def test_deleting_an_unlabeled_vm_before_the_old_maximum_age_is_dangerous() -> None:
     # No heartbeat and younger than the old unlabeled_max_age: no evidence either way, so it gates.
-    fleet = [inst("unlabeled", created_age=1 * D), inst("old-unlabeled", created_age=4 * D)]
+    # (Beside a heartbeated VM: the project's managers stamp the label, so its absence is evidence.)
+    fleet = [inst("unlabeled", created_age=1 * D), inst("old-unlabeled", created_age=4 * D), inst("live", hb_age=60)]
     result = run_diff(fleet, cfg(rules={"unlabeled_age": "report"}), cfg(gce={"unlabeled_max_age": "5h"}))
     assert changed(result) == {"unlabeled": ("keep", "delete", True), "old-unlabeled": ("report", "delete", False)}
     assert result.dangerous[0].liveness.reason == "no_finding"

@@ -55,7 +55,7 @@ def read(
     ],
 )
 def test_gce_readings(instance: Resource, expected: tuple[Liveness, str]) -> None:
-    assert read([instance])["v"] == expected
+    assert read([instance, inst("live", hb_age=M)])["v"] == expected  # beside a VM that carries the label
 
 
 @pytest.mark.parametrize(
@@ -181,3 +181,11 @@ def test_orphans_in_a_cluster_over_its_budget_are_no_proof() -> None:
 def test_a_reading_carries_its_facts() -> None:
     [(_, _, reading)] = liveness([inst("v", hb_age=5 * M)], Evidence(), settings(), NOW_DT, [])
     assert isinstance(reading, Reading) and reading.evidence["heartbeat_age_s"] == 5 * M
+
+
+def test_no_label_where_no_vm_of_the_project_carries_it_is_no_proof() -> None:
+    """A VM past the maximum age without the heartbeat label reads as stale, unless no VM of its project carries
+    the label (heartbeat_label_unseen): then its absence proves nothing, and a diff that would delete it gates."""
+    old = inst("v", created_age=4 * D)
+    assert read([old])["v"] == (UNKNOWN, "heartbeat_label_unseen")
+    assert read([old, inst("live", hb_age=M)])["v"] == (STALE, "unlabeled_age")

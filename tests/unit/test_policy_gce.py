@@ -5,13 +5,16 @@ from __future__ import annotations
 import pytest
 
 from reaper.model import Evidence, Override, Phase, WriterRecord
+from reaper.vocabulary import Reason
 from tests.builders import HB, NOW, D, H, M, by_name, healthy, inst, plan, settings
 
 Q = 4 * H  # default max_job_timeout 3h + slack 1h
 
 
 def one(i, **kwargs) -> tuple[str, str | None, str]:
-    return by_name(plan([i], **kwargs))[i.name]
+    """The decision of ``i`` in a project whose managers stamp the heartbeat label (a fresh VM beside it: where no
+    VM carries the label, its absence proves nothing, :func:`test_a_project_where_no_vm_carries_the_label_...`)."""
+    return by_name(plan([i, inst(hb_age=M, project=i.project)], **kwargs))[i.name]
 
 
 # --- heartbeat ------------------------------------------------------------------------------
@@ -170,6 +173,32 @@ def test_unlabeled_past_max_age_is_deleted() -> None:
     assert one(inst(created_age=3 * D + 1)) == ("delete", "unlabeled_age", "unlabeled_age")
 
 
+def test_a_project_where_no_vm_carries_the_label_holds_its_unlabeled_age_deletes() -> None:
+    """gce.heartbeat_label naming a label the managers never stamp (a typo, a renamed label): every VM reads as
+    unlabeled, live ones heartbeated a minute ago included. Its absence proves nothing then: reported, held by
+    heartbeat_label_unseen, in that project only; TERMINATED VMs are still reaped (their rule reads no label)."""
+    cfg = settings(gce={"heartbeat_label": "runner_heartbeat"})  # the managers stamp runner_manager_heartbeat
+    live = [inst(hb_age=60, created_age=4 * D) for _ in range(3)]
+    stopped = inst(status="TERMINATED", stop_age=D, created_age=4 * D)
+    p = plan([*live, stopped], config=cfg)
+    got = by_name(p)
+    assert {got[i.name] for i in live} == {("report", "unlabeled_age", "heartbeat_label_unseen")}
+    assert got[stopped.name] == ("delete", "terminated", "terminated")
+    (verdict,) = p.scopes
+    assert verdict.holds == (Reason.HEARTBEAT_LABEL_UNSEEN,)
+    # One VM of the project carrying the configured label makes the others' lack of it evidence again.
+    labeled = inst(hb=str(int(NOW) - 60), labels={"runner_heartbeat": str(int(NOW) - 60)})
+    assert by_name(plan([*live, labeled], config=cfg))[live[0].name] == ("delete", "unlabeled_age", "unlabeled_age")
+
+
+def test_the_label_unseen_hold_is_per_project_and_only_where_an_unlabeled_vm_is_old() -> None:
+    young = inst(project="p2", created_age=1 * D)  # unlabeled, young: no finding, so nothing to hold
+    old = inst(project="p1", created_age=4 * D)
+    p = plan([old, young, inst(hb_age=M, project="p3")])
+    holds = {v.scope: v.holds for v in p.scopes}
+    assert holds == {"p1": (Reason.HEARTBEAT_LABEL_UNSEEN,), "p2": (), "p3": ()}
+
+
 def test_labeled_old_instance_is_not_aged_out() -> None:
     assert one(inst(hb_age=M, created_age=30 * D))[0] == "keep"
 
@@ -320,7 +349,8 @@ def test_writer_health_of_one_project_does_not_hold_another() -> None:
 
 @pytest.mark.parametrize("records", [None, [WriterRecord("m", "p1", NOW, True)]])
 def test_writer_holds_do_not_hold_terminated_or_age(records: list[WriterRecord] | None) -> None:
-    p = plan([t := inst(status="TERMINATED", stop_age=D), u := inst(created_age=4 * D)], evidence=_evidence(records))
+    fleet = [t := inst(status="TERMINATED", stop_age=D), u := inst(created_age=4 * D), inst(hb_age=M)]
+    p = plan(fleet, evidence=_evidence(records))
     assert by_name(p)[t.name][0] == "delete" and by_name(p)[u.name][0] == "delete"
 
 

@@ -136,7 +136,8 @@ def test_a_group_member_is_kept_whatever_an_instance_rule_would_find(kwargs) -> 
 
 
 def one_decision(i: GceInstance) -> tuple[str, str | None, str]:
-    return by_name(plan([i], config=CONFIG))[i.name]
+    """The decision of ``i`` beside a fresh VM: its project's managers stamp the heartbeat label."""
+    return by_name(plan([i, inst(hb_age=60)], config=CONFIG))[i.name]
 
 
 def test_group_members_count_in_the_budget_as_before() -> None:

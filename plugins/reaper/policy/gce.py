@@ -319,7 +319,11 @@ def _evaluate_project(project: str, group: _Project, sweep: _Sweep) -> _ProjectR
     findings[Reason.GROUP_MEMBER] = len(members)
 
     stale = findings.get(Reason.HEARTBEAT_STALE, 0)
-    holds, overridden, details = _project_holds(project, len(beats), stale, duplicated, sweep)
+    # The label's absence is evidence only where the label is seen at all: a project with an unlabeled_age finding
+    # whose every in-scope VM lacks it more likely names a label its managers never stamp (docs/design.md §4).
+    hb_label = t.hb_label
+    unseen = bool(findings.get(Reason.UNLABELED_AGE)) and not any(hb_label in i.labels for i in instances)
+    holds, overridden, details = _project_holds(project, len(beats), stale, duplicated, unseen, sweep)
     acted: list[Decision] = []
     kept: list[tuple[str, Reason, list[GceInstance]]]
     if holds.protected:
@@ -412,7 +416,8 @@ def liveness(
     ``gce.unlabeled_max_age`` is proof; a fresh heartbeat says the owner may be alive; a heartbeat or
     creation in the future, a label that cannot be trusted on a younger VM, or no label on one is unknown.
     A stale heartbeat in a project under a heartbeat hold (``holds``: project -> its verdict's holds) is
-    unknown too: the hold says the writers' silence may be no proof (docs/design.md §4).
+    unknown too: the hold says the writers' silence may be no proof (docs/design.md §4); and so is no label in a
+    project where no VM carries it (``heartbeat_label_unseen``).
     """
     t = _Thresholds(config, now, evidence.observed_until)
     for inst in instances:
@@ -427,7 +432,10 @@ def liveness(
             held = next((h for h in holds.get(inst.project, ()) if h in HEARTBEAT_HOLDS), None)
             state, reason = (Liveness.UNKNOWN, held) if held else (Liveness.STALE, Reason.HEARTBEAT_STALE)
         elif Reason.UNLABELED_AGE in reasons:
-            state, reason = Liveness.STALE, Reason.UNLABELED_AGE
+            if Reason.HEARTBEAT_LABEL_UNSEEN in holds.get(inst.project, ()):  # the label's absence proves nothing
+                state, reason = Liveness.UNKNOWN, Reason.HEARTBEAT_LABEL_UNSEEN
+            else:
+                state, reason = Liveness.STALE, Reason.UNLABELED_AGE
         elif reasons:  # a malformed or copied label on a VM younger than the maximum age
             state, reason = Liveness.UNKNOWN, reasons[0]
         elif beat is not None:
@@ -450,11 +458,12 @@ def _age_histogram(beats: list[int], now: float) -> dict[str, object]:
 
 
 def _project_holds(
-    project: str, labeled: int, stale: int, duplicated: bool, sweep: _Sweep
+    project: str, labeled: int, stale: int, duplicated: bool, label_unseen: bool, sweep: _Sweep
 ) -> tuple[_Holds, tuple[Reason, ...], dict[str, object]]:
     """A project's holds, the holds an override lifted, and the verdict's details.
 
     ``labeled`` counts the valid heartbeats, ``stale`` the stale ones among them: the budget's sides.
+    ``label_unseen``: no VM of the project carries the heartbeat label, and one has a finding to decide.
     """
     config = sweep.config
     holds: list[Reason] = []
@@ -464,6 +473,8 @@ def _project_holds(
     # An instance listed twice means the pages moved under the listing: it is not a complete one.
     if (TARGET, project) in sweep.evidence.incomplete or duplicated:
         holds.append(Reason.INVENTORY_INCOMPLETE)
+    if label_unseen:
+        holds.append(Reason.HEARTBEAT_LABEL_UNSEEN)
     records = None if sweep.writers is None else sweep.writers.get(project, [])
     # No series for a project without a valid heartbeat is no news: it has no heartbeat delete to hold.
     silent = records == [] and not labeled

@@ -40,6 +40,11 @@ HOLD_ACTIONS: dict[str, Runbook] = {
         "ReaperWriterHold",
         "Make the managers' writer-health series readable; the scope's verdict says what is unknown.",
     ),
+    Reason.HEARTBEAT_LABEL_UNSEEN: Runbook(
+        "ReaperOrphansHeld",
+        "Check gce.heartbeat_label against the label the runner managers stamp (reaper check names it): no VM of "
+        "the scope carries it, so its unlabeled VMs are reported, not deleted.",
+    ),
     Reason.INVENTORY_INCOMPLETE: Runbook(
         "ReaperInventoryIncomplete",
         "Fix what made the listing partial (the sweep's incomplete problems): usually a permission or the quota.",
