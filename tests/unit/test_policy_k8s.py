@@ -197,6 +197,30 @@ def test_row7_half_labelled_step_pod_reports() -> None:
     assert got == {"r1": {("report", "results_not_durable")}}
 
 
+def test_row7_a_step_store_whose_labels_no_pod_carries_proves_no_results_durable() -> None:
+    """k8s.step_label/attempt_label naming labels the runners do not put on their step Pods (a typo, a renamed
+    label) validate, and row 7 would see no step Pod at all: a run whose step is still uploading its results was
+    reaped. With a step store configured and no listed Pod carrying either label, every run that reaches row 7 is
+    reported (its Pods ``step_labels_unseen``), and every cluster's verdict says why."""
+    runner_labels = {"iterion.io/step-name": "build", "iterion.io/step-attempt": "2"}
+    res = [obj("Pod", "r1", labels=runner_labels), obj("Secret", "r1"), *sandbox("r2")]
+    steps = Keyed(known={"r1/build/2": ("running", False)}, complete=True)
+    p = plan(res, evidence=ev(statuses={"r1": "succeeded", "r2": "failed"}, steps=steps), config=settings(**STEP_CFG))
+    assert {(d.action.value, d.reason) for d in p.decisions} == {("report", "results_not_durable")}
+    pod = next(
+        d for d in p.decisions if d.resource.kind == "Pod" and d.resource.labels.get("iterion.io/run-id") == "r1"
+    )
+    assert pod.evidence["steps"] == {pod.resource.name: "step_labels_unseen"}
+    assert any("no listed Pod carries iterion.io/step" in u for v in p.scopes for u in v.details["unknown_evidence"])
+
+
+def test_row7_a_run_without_step_pods_goes_where_another_pod_carries_the_labels() -> None:
+    durable = Keyed(known={"r1/build/2": ("succeeded", True)}, complete=True)
+    res = [obj("Pod", "r1", labels=STEP), *sandbox("r2")]  # r2: a sandbox that runs no step
+    got = decide(res, ev(statuses={"r1": "succeeded", "r2": "failed"}, steps=durable), config=settings(**STEP_CFG))
+    assert got == {"r1": {("delete", "sandbox_orphan")}, "r2": {("delete", "sandbox_orphan")}}
+
+
 def test_row7_is_skipped_without_a_step_store() -> None:
     res = [obj("Pod", "r1", labels=STEP)]
     assert decide(res, ev(statuses={"r1": "succeeded"})) == {"r1": {("delete", "sandbox_orphan")}}

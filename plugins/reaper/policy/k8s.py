@@ -116,6 +116,23 @@ def cross_checked(keys: Iterable[str], evidence: Evidence, config: Settings, now
     return Keyed(known=runs.known, failed=runs.failed, complete=False, problem=problem)
 
 
+STEP_LABELS_UNSEEN = (
+    "k8s.step_store is {k8s.step_store}, but no listed Pod carries {k8s.step_label} or {k8s.attempt_label}: their "
+    "names may be wrong (or the runners renamed them), so no run's results are proven durable"
+)
+
+
+def step_labels_seen(objects: Iterable[K8sObject], config: Settings) -> bool:
+    """Whether the step labels prove anything this sweep: no step store is configured, or a listed Pod carries
+    ``k8s.step_label`` or ``k8s.attempt_label``. A step store with labels no Pod carries is a config that
+    validates and makes row 7 see no step Pod at all (docs/design.md §5): then no run's results count as
+    durable."""
+    k8s = config.k8s
+    if k8s.step_store == "none":
+        return True
+    return any(o.kind == "Pod" and (k8s.step_label in o.labels or k8s.attempt_label in o.labels) for o in objects)
+
+
 def unknown_sources(evidence: Evidence) -> list[str]:
     """Why the lease source or the run store answers unknown for every key it did not answer, if it says."""
     return [source.problem for source in (evidence.leases, evidence.runs) if source is not None and source.problem]
@@ -181,7 +198,10 @@ def evaluate_k8s(
         run_key for members in by_cluster.values() for o in members if (run_key := o.labels.get(config.k8s.run_label))
     }
     evidence = msgspec.structs.replace(evidence, runs=cross_checked(keys, evidence, config, now))
-    sweep = _Sweep(config, modes[RULE], now, evidence, override, guards, unknown_sources(evidence))
+    in_scope = [o for members in by_cluster.values() for o in members]
+    seen = step_labels_seen(in_scope, config)
+    unknown = unknown_sources(evidence) + ([] if seen else [STEP_LABELS_UNSEEN.format(k8s=config.k8s)])
+    sweep = _Sweep(config, modes[RULE], now, evidence, override, guards, unknown, seen)
     result = TargetResult()
     for cluster in sorted(by_cluster.keys() | {scope for target, scope in evidence.swept if target == TARGET}):
         part = _evaluate_cluster(cluster, by_cluster[cluster], sweep)
@@ -202,6 +222,7 @@ class _Sweep:
     override: Override | None
     guards: dict[str, tuple[Reason, list[str]]]  # run key -> the guard that keeps it in every cluster
     unknown: list[str]  # why a source answers unknown for every key it did not answer (the verdicts say so)
+    step_labels_seen: bool  # a listed Pod carries a step label (:func:`step_labels_seen`)
 
 
 class _ClusterResult(NamedTuple):
@@ -407,14 +428,16 @@ def _run_row(key: str, members: list[K8sObject], sweep: _Sweep) -> tuple[Reason,
     if any(pod.deleting for pod in pods):
         facts["terminating"] = [pod.name for pod in pods if pod.deleting]
         return Reason.POD_TERMINATING, facts
-    return evidence_row(key, members, sweep.evidence, sweep.config, sweep.now)
+    return evidence_row(key, members, sweep.evidence, sweep.config, sweep.now, sweep.step_labels_seen)
 
 
 def evidence_row(
-    key: str, members: list[K8sObject], evidence: Evidence, config: Settings, now: float
+    key: str, members: list[K8sObject], evidence: Evidence, config: Settings, now: float, step_labels: bool = True
 ) -> tuple[Reason, dict[str, object]]:
     """Rows 1 to 8 of docs/design.md §5 for one run (``evidence`` cross-checked), and the evidence they used:
-    what the run's age, lease, run store, sidecar and step results say, whatever guards its objects carry."""
+    what the run's age, lease, run store, sidecar and step results say, whatever guards its objects carry.
+    ``step_labels``: :func:`step_labels_seen` of the sweep (False: every Pod of the run is a step Pod whose
+    labels cannot be read, row 7)."""
     k8s = config.k8s
     facts: dict[str, object] = {"run": key}
     pods = [obj for obj in members if obj.kind == "Pod"]
@@ -441,7 +464,10 @@ def evidence_row(
     if any(pod.containers.get(k8s.results_sidecar) is False for pod in pods):
         return Reason.RESULTS_EGRESS_IN_PROGRESS, facts  # row 6: a container status always beats the phase
     if k8s.step_store != "none":
-        pending = _undurable_steps(key, pods, evidence, config)
+        if step_labels:
+            pending = _undurable_steps(key, pods, evidence, config)
+        else:
+            pending = {pod.name: "step_labels_unseen" for pod in pods}
         if pending:
             facts["steps"] = pending
             return Reason.RESULTS_NOT_DURABLE, facts  # row 7
@@ -500,8 +526,9 @@ def liveness(
             yield obj, Reading(Liveness.UNKNOWN, Reason.RUN_LABEL_MISSING, {"run_label": label})
     evidence = msgspec.structs.replace(evidence, runs=cross_checked({k for _, k in runs}, evidence, config, now))
     pods = {c: _PodIndex(o for o in members if o.kind == "Pod") for c, members in clusters.items()}
+    seen = step_labels_seen((o for members in clusters.values() for o in members), config)
     for (cluster, key), members in runs.items():
-        reason, facts = evidence_row(key, members, evidence, config, now)
+        reason, facts = evidence_row(key, members, evidence, config, now, seen)
         state = ROW_LIVENESS[reason]
         if reason == ORPHAN:
             if user := _used_outside_run(key, members, pods[cluster], label):
