@@ -555,3 +555,15 @@ def test_runs_no_store_knows_are_still_orphans_when_no_other_run_holds_a_lease()
     beside = Evidence(leases=leases(["live-1", "elsewhere"]), runs=runs({"live-1": "running"}))
     mixed = plan([*gone, *live], beside, settings(rollout={"k8s": "enforcement"}))
     assert len(mixed.deletes()) == len(gone)
+
+
+def test_a_results_sidecar_name_no_listed_pod_has_is_warned_of() -> None:
+    """k8s.results_sidecar naming no container of the listed Pods (the runners' is results-uploader): row 6 cannot
+    see an upload in progress. A deployment without a sidecar looks the same, so the sweep warns, it does not hold."""
+    from reaper.k8s.evidence import unseen_sidecar
+
+    uploader = sandbox("r1", containers={"sandbox": True, "results-uploader": False})
+    (warning,) = unseen_sidecar(uploader, settings())
+    assert "results-egress (k8s.results_sidecar)" in warning
+    assert unseen_sidecar(uploader, settings(k8s={"results_sidecar": "results-uploader"})) == []
+    assert unseen_sidecar([obj("Secret", "r1")], settings()) == []  # no Pod listed: nothing to say

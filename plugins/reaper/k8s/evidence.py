@@ -87,3 +87,17 @@ def unguarded_step_pods(objects: Iterable[K8sObject], config: Settings) -> list[
         f"{len(pods)} pods carry step labels ({k8s.step_label}, {k8s.attempt_label}) but k8s.step_store is none: "
         "their results are NOT checked for durability before their sandbox is reaped; set k8s.step_store: postgres"
     ]
+
+
+def unseen_sidecar(objects: Iterable[K8sObject], config: Settings) -> list[str]:
+    """A warning when Pods are listed but none has a container named ``k8s.results_sidecar`` (docs/design.md §5,
+    row 6). A deployment without a results sidecar looks the same, so this is a warning, not a hold: but where the
+    runners' sidecar has another name (a typo, a renamed container), row 6 cannot see an upload in progress."""
+    name = config.k8s.results_sidecar
+    pods = [o for o in objects if o.kind == "Pod"]
+    if not pods or any(name in pod.containers for pod in pods):
+        return []
+    return [
+        f"none of the {len(pods)} listed pods has a container named {name} (k8s.results_sidecar): if the runners' "
+        "results sidecar is named otherwise, a run's upload in progress is not seen (row 6); set k8s.results_sidecar"
+    ]

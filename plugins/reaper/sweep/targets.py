@@ -321,9 +321,9 @@ class K8sTarget:
         return gather(resources, self.config, self.leases, self.runs, steps, incomplete_scopes)
 
     def warnings(self, resources: builtins.list[K8sObject]) -> builtins.list[str]:
-        from reaper.k8s.evidence import unguarded_step_pods
+        from reaper.k8s.evidence import unguarded_step_pods, unseen_sidecar
 
-        return unguarded_step_pods(resources, self.config)
+        return unguarded_step_pods(resources, self.config) + unseen_sidecar(resources, self.config)
 
     def revalidate(self, cluster: str, run: str) -> str | None:
         """Right before a run's first delete: its lease still absent and its run still over, or why not."""
