@@ -365,8 +365,10 @@ def k8s_object(item: KubeItem, cluster: str, kind: str | None = None) -> K8sObje
     """Normalize one object; ``kind`` overrides the item's (metadata-only lists do not carry it)."""
     kind = kind or item.kind
     meta = item.metadata
-    if not meta.name or not meta.uid:
-        raise ValueError(f"{kind} {meta.namespace}/{meta.name or '?'}: expected a name and a uid")
+    # The API server gives every object a uid and a resourceVersion; the deletes are made on both as
+    # preconditions, so an object without one is surprising evidence, never a candidate (docs/design.md §1).
+    if not meta.name or not meta.uid or not meta.resourceVersion:
+        raise ValueError(f"{kind} {meta.namespace}/{meta.name or '?'}: expected a name, a uid and a resourceVersion")
     containers: dict[str, bool] = {}
     deadline = None
     uses: tuple[str, ...] = ()

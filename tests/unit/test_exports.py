@@ -32,7 +32,7 @@ def pod(
     else:
         spec["containers"].append({"name": SIDECAR})
         status["containerStatuses"] += sidecar_status
-    metadata = {"name": "p", "uid": "u", "creationTimestamp": "2026-11-29T10:00:00Z", **meta}
+    metadata = {"name": "p", "uid": "u", "resourceVersion": "1", "creationTimestamp": "2026-11-29T10:00:00Z", **meta}
     return {"kind": "Pod", "metadata": metadata, "spec": spec, "status": status}
 
 
@@ -114,8 +114,18 @@ def test_a_pods_secrets_are_every_one_it_mounts_or_reads() -> None:
 
 
 def test_a_networkpolicy_selector_becomes_requirements() -> None:
-    meta = {"name": "np", "uid": "u", "creationTimestamp": "2026-11-29T10:00:00Z"}
+    meta = {"name": "np", "uid": "u", "resourceVersion": "1", "creationTimestamp": "2026-11-29T10:00:00Z"}
     spec = {"podSelector": {"matchLabels": {"a": "1"}, "matchExpressions": [{"key": "b", "operator": "Exists"}]}}
     item = {"kind": "NetworkPolicy", "metadata": meta, "spec": spec}
     assert normalize(item).selects == (("a", "In", ("1",)), ("b", "Exists", ()))
     assert normalize({**item, "spec": {"podSelector": {}}}).selects == ()  # selects every Pod
+
+
+@pytest.mark.parametrize("missing", ["uid", "resourceVersion"])
+def test_an_object_without_uid_or_resource_version_is_unreadable(missing: str) -> None:
+    """Every delete is made on the object's uid and resourceVersion as preconditions: one listed without either
+    (the API server gives every object both) is surprising, and its page unreadable (the listing incomplete)."""
+    raw = pod(None)
+    del raw["metadata"][missing]
+    with pytest.raises(ValueError, match=r"uid|resourceVersion"):  # msgspec's ValidationError is a ValueError
+        normalize(raw)
