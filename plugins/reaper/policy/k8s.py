@@ -198,8 +198,7 @@ def evaluate_k8s(
         run_key for members in by_cluster.values() for o in members if (run_key := o.labels.get(config.k8s.run_label))
     }
     evidence = msgspec.structs.replace(evidence, runs=cross_checked(keys, evidence, config, now))
-    in_scope = [o for members in by_cluster.values() for o in members]
-    seen = step_labels_seen(in_scope, config)
+    seen = step_labels_seen((o for members in by_cluster.values() for o in members), config)
     unknown = unknown_sources(evidence) + ([] if seen else [STEP_LABELS_UNSEEN.format(k8s=config.k8s)])
     sweep = _Sweep(config, modes[RULE], now, evidence, override, guards, unknown, seen)
     result = TargetResult()
