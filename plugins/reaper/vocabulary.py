@@ -163,12 +163,12 @@ class Reason(StrEnum):
     HEARTBEAT_LABEL_UNSEEN = (
         "heartbeat_label_unseen",
         lambda ev, lim: (
-            "no valid heartbeat label and older than the maximum age, but no VM of its project carries the "
-            "heartbeat label at all: the label's name may be wrong (gce.heartbeat_label)"
+            "no valid heartbeat label and older than the maximum age, but no VM of its project carries a fresh "
+            "heartbeat under that label: the label's name may be wrong (gce.heartbeat_label)"
         ),
         lambda v, lim: (
-            "no in-scope VM of the project carries the heartbeat label (gce.heartbeat_label): its name may be "
-            "wrong, so no VM's lack of it proves anything"
+            "no in-scope VM of the project carries a fresh heartbeat under the label (gce.heartbeat_label): its "
+            "name may be wrong or renamed, so no VM's lack of it proves anything"
         ),
     )
     BUDGET_EXCEEDED = (

@@ -158,12 +158,14 @@ def test_a_wider_selector_that_deletes_vms_no_manager_owned_is_dangerous_but_a_s
         inst("bastion", created_age=30 * D, selector=False, labels={"env": "ci"}),
         inst("stopped-dev-vm", status="TERMINATED", stop_age=2 * D, selector=False, labels={"env": "ci"}),
         inst("stale-runner", hb_age=5 * H, selector=False, labels={"env": "ci"}),
+        inst("live-runner", hb_age=M, selector=False, labels={"env": "ci"}),  # its manager stamps the label now
     ]
     result = run_diff(fleet, cfg(), cfg(gce={"selector": {"env": "ci"}}))
     assert changed(result) == {
         "bastion": (None, "delete", True),
         "stopped-dev-vm": (None, "delete", True),
         "stale-runner": (None, "delete", False),  # its manager's heartbeat label, stale: proof
+        "live-runner": (None, "keep", False),
     }
 
 

@@ -191,6 +191,27 @@ def test_a_project_where_no_vm_carries_the_label_holds_its_unlabeled_age_deletes
     assert by_name(plan([*live, labeled], config=cfg))[live[0].name] == ("delete", "unlabeled_age", "unlabeled_age")
 
 
+@pytest.mark.parametrize(
+    "witness",
+    [
+        pytest.param(lambda: inst(hb_age=Q + H), id="a stale leftover of a renamed label"),
+        pytest.param(lambda: inst(hb=""), id="an empty placeholder"),
+        pytest.param(lambda: inst(hb="pending"), id="a malformed value"),
+        pytest.param(lambda: inst(hb=str(int(NOW) + 2 * D)), id="a beat in the future"),
+        pytest.param(lambda: inst(hb_age=M, labels={"reaper_keep": "true"}), id="an opted-out VM's fresh beat"),
+        pytest.param(lambda: inst(hb_age=M, group_member=True), id="a group member's fresh beat"),
+    ],
+)
+def test_only_a_fresh_beat_on_a_decided_vm_shows_the_label_is_stamped(witness) -> None:
+    """The label renamed on the managers leaves the old key on old VMs, with old values: the key's presence is no
+    writer. Only a fresh valid heartbeat on a VM the rules decide makes the others' lack of the label evidence."""
+    old = inst(created_age=4 * D)  # live under the renamed label, which the config does not name
+    p = plan([old, witness()])
+    assert by_name(p)[old.name] == ("report", "unlabeled_age", "heartbeat_label_unseen")
+    assert Reason.HEARTBEAT_LABEL_UNSEEN in p.scopes[0].holds
+    assert by_name(plan([old, witness(), inst(hb_age=M)]))[old.name] == ("delete", "unlabeled_age", "unlabeled_age")
+
+
 def test_the_label_unseen_hold_is_per_project_and_only_where_an_unlabeled_vm_is_old() -> None:
     young = inst(project="p2", created_age=1 * D)  # unlabeled, young: no finding, so nothing to hold
     old = inst(project="p1", created_age=4 * D)
@@ -330,15 +351,18 @@ def test_an_answer_with_no_series_at_all_is_unknown_in_every_project() -> None:
 
 
 def test_no_series_for_a_project_without_a_valid_heartbeat_holds_nothing() -> None:
-    # No heartbeat delete there to hold: its verdict stays clean, and its other rules act as ever.
+    # No heartbeat delete there to hold: no writer hold, and its other rules act as ever: terminated deletes, and
+    # unlabeled_age is held by its own hold (no fresh beat in the project shows the label's name is stamped).
     fleet = [
         t := inst(status="TERMINATED", stop_age=D),
         u := inst(created_age=4 * D),
         m := inst(hb="x", created_age=4 * D),
     ]
     p = plan(fleet, evidence=_evidence([]))
-    assert p.scopes[0].holds == () and "unknown_evidence" not in p.scopes[0].details
-    assert by_name(p)[t.name][0] == by_name(p)[u.name][0] == by_name(p)[m.name][0] == "delete"
+    assert p.scopes[0].holds == (Reason.HEARTBEAT_LABEL_UNSEEN,) and "unknown_evidence" not in p.scopes[0].details
+    assert by_name(p)[t.name][0] == "delete"
+    assert by_name(p)[u.name] == ("report", "unlabeled_age", "heartbeat_label_unseen")
+    assert by_name(p)[m.name][0] == "report"
 
 
 def test_writer_health_of_one_project_does_not_hold_another() -> None:

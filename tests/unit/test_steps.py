@@ -769,6 +769,7 @@ def test_an_earlier_phase_run_by_hand_is_a_dry_run_too_as_the_active_phases_cap_
     run by hand plans fewer deletes, fits the cap, and would delete the TERMINATED VMs unseen by the alerts."""
     fleet = [inst(name=f"t{i}", status="TERMINATED", hb=str(int(time.time() - D)), stop_age=D) for i in range(2)]
     fleet += [inst(name=f"u{i}", created_age=4 * D) for i in range(4)]  # no heartbeat, past unlabeled_age
+    fleet.append(inst(name="live", hb=str(int(time.time() - 60))))  # a fresh beat: the label's absence is evidence
     common: dict[str, object] = {"max_deletions_per_sweep": 3, "rollout": {"gce": "enforcement"}}
     active = plan_through(sweep(tmp_path / "a", fleet, **common))
     assert active.summary.capped and active.batches == []

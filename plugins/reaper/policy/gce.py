@@ -319,10 +319,10 @@ def _evaluate_project(project: str, group: _Project, sweep: _Sweep) -> _ProjectR
     findings[Reason.GROUP_MEMBER] = len(members)
 
     stale = findings.get(Reason.HEARTBEAT_STALE, 0)
-    # The label's absence is evidence only where the label is seen at all: a project with an unlabeled_age finding
-    # whose every in-scope VM lacks it more likely names a label its managers never stamp (docs/design.md §4).
-    hb_label = t.hb_label
-    unseen = bool(findings.get(Reason.UNLABELED_AGE)) and not any(hb_label in i.labels for i in instances)
+    # The label's absence is evidence only where a manager is seen stamping it now: a fresh valid heartbeat on a VM
+    # the rules decide (``fresh`` holds exactly those, opted-out VMs and group members apart). A key present with a
+    # stale, malformed or placeholder value is a leftover (a label renamed since), not a writer (docs/design.md §4).
+    unseen = bool(findings.get(Reason.UNLABELED_AGE)) and not fresh
     holds, overridden, details = _project_holds(project, len(beats), stale, duplicated, unseen, sweep)
     acted: list[Decision] = []
     kept: list[tuple[str, Reason, list[GceInstance]]]
@@ -417,7 +417,7 @@ def liveness(
     creation in the future, a label that cannot be trusted on a younger VM, or no label on one is unknown.
     A stale heartbeat in a project under a heartbeat hold (``holds``: project -> its verdict's holds) is
     unknown too: the hold says the writers' silence may be no proof (docs/design.md §4); and so is no label in a
-    project where no VM carries it (``heartbeat_label_unseen``).
+    project where no VM carries a fresh heartbeat under it (``heartbeat_label_unseen``).
     """
     t = _Thresholds(config, now, evidence.observed_until)
     for inst in instances:
@@ -463,7 +463,8 @@ def _project_holds(
     """A project's holds, the holds an override lifted, and the verdict's details.
 
     ``labeled`` counts the valid heartbeats, ``stale`` the stale ones among them: the budget's sides.
-    ``label_unseen``: no VM of the project carries the heartbeat label, and one has a finding to decide.
+    ``label_unseen``: no VM of the project carries a fresh heartbeat under the label, and one has an
+    ``unlabeled_age`` finding to decide.
     """
     config = sweep.config
     holds: list[Reason] = []

@@ -43,7 +43,7 @@ HOLD_ACTIONS: dict[str, Runbook] = {
     Reason.HEARTBEAT_LABEL_UNSEEN: Runbook(
         "ReaperOrphansHeld",
         "Check gce.heartbeat_label against the label the runner managers stamp (reaper check names it): no VM of "
-        "the scope carries it, so its unlabeled VMs are reported, not deleted.",
+        "the scope carries a fresh heartbeat under it, so its unlabeled VMs are reported, not deleted.",
     ),
     Reason.INVENTORY_INCOMPLETE: Runbook(
         "ReaperInventoryIncomplete",
