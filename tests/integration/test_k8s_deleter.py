@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import msgspec
 import pytest
 
 from include.emulators.k8s import RESOURCE_OF_KIND
@@ -48,6 +49,18 @@ def test_recreated_object_is_not_deleted_and_the_rest_of_its_run_waits(kube) -> 
     # Read again before the run's first delete: the whole run is skipped, nothing is sent.
     assert {o.result for o in out.values()} == {"changed_since_plan"}
     assert "recreated" in out["Pod/sandbox-r1"].detail
+    assert len(cluster.objects) == 4 and cluster.deletes == []
+
+
+def test_a_run_planned_without_a_resource_version_is_not_deleted(kube) -> None:
+    """A plan that did not come from a listing (which refuses an object without one) pins no object's state: the
+    re-read could not see a relabel or opt-out, and the delete would carry only the uid as its precondition."""
+    cluster, api, _ = kube
+    seed_run(cluster, "r1")
+    plan = [msgspec.structs.replace(o, resource_version="") if o.kind == "Secret" else o for o in planned(api, "r1")]
+    out = delete(api, plan)
+    assert {o.result for o in out} == {"changed_since_plan"}
+    assert all("without a resourceVersion" in o.detail for o in out)
     assert len(cluster.objects) == 4 and cluster.deletes == []
 
 

@@ -74,15 +74,13 @@ class ClusterApi:
         return self._list(collection_path("Pod", namespace), [("labelSelector", selector_string(labels))])
 
     def delete(self, obj: K8sObject) -> ObjectMeta | None:
-        """Delete the object only while it is the planned one: its uid and (when planned) resourceVersion are the
-        preconditions; its dependents go in the background.
+        """Delete the object only while it is the planned one: its uid and resourceVersion (the deleter refuses a
+        plan without one) are the preconditions; its dependents go in the background.
 
         The answer is the object as deleted, or as it is now terminating (a graceful delete); None when it
         cannot be decoded, so that the caller cannot take it for gone.
         """
-        preconditions = {"uid": obj.uid}
-        if obj.resource_version:
-            preconditions["resourceVersion"] = obj.resource_version
+        preconditions = {"uid": obj.uid, "resourceVersion": obj.resource_version}
         body = {
             "apiVersion": "v1",
             "kind": "DeleteOptions",

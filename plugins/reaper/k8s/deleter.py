@@ -192,6 +192,10 @@ class K8sDeleter:
         run's other objects before its Pod goes: the decision is the run's, not the object's.
         """
         api = self._api(members[0].cluster)  # a run lives in one cluster
+        # A listing without one is incomplete (reaper/exports.py k8s_object): only a plan made otherwise lacks it.
+        if unpinned := [o for o in members if not o.resource_version]:
+            o = unpinned[0]
+            return f"{o.kind} {o.namespace}/{o.name} planned without a resourceVersion: its state cannot be checked"
         for obj in members:
             try:
                 meta = self._guarded(guard, partial(api.read, obj))
@@ -203,7 +207,7 @@ class K8sDeleter:
                 continue  # gone already: nothing to protect
             if meta.uid != obj.uid:
                 return f"{obj.kind} {obj.namespace}/{obj.name} was recreated since the plan"
-            if obj.resource_version and meta.resourceVersion != obj.resource_version:
+            if meta.resourceVersion != obj.resource_version:
                 return f"{obj.kind} {obj.namespace}/{obj.name} changed since the plan (resourceVersion)"
         return None
 
