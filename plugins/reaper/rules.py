@@ -43,16 +43,19 @@ def _by_phase(telemetry: Mode, terminated_cleanup: Mode, report_only: Mode, enfo
 
 _LISTING, _BUDGET = Reason.INVENTORY_INCOMPLETE, Reason.BUDGET_EXCEEDED
 _WRITERS = (Reason.WRITER_HEALTH_UNKNOWN, Reason.WRITER_UNHEALTHY)
-_LABEL_UNSEEN = Reason.HEARTBEAT_LABEL_UNSEEN
+_LABEL_UNSEEN, _STEP_LABELS_UNSEEN = Reason.HEARTBEAT_LABEL_UNSEEN, Reason.STEP_LABELS_UNSEEN
 
 # A listing not proven complete holds every rule that deletes; writer health and the budget hold only the rules
 # whose evidence they question: the heartbeat's and the runs' leases; a heartbeat label that no VM of a project
-# carries holds the rule that reads its absence. residual_group (docs/design.md §10) only ever reports, so no
-# hold has a delete of it to stop.
+# stamps now holds the rule that reads its absence, and step labels no Pod of a cluster carries hold its deletes
+# (the runs whose results they would prove durable are reported by row 7 already). residual_group
+# (docs/design.md §10) only ever reports, so no hold has a delete of it to stop.
 TERMINATED = Rule("terminated", "gce", _by_phase(OFF, DELETE, DELETE, DELETE), (_LISTING,))
 HEARTBEAT_STALE = Rule("heartbeat_stale", "gce", _by_phase(OFF, OFF, REPORT, DELETE), (_LISTING, *_WRITERS, _BUDGET))
 UNLABELED_AGE = Rule("unlabeled_age", "gce", _by_phase(OFF, OFF, REPORT, DELETE), (_LISTING, _LABEL_UNSEEN))
-SANDBOX_ORPHAN = Rule("sandbox_orphan", "k8s", _by_phase(OFF, OFF, REPORT, DELETE), (_LISTING, _BUDGET))
+SANDBOX_ORPHAN = Rule(
+    "sandbox_orphan", "k8s", _by_phase(OFF, OFF, REPORT, DELETE), (_LISTING, _STEP_LABELS_UNSEEN, _BUDGET)
+)
 RESIDUAL_GROUP = Rule("residual_group", "gce", _by_phase(OFF, OFF, REPORT, REPORT), ())
 
 RULES = (TERMINATED, HEARTBEAT_STALE, UNLABELED_AGE, SANDBOX_ORPHAN, RESIDUAL_GROUP)

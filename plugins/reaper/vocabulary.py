@@ -171,6 +171,17 @@ class Reason(StrEnum):
             "name may be wrong or renamed, so no VM's lack of it proves anything"
         ),
     )
+    STEP_LABELS_UNSEEN = (
+        "step_labels_unseen",
+        lambda ev, lim: (
+            f"{_run(ev)}held: a step store is configured, but no Pod of the cluster carries its step or attempt label: "
+            "their names may be wrong (k8s.step_label, k8s.attempt_label), so no run's results are proven durable"
+        ),
+        lambda v, lim: (
+            "a step store is configured, but no listed Pod of the cluster carries k8s.step_label or "
+            "k8s.attempt_label: their names may be wrong or renamed, so no run's results are proven durable"
+        ),
+    )
     BUDGET_EXCEEDED = (
         "budget_exceeded",
         lambda ev, lim: (

@@ -199,17 +199,19 @@ def test_a_project_where_no_vm_carries_the_label_holds_its_unlabeled_age_deletes
         pytest.param(lambda: inst(hb="pending"), id="a malformed value"),
         pytest.param(lambda: inst(hb=str(int(NOW) + 2 * D)), id="a beat in the future"),
         pytest.param(lambda: inst(hb_age=M, labels={"reaper_keep": "true"}), id="an opted-out VM's fresh beat"),
-        pytest.param(lambda: inst(hb_age=M, group_member=True), id="a group member's fresh beat"),
     ],
 )
-def test_only_a_fresh_beat_on_a_decided_vm_shows_the_label_is_stamped(witness) -> None:
+def test_only_a_fresh_beat_on_a_vm_not_opted_out_shows_the_label_is_stamped(witness) -> None:
     """The label renamed on the managers leaves the old key on old VMs, with old values: the key's presence is no
-    writer. Only a fresh valid heartbeat on a VM the rules decide makes the others' lack of the label evidence."""
+    writer. Only a fresh valid heartbeat on a VM not opted out makes the others' lack of the label evidence."""
     old = inst(created_age=4 * D)  # live under the renamed label, which the config does not name
     p = plan([old, witness()])
     assert by_name(p)[old.name] == ("report", "unlabeled_age", "heartbeat_label_unseen")
     assert Reason.HEARTBEAT_LABEL_UNSEEN in p.scopes[0].holds
     assert by_name(plan([old, witness(), inst(hb_age=M)]))[old.name] == ("delete", "unlabeled_age", "unlabeled_age")
+    # A group member's fresh beat is a stamp of the configured label all the same.
+    stamped = plan([old, witness(), inst(hb_age=M, group_member=True)])
+    assert by_name(stamped)[old.name] == ("delete", "unlabeled_age", "unlabeled_age")
 
 
 def test_the_label_unseen_hold_is_per_project_and_only_where_an_unlabeled_vm_is_old() -> None:

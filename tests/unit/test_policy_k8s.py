@@ -9,6 +9,7 @@ import pytest
 from reaper.model import Evidence, Keyed, Override, Phase
 from reaper.policy import evaluate
 from reaper.policy.k8s import ORPHAN
+from reaper.vocabulary import Reason
 from tests.builders import NOW, NOW_DT, H, M, leases, obj, plan, runs, sandbox, settings
 
 
@@ -200,18 +201,48 @@ def test_row7_half_labelled_step_pod_reports() -> None:
 def test_row7_a_step_store_whose_labels_no_pod_carries_proves_no_results_durable() -> None:
     """k8s.step_label/attempt_label naming labels the runners do not put on their step Pods (a typo, a renamed
     label) validate, and row 7 would see no step Pod at all: a run whose step is still uploading its results was
-    reaped. With a step store configured and no listed Pod carrying either label, every run that reaches row 7 is
-    reported (its Pods ``step_labels_unseen``), and every cluster's verdict says why."""
+    reaped. With a step store configured and no listed Pod of the cluster carrying either label, every run that
+    reaches row 7 is reported (its Pods ``step_labels_unseen``), and the cluster is held by step_labels_unseen:
+    a run without Pods is reported too, and the hold blocks deletes (it pages)."""
     runner_labels = {"iterion.io/step-name": "build", "iterion.io/step-attempt": "2"}
-    res = [obj("Pod", "r1", labels=runner_labels), obj("Secret", "r1"), *sandbox("r2")]
+    res = [obj("Pod", "r1", labels=runner_labels), obj("Secret", "r1"), *sandbox("r2"), obj("Secret", "r3")]
     steps = Keyed(known={"r1/build/2": ("running", False)}, complete=True)
-    p = plan(res, evidence=ev(statuses={"r1": "succeeded", "r2": "failed"}, steps=steps), config=settings(**STEP_CFG))
-    assert {(d.action.value, d.reason) for d in p.decisions} == {("report", "results_not_durable")}
+    evidence = ev(statuses={"r1": "succeeded", "r2": "failed", "r3": "failed"}, steps=steps)
+    p = plan(res, evidence=evidence, config=settings(**STEP_CFG))
+    got = {(d.resource.labels["iterion.io/run-id"], d.action.value, d.reason) for d in p.decisions}
+    assert got == {
+        ("r1", "report", "results_not_durable"),
+        ("r2", "report", "results_not_durable"),
+        ("r3", "report", "step_labels_unseen"),
+    }
     pod = next(
         d for d in p.decisions if d.resource.kind == "Pod" and d.resource.labels.get("iterion.io/run-id") == "r1"
     )
     assert pod.evidence["steps"] == {pod.resource.name: "step_labels_unseen"}
-    assert any("no listed Pod carries iterion.io/step" in u for v in p.scopes for u in v.details["unknown_evidence"])
+    (verdict,) = p.scopes
+    assert verdict.holds == (Reason.STEP_LABELS_UNSEEN,) and verdict.blocking == (Reason.STEP_LABELS_UNSEEN,)
+
+
+def test_row7_step_labels_are_seen_per_cluster() -> None:
+    """Runners of one cluster with renamed step labels are not vouched for by another cluster's Pods that carry
+    the configured ones: c2 is held, c1 deletes its orphan whose step results are durable."""
+    renamed = {"iterion.io/step-name": "build", "iterion.io/step-attempt": "2"}
+    res = [obj("Pod", "r1", cluster="c1", labels=STEP), obj("Pod", "r2", cluster="c2", labels=renamed)]
+    durable = Keyed(known={"r1/build/2": ("succeeded", True), "r2/build/2": ("running", False)}, complete=True)
+    p = plan(
+        res, evidence=ev(statuses={"r1": "succeeded", "r2": "succeeded"}, steps=durable), config=settings(**STEP_CFG)
+    )
+    got = {d.resource.cluster: (d.action.value, d.reason) for d in p.decisions}
+    assert got == {"c1": ("delete", "sandbox_orphan"), "c2": ("report", "results_not_durable")}
+    assert {v.scope: v.holds for v in p.scopes} == {"c1": (), "c2": (Reason.STEP_LABELS_UNSEEN,)}
+
+
+def test_a_cluster_without_pods_is_not_held_by_unseen_step_labels() -> None:
+    """Only Secrets and policies left of finished runs: no Pod whose step labels could be read, so none unseen."""
+    res = [obj("Secret", "r1"), obj("NetworkPolicy", "r1")]
+    p = plan(res, evidence=ev(statuses={"r1": "failed"}, steps=Keyed(complete=True)), config=settings(**STEP_CFG))
+    assert {(d.action.value, d.reason) for d in p.decisions} == {("delete", "sandbox_orphan")}
+    assert p.scopes[0].holds == ()
 
 
 def test_row7_a_run_without_step_pods_goes_where_another_pod_carries_the_labels() -> None:
@@ -567,3 +598,8 @@ def test_a_results_sidecar_name_no_listed_pod_has_is_warned_of() -> None:
     assert "results-egress (k8s.results_sidecar)" in warning
     assert unseen_sidecar(uploader, settings(k8s={"results_sidecar": "results-uploader"})) == []
     assert unseen_sidecar([obj("Secret", "r1")], settings()) == []  # no Pod listed: nothing to say
+    assert unseen_sidecar(uploader, settings(k8s={"results_sidecar": "none"})) == []  # no sidecar, said so
+    # Per cluster: c2's Pods having the sidecar vouch nothing for c1's.
+    elsewhere = sandbox("r2", cluster="c2", containers={"sandbox": True, "results-egress": False})
+    (warning,) = unseen_sidecar([*uploader, *elsewhere], settings())
+    assert "cluster c1 " in warning

@@ -8,6 +8,7 @@ policy keeps or reports, never deletes, what they would have vouched for.
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 from collections.abc import Callable, Iterable
 
 from reaper.config import Settings
@@ -90,14 +91,25 @@ def unguarded_step_pods(objects: Iterable[K8sObject], config: Settings) -> list[
 
 
 def unseen_sidecar(objects: Iterable[K8sObject], config: Settings) -> list[str]:
-    """A warning when Pods are listed but none has a container named ``k8s.results_sidecar`` (docs/design.md §5,
+    """A warning per cluster whose listed Pods have no container named ``k8s.results_sidecar`` (docs/design.md §5,
     row 6). A deployment without a results sidecar looks the same, so this is a warning, not a hold: but where the
-    runners' sidecar has another name (a typo, a renamed container), row 6 cannot see an upload in progress."""
+    runners' sidecar has another name (a typo, a renamed container), row 6 cannot see an upload in progress.
+    Per cluster, as one cluster's runners are no witness for another's; ``results_sidecar: none`` says there is
+    no sidecar to see."""
     name = config.k8s.results_sidecar
-    pods = [o for o in objects if o.kind == "Pod"]
-    if not pods or any(name in pod.containers for pod in pods):
+    if name == "none":
         return []
+    pods: dict[str, int] = defaultdict(int)
+    seen: set[str] = set()
+    for pod in objects:
+        if pod.kind == "Pod":
+            pods[pod.cluster] += 1
+            if name in pod.containers:
+                seen.add(pod.cluster)
     return [
-        f"none of the {len(pods)} listed pods has a container named {name} (k8s.results_sidecar): if the runners' "
-        "results sidecar is named otherwise, a run's upload in progress is not seen (row 6); set k8s.results_sidecar"
+        f"none of the {count} listed pods of cluster {cluster} has a container named {name} (k8s.results_sidecar): "
+        "if the runners' results sidecar is named otherwise, a run's upload in progress is not seen (row 6); set "
+        "k8s.results_sidecar (none: the runners have no results sidecar)"
+        for cluster, count in sorted(pods.items())
+        if cluster not in seen
     ]

@@ -320,9 +320,10 @@ def _evaluate_project(project: str, group: _Project, sweep: _Sweep) -> _ProjectR
 
     stale = findings.get(Reason.HEARTBEAT_STALE, 0)
     # The label's absence is evidence only where a manager is seen stamping it now: a fresh valid heartbeat on a VM
-    # the rules decide (``fresh`` holds exactly those, opted-out VMs and group members apart). A key present with a
-    # stale, malformed or placeholder value is a leftover (a label renamed since), not a writer (docs/design.md §4).
-    unseen = bool(findings.get(Reason.UNLABELED_AGE)) and not fresh
+    # that is not opted out (``fresh`` holds those the rules decide; a group member's counts too). A key present
+    # with a stale, malformed or placeholder value is a leftover (a label renamed since), not a writer
+    # (docs/design.md §4).
+    unseen = bool(findings.get(Reason.UNLABELED_AGE)) and not fresh and not any(_stamped(m, t) for m in members)
     holds, overridden, details = _project_holds(project, len(beats), stale, duplicated, unseen, sweep)
     acted: list[Decision] = []
     kept: list[tuple[str, Reason, list[GceInstance]]]
@@ -344,6 +345,12 @@ def _evaluate_project(project: str, group: _Project, sweep: _Sweep) -> _ProjectR
         "heartbeat_age_seconds": _age_histogram(beats, t.now),
     }
     return _ProjectResult(acted, kept, ScopeVerdict(TARGET, project, holds.names, overridden, details), census)
+
+
+def _stamped(inst: GceInstance, t: _Thresholds) -> bool:
+    """Whether the instance carries a fresh valid heartbeat under the configured label."""
+    raw = inst.labels.get(t.hb_label)
+    return raw is not None and raw.isdigit() and raw.isascii() and t.fresh(int(raw), inst.created)
 
 
 def _classify(

@@ -116,17 +116,11 @@ def cross_checked(keys: Iterable[str], evidence: Evidence, config: Settings, now
     return Keyed(known=runs.known, failed=runs.failed, complete=False, problem=problem)
 
 
-STEP_LABELS_UNSEEN = (
-    "k8s.step_store is {k8s.step_store}, but no listed Pod carries {k8s.step_label} or {k8s.attempt_label}: their "
-    "names may be wrong (or the runners renamed them), so no run's results are proven durable"
-)
-
-
 def step_labels_seen(objects: Iterable[K8sObject], config: Settings) -> bool:
-    """Whether the step labels prove anything this sweep: no step store is configured, or a listed Pod carries
-    ``k8s.step_label`` or ``k8s.attempt_label``. A step store with labels no Pod carries is a config that
+    """Whether the step labels prove anything in one cluster: no step store is configured, or a listed Pod of it
+    carries ``k8s.step_label`` or ``k8s.attempt_label``. A step store with labels no Pod carries is a config that
     validates and makes row 7 see no step Pod at all (docs/design.md §5): then no run's results count as
-    durable."""
+    durable. Per cluster: runners of one cluster with renamed labels are not vouched for by another's."""
     k8s = config.k8s
     if k8s.step_store == "none":
         return True
@@ -198,9 +192,7 @@ def evaluate_k8s(
         run_key for members in by_cluster.values() for o in members if (run_key := o.labels.get(config.k8s.run_label))
     }
     evidence = msgspec.structs.replace(evidence, runs=cross_checked(keys, evidence, config, now))
-    seen = step_labels_seen((o for members in by_cluster.values() for o in members), config)
-    unknown = unknown_sources(evidence) + ([] if seen else [STEP_LABELS_UNSEEN.format(k8s=config.k8s)])
-    sweep = _Sweep(config, modes[RULE], now, evidence, override, guards, unknown, seen)
+    sweep = _Sweep(config, modes[RULE], now, evidence, override, guards, unknown_sources(evidence))
     result = TargetResult()
     for cluster in sorted(by_cluster.keys() | {scope for target, scope in evidence.swept if target == TARGET}):
         part = _evaluate_cluster(cluster, by_cluster[cluster], sweep)
@@ -221,7 +213,6 @@ class _Sweep:
     override: Override | None
     guards: dict[str, tuple[Reason, list[str]]]  # run key -> the guard that keeps it in every cluster
     unknown: list[str]  # why a source answers unknown for every key it did not answer (the verdicts say so)
-    step_labels_seen: bool  # a listed Pod carries a step label (:func:`step_labels_seen`)
 
 
 class _ClusterResult(NamedTuple):
@@ -253,7 +244,8 @@ def _evaluate_cluster(cluster: str, objects: list[K8sObject], sweep: _Sweep) -> 
         else:
             unlabeled.append(obj)
 
-    rows = {key: _run_row(key, members, sweep) for key, members in runs.items()}
+    step_labels = step_labels_seen(objects, sweep.config)
+    rows = {key: _run_row(key, members, sweep, step_labels) for key, members in runs.items()}
     pods = _PodIndex(obj for obj in objects if obj.kind == "Pod")  # who uses a run's Secrets and policy
     for key, (reason, facts) in rows.items():
         if reason == ORPHAN:
@@ -265,7 +257,13 @@ def _evaluate_cluster(cluster: str, objects: list[K8sObject], sweep: _Sweep) -> 
     # The same object listed twice means the listing moved under us (docs/design.md §4, applied to lists).
     incomplete = (TARGET, cluster) in sweep.evidence.incomplete or duplicated
     budget, overridden = budget_hold(orphans, managed, sweep.config, sweep.override, TARGET, cluster)
-    holds = (Reason.INVENTORY_INCOMPLETE, *budget) if incomplete else budget
+    # Step labels unseen: the runs row 7 reports say so; the hold stops the cluster's other deletes and pages.
+    unseen = not step_labels and any(reason is Reason.RESULTS_NOT_DURABLE for reason, _ in rows.values())
+    holds = (
+        *((Reason.INVENTORY_INCOMPLETE,) if incomplete else ()),
+        *((Reason.STEP_LABELS_UNSEEN,) if unseen else ()),
+        *budget,
+    )
 
     acted: list[Decision] = []
     by_reason: dict[Reason, int] = defaultdict(int)
@@ -412,7 +410,7 @@ def _used_outside_run(key: str, members: list[K8sObject], pods: _PodIndex, run_l
     return None
 
 
-def _run_row(key: str, members: list[K8sObject], sweep: _Sweep) -> tuple[Reason, dict[str, object]]:
+def _run_row(key: str, members: list[K8sObject], sweep: _Sweep, step_labels: bool) -> tuple[Reason, dict[str, object]]:
     """The first matching row of docs/design.md §5 for one run, and the evidence it used.
 
     Before the table, run-wide guards hold every object of the run: any object (in any cluster)
@@ -427,7 +425,7 @@ def _run_row(key: str, members: list[K8sObject], sweep: _Sweep) -> tuple[Reason,
     if any(pod.deleting for pod in pods):
         facts["terminating"] = [pod.name for pod in pods if pod.deleting]
         return Reason.POD_TERMINATING, facts
-    return evidence_row(key, members, sweep.evidence, sweep.config, sweep.now, sweep.step_labels_seen)
+    return evidence_row(key, members, sweep.evidence, sweep.config, sweep.now, step_labels)
 
 
 def evidence_row(
@@ -435,7 +433,7 @@ def evidence_row(
 ) -> tuple[Reason, dict[str, object]]:
     """Rows 1 to 8 of docs/design.md §5 for one run (``evidence`` cross-checked), and the evidence they used:
     what the run's age, lease, run store, sidecar and step results say, whatever guards its objects carry.
-    ``step_labels``: :func:`step_labels_seen` of the sweep (False: every Pod of the run is a step Pod whose
+    ``step_labels``: :func:`step_labels_seen` of the run's cluster (False: every Pod of the run is a step Pod whose
     labels cannot be read, row 7)."""
     k8s = config.k8s
     facts: dict[str, object] = {"run": key}
@@ -466,7 +464,7 @@ def evidence_row(
         if step_labels:
             pending = _undurable_steps(key, pods, evidence, config)
         else:
-            pending = {pod.name: "step_labels_unseen" for pod in pods}
+            pending = {pod.name: Reason.STEP_LABELS_UNSEEN for pod in pods}
         if pending:
             facts["steps"] = pending
             return Reason.RESULTS_NOT_DURABLE, facts  # row 7
@@ -507,13 +505,18 @@ ROW_LIVENESS = {
 }
 
 
+# The cluster holds that make a run at row 8 no proof of its owner's absence: unreadable step labels, a budget.
+_UNPROVEN = (Reason.STEP_LABELS_UNSEEN, Reason.BUDGET_EXCEEDED)
+
+
 def liveness(
     objects: Iterable[K8sObject], evidence: Evidence, config: Settings, now: float, holds: Mapping[str, tuple[str, ...]]
 ) -> Iterator[tuple[K8sObject, Reading]]:
     """What each object's liveness evidence says of its run's owner: its run's row (:func:`evidence_row`), as the
     rules read it, whatever the selector, guards or modes. A Pod outside the run that uses it makes it fresh; a
-    run reaching row 8 in a cluster held by its budget (``holds``: cluster -> its verdict's holds) is unknown,
-    since a mass of absent leases is more likely a broken source than a broken fleet; no run label is unknown."""
+    run reaching row 8 in a cluster held by its budget or by unseen step labels (``holds``: cluster -> its verdict's
+    holds) is unknown, since a mass of absent leases is more likely a broken source than a broken fleet, and
+    unreadable step labels prove no results durable; no run label is unknown."""
     label = config.k8s.run_label
     runs: dict[tuple[str, str], list[K8sObject]] = defaultdict(list)
     clusters: dict[str, list[K8sObject]] = defaultdict(list)
@@ -525,15 +528,15 @@ def liveness(
             yield obj, Reading(Liveness.UNKNOWN, Reason.RUN_LABEL_MISSING, {"run_label": label})
     evidence = msgspec.structs.replace(evidence, runs=cross_checked({k for _, k in runs}, evidence, config, now))
     pods = {c: _PodIndex(o for o in members if o.kind == "Pod") for c, members in clusters.items()}
-    seen = step_labels_seen((o for members in clusters.values() for o in members), config)
+    seen = {cluster: step_labels_seen(members, config) for cluster, members in clusters.items()}
     for (cluster, key), members in runs.items():
-        reason, facts = evidence_row(key, members, evidence, config, now, seen)
+        reason, facts = evidence_row(key, members, evidence, config, now, seen[cluster])
         state = ROW_LIVENESS[reason]
         if reason == ORPHAN:
             if user := _used_outside_run(key, members, pods[cluster], label):
                 state, reason, facts = Liveness.FRESH, Reason.IN_USE_OUTSIDE_RUN, {**facts, "used_by": user}
-            elif Reason.BUDGET_EXCEEDED in holds.get(cluster, ()):
-                state, reason = Liveness.UNKNOWN, Reason.BUDGET_EXCEEDED
+            elif held := next((h for h in _UNPROVEN if h in holds.get(cluster, ())), None):
+                state, reason = Liveness.UNKNOWN, held
         for obj in members:
             yield obj, Reading(state, reason, facts)
 

@@ -45,6 +45,11 @@ HOLD_ACTIONS: dict[str, Runbook] = {
         "Check gce.heartbeat_label against the label the runner managers stamp (reaper check names it): no VM of "
         "the scope carries a fresh heartbeat under it, so its unlabeled VMs are reported, not deleted.",
     ),
+    Reason.STEP_LABELS_UNSEEN: Runbook(
+        "ReaperOrphansHeld",
+        "Check k8s.step_label and k8s.attempt_label against the labels the runners put on their step Pods: no Pod "
+        "of the cluster carries either, so no run's results are proven durable and its deletes are held.",
+    ),
     Reason.INVENTORY_INCOMPLETE: Runbook(
         "ReaperInventoryIncomplete",
         "Fix what made the listing partial (the sweep's incomplete problems): usually a permission or the quota.",
