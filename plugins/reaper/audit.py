@@ -32,7 +32,8 @@ from reaper.report.rows import COLUMNS, Row, ledger_rows
 from reaper.report.timeline import panels, scopes_of
 
 if TYPE_CHECKING:
-    from reaper.ledger import History, Ledger, RowFilter
+    from reaper.ledger import Ledger
+    from reaper.report.queries import AuditQueries, History, RowFilter
 
 READ_RUNS = requires_access_dag(method="GET", access_entity=DagAccessEntity.RUN)
 MAX_PAGE_SIZE = 500  # rows of a page at most: a bigger read is an export
@@ -90,21 +91,27 @@ def _readable(dag_id: str, dags: frozenset[str]) -> None:
 
 
 def _filters(request: Request) -> RowFilter:
-    from reaper.ledger import RowFilter
+    from reaper.report.queries import RowFilter
 
     return RowFilter(**{f: request.query_params.get(f, "").strip() for f in views.FILTERS})
 
 
 def _order(order: str) -> str:
-    from reaper.ledger import ORDERS
+    from reaper.report.queries import ORDERS
 
     if order.lstrip("-") not in ORDERS:
         raise HTTPException(422, f"order must be one of {sorted(ORDERS)}, optionally with a leading -")
     return order
 
 
+def _queries(led: Ledger) -> AuditQueries:
+    from reaper.report.queries import AuditQueries  # imports pymongo: not on the plugin's import
+
+    return AuditQueries(led)
+
+
 def _window(led: Ledger, dags: frozenset[str], days: int) -> list[dict[str, object]]:
-    return led.timeline(dags, datetime.now(UTC) - timedelta(days=days)) if dags else []
+    return _queries(led).timeline(dags, datetime.now(UTC) - timedelta(days=days)) if dags else []
 
 
 # --- the overview -------------------------------------------------------------------------------
@@ -203,8 +210,9 @@ def api_sweeps(led: LedgerDep, dags: DagsDep, days: int = Query(14, ge=1, le=400
 def _page_rows(
     led: Ledger, dag_id: str, run_id: str, filters: RowFilter, order: str, number: int, size: int, lim: Limits | None
 ) -> tuple[list[Row], int]:
-    decisions, total = led.decision_page(dag_id, run_id, filters, order, (number - 1) * size, size)
-    companions = led.companions(dag_id, run_id, {str(d["uid"]) for d in decisions}) if decisions else []
+    queries = _queries(led)
+    decisions, total = queries.decision_page(dag_id, run_id, filters, order, (number - 1) * size, size)
+    companions = queries.companions(dag_id, run_id, {str(d["uid"]) for d in decisions}) if decisions else []
     return ledger_rows(decisions, companions, lim), total
 
 
@@ -226,7 +234,7 @@ def sweep(
     shown = views.Page(page, size, total)
     held = led.held(dag_id, run_id)
     made = led.approvals_of({dag_id}, items=True, run_id=run_id)
-    executions = led.executions(dag_id, run_id)
+    executions = _queries(led).executions(dag_id, run_id)
     return views.sweep_page(executions, rows, shown, params, _urls(request), dag_id, run_id, held, made, time.time())
 
 
@@ -310,7 +318,8 @@ def api_rows(
 
 def _export(led: Ledger, dag_id: str, run_id: str, filters: RowFilter, lim: Limits | None) -> list[Row]:
     """Every row of the filtered set: the run's intents and outcomes in one read, joined in memory."""
-    return ledger_rows(list(led.decisions(dag_id, run_id, filters)), led.companions(dag_id, run_id), lim)
+    queries = _queries(led)
+    return ledger_rows(list(queries.decisions(dag_id, run_id, filters)), queries.companions(dag_id, run_id), lim)
 
 
 @router.get("/sweeps/{dag_id}/{run_id}/rows.json")
@@ -350,7 +359,7 @@ def export_csv(
 def _history(led: Ledger, term: str, dags: frozenset[str], lim: Limits | None) -> tuple[list[Row], History | None]:
     if not (term and dags):
         return [], None
-    found = led.history(term, dags)
+    found = _queries(led).history(term, dags)
     decisions = [r for r in found.records if r.get("kind") == "decision"]
     return ledger_rows(decisions, [r for r in found.records if r.get("kind") != "decision"], lim), found
 

@@ -13,6 +13,7 @@ from reaper.approvals import Approval, choose, new_id
 from reaper.config import LedgerConfig
 from reaper.ledger import Ledger
 from reaper.model import GceInstance
+from reaper.report.queries import AuditQueries
 from reaper.sweep import steps
 from tests.builders import D, inst
 from tests.unit.test_steps import plan_through as plan_holding_the_lease
@@ -84,7 +85,7 @@ def test_the_held_candidates_carry_their_state_and_an_approval_deletes_those_app
     assert deleted.outcomes == {"deleted": 1}
     summary = steps.record(s, planned.summary, steps.budget_check(planned.summary), 1, [deleted], lease)
     assert summary["outcomes"] == {"deleted": 1}
-    recorded = ledger.executions(DAG, "manual__2")[-1]["approval"]
+    recorded = AuditQueries(ledger).executions(DAG, "manual__2")[-1]["approval"]
     assert {r["name"]: r["state"] for r in recorded["results"]} == {
         fleet[0].name: "deleted",
         fleet[1].name: "approval_changed",

@@ -15,8 +15,9 @@ from pymongo.monitoring import CommandFailedEvent, CommandListener, CommandStart
 
 from include.emulators.http import start_secantusdb
 from reaper.config import LedgerConfig
-from reaper.ledger import FENCE, Ledger, RowFilter
+from reaper.ledger import FENCE, Ledger
 from reaper.model import Outcome
+from reaper.report.queries import AuditQueries, RowFilter
 from reaper.sweep.deletes import Fence, SweepHalted, delete_batch
 from tests.builders import inst
 
@@ -341,23 +342,24 @@ def test_decision_page_of_one_run_ordered_filtered_and_counted(ledger) -> None:
             _record("manual__2", "p1", "9", "delete", name="runner-z", **decision),
         ]
     )
+    queries = AuditQueries(ledger)
     dag, every = IDS["dag_id"], RowFilter()
-    page, total = ledger.decision_page(dag, "manual__1", every)
+    page, total = queries.decision_page(dag, "manual__1", every)
     assert [(r["scope"], r["name"]) for r in page] == [("p1", "run.ner"), ("p1", "runner-a"), ("p2", "runner-b")]
     assert total == 3 and all("_id" not in r for r in page)
-    assert [r["uid"] for r in ledger.decision_page(dag, "manual__1", every, "-name", skip=1, limit=1)[0]] == ["2"]
-    assert ledger.decision_page(dag, "manual__1", every, limit=1)[1] == 3  # the count is of all matches
-    assert [r["uid"] for r in ledger.decision_page(dag, "manual__1", RowFilter(scope="p1", action="delete"))[0]] == [
+    assert [r["uid"] for r in queries.decision_page(dag, "manual__1", every, "-name", skip=1, limit=1)[0]] == ["2"]
+    assert queries.decision_page(dag, "manual__1", every, limit=1)[1] == 3  # the count is of all matches
+    assert [r["uid"] for r in queries.decision_page(dag, "manual__1", RowFilter(scope="p1", action="delete"))[0]] == [
         "2"
     ]
-    assert [r["uid"] for r in ledger.decision_page(dag, "manual__1", RowFilter(rule="budget"))[0]] == ["1"]
-    assert [r["uid"] for r in ledger.decision_page(dag, "manual__1", RowFilter(outcome="deleted"))[0]] == ["2"]
-    assert [r["uid"] for r in ledger.decision_page(dag, "manual__1", RowFilter(name="n.n"))[0]] == ["1"]  # literally
-    assert ledger.decision_page(dag, "manual__1", RowFilter(name=".*")) == ([], 0)
-    assert ledger.decision_page("reaper_k8s_enforcement", "manual__1", every) == ([], 0)
-    assert [r["uid"] for r in ledger.companions(dag, "manual__1")] == ["2"]
-    assert {r["run_id"] for r in ledger.history("runner-a", {dag}).records} == {"manual__1"}
-    assert ledger.history("runner-a", {"reaper_k8s_enforcement"}).records == []
+    assert [r["uid"] for r in queries.decision_page(dag, "manual__1", RowFilter(rule="budget"))[0]] == ["1"]
+    assert [r["uid"] for r in queries.decision_page(dag, "manual__1", RowFilter(outcome="deleted"))[0]] == ["2"]
+    assert [r["uid"] for r in queries.decision_page(dag, "manual__1", RowFilter(name="n.n"))[0]] == ["1"]  # literally
+    assert queries.decision_page(dag, "manual__1", RowFilter(name=".*")) == ([], 0)
+    assert queries.decision_page("reaper_k8s_enforcement", "manual__1", every) == ([], 0)
+    assert [r["uid"] for r in queries.companions(dag, "manual__1")] == ["2"]
+    assert {r["run_id"] for r in queries.history("runner-a", {dag}).records} == {"manual__1"}
+    assert queries.history("runner-a", {"reaper_k8s_enforcement"}).records == []
 
 
 def test_tally_counts_records_by_target_action_and_why(ledger) -> None:

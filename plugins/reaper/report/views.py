@@ -26,8 +26,8 @@ from reaper.transitions import described
 from reaper.vocabulary import Reason, Result
 
 if TYPE_CHECKING:
-    from reaper.ledger import History
     from reaper.model import Plan
+    from reaper.report.queries import History
     from reaper.report.reasons import Limits
 
 FILTERS = ("scope", "kind", "rule", "reason", "action", "outcome", "name")
