@@ -56,19 +56,25 @@ from bench.k8s_sweep import start_world  # noqa: E402
 from reaper.gce.inventory import PAGE_SIZE as GCE_PAGE  # noqa: E402
 from reaper.k8s.inventory import PAGE_SIZE as K8S_PAGE  # noqa: E402
 from reaper.ledger import Ledger  # noqa: E402
+from reaper.sweep_lease import SweepLease  # noqa: E402
 from tests.integration.prometheus import Prometheus  # noqa: E402
 
-LEDGER_CALLS = [
-    name for name, member in vars(Ledger).items() if not name.startswith("_") and inspect.isfunction(member)
+# Every public method of the ledger and of its sweep lease (same database, same round trips as before the split).
+LEDGER_METHODS = [
+    (module, cls.__name__, name)
+    for module, cls in (("reaper.ledger", Ledger), ("reaper.sweep_lease", SweepLease))
+    for name, member in vars(cls).items()
+    if not name.startswith("_") and inspect.isfunction(member)
 ]
+LEDGER_CALLS = [name for _, _, name in LEDGER_METHODS]
 STEPS = {
     "listing": [("reaper.sweep.targets", "GceTarget", "list"), ("reaper.sweep.targets", "K8sTarget", "list")],
     "evidence": [("reaper.sweep.targets", "GceTarget", "evidence"), ("reaper.sweep.targets", "K8sTarget", "evidence")],
     "policy": [("reaper.policy", None, "evaluate")],
     "deletion": [("reaper.sweep.targets", "GceTarget", "delete"), ("reaper.sweep.targets", "K8sTarget", "delete")],
-    # Every public Ledger method: the decisions, the resources' stories (first sweep: one transition per
-    # resource), the approvals, the notices, the lease; none of them calls another.
-    "ledger": [("reaper.ledger", "Ledger", m) for m in LEDGER_CALLS],
+    # Every public Ledger and SweepLease method: the decisions, the resources' stories (first sweep: one
+    # transition per resource), the approvals, the notices, the lease; none of them calls another.
+    "ledger": LEDGER_METHODS,
 }
 
 

@@ -4,8 +4,9 @@ Writes are acknowledged (``w="majority"``, journaled) and keyed by the fence
 ``{dag_id, run_id, target, scope, uid, action}`` under a unique index, so a
 retried task rewrites the same documents instead of duplicating them. An intent
 is durable before its delete is sent: if writing it fails, the caller must not
-delete. The ledger also holds one summary per sweep and the per-target sweep
-lease that keeps the DAGs of one target from sweeping at the same time.
+delete. The ledger also holds one summary per sweep, the approvals, and (in its database, with its
+concerns: :mod:`reaper.sweep_lease`) the per-target sweep lease that keeps the DAGs of one target from
+sweeping at the same time.
 
 Its readers go through read methods, never its collections: its own for what a sweep reads, the audit
 view's in :mod:`reaper.report.queries`; a process reuses one client per connection (:meth:`Ledger.connect`).
@@ -17,15 +18,14 @@ import logging
 import os
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from pymongo import DeleteMany, MongoClient, ReadPreference, ReturnDocument, UpdateOne, WriteConcern
 from pymongo.collection import Collection as MongoCollection
-from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
+from pymongo.errors import BulkWriteError, OperationFailure
 from pymongo.read_concern import ReadConcern
 
 from reaper.config import LedgerConfig
@@ -33,6 +33,7 @@ from reaper.model import Evidence, Plan
 from reaper.records import EXECUTION, FENCE, LedgerRecord, SweepSummary, document, summary_of
 from reaper.stores.mongo import Document as MongoDocument
 from reaper.stores.mongo import mongo_client
+from reaper.sweep_lease import SweepLease
 from reaper.vocabulary import RecordAction, Result
 
 ONE_BATCH = 100_000  # documents per cursor batch: above any realistic sweep, so one round trip
@@ -158,6 +159,7 @@ class Ledger:
         self.notices = db.get_collection(config.notices_collection)
         self.approvals = db.get_collection(config.approvals_collection)
         self.retention = int(config.retention.total_seconds())
+        self.sweep_lease = SweepLease(self.locks)
 
     def ensure_indexes(self) -> None:
         """The fence and retention indexes as this version and config define them, changed in place if need be."""
@@ -313,56 +315,6 @@ class Ledger:
             (str(r.get("target", "")), str(r["action"]), str(r.get("reason") or r.get("result") or ""))
             for r in self.records.find({}, projection, batch_size=ONE_BATCH)
         )
-
-    # --- the per-target sweep lease -----------------------------------------------------------
-
-    def acquire(self, target: str, holder: str, ttl: timedelta) -> dict[str, object] | None:
-        """Take the target's sweep lease for ``holder``; None if another holds it.
-
-        The lease is fenced: it carries a token, new at every acquisition, that a plan is stamped
-        with and every send checks (:meth:`lease_problem`). Even the same holder taking it again
-        gets a new token: only ``resolve_scopes`` acquires, before anything has used the token, and
-        a cleared ``resolve_scopes`` is a new execution whose old plans must not run.
-        """
-        now = time.time()
-        try:
-            lease = self.locks.find_one_and_update(
-                {"_id": target, "$or": [{"holder": holder}, {"expires_at": {"$lt": now}}]},
-                [
-                    {
-                        "$set": {
-                            "token": uuid.uuid4().hex,
-                            "holder": holder,
-                            "expires_at": now + ttl.total_seconds(),
-                        }
-                    }
-                ],
-                upsert=True,
-                return_document=ReturnDocument.AFTER,
-            )
-        except DuplicateKeyError:
-            return None  # held by another, unexpired: the upsert collided with it
-        assert lease is not None  # an upsert answering with the document after it always has one
-        return {"holder": lease["holder"], "token": lease["token"], "expires_at": float(lease["expires_at"])}
-
-    def holder(self, target: str) -> str | None:
-        """Who holds the target's sweep lease now (expired or not), or None."""
-        lease = self.locks.find_one({"_id": target})
-        return str(lease.get("holder")) if lease else None
-
-    def lease_problem(self, target: str, holder: str, token: str) -> str | None:
-        """Why the target's sweep lease does not cover ``holder`` with ``token`` right now, or None."""
-        lease = self.locks.find_one({"_id": target})
-        if lease is None:
-            return "the sweep lease was released"
-        if lease.get("holder") != holder or lease.get("token") != token:
-            return f"the sweep lease is held by {lease.get('holder')} under another token"
-        if float(lease.get("expires_at", 0)) <= time.time():
-            return "the sweep lease has expired"
-        return None
-
-    def release(self, target: str, holder: str) -> None:
-        self.locks.delete_one({"_id": target, "holder": holder})
 
     # --- approvals (docs/design.md §6): recorded, read, used by one execution -------------------
 

@@ -105,7 +105,7 @@ def test_an_approval_is_not_replayed_by_a_second_run_or_a_cleared_task(tmp_path,
     # A retry of the same task, in the same execution under the same lease, plans the same again.
     again = steps.evaluate_policy(s, sweep_input, {"approval": approval}, "sre", setup.lease)
     assert [b.resources for b in again.batches] == [b.resources for b in planned.batches]
-    ledger.release("gce", s.ids.holder)
+    ledger.sweep_lease.release("gce", s.ids.holder)
 
     # A second run naming it fails at its first task, before it takes the lease.
     other = run(tmp_path, ledger, fleet, "manual__3")

@@ -51,6 +51,10 @@ class MemoryLedger:
     def intents(self, ids, uids):
         return {(r["scope"], r["uid"]) for r in self._find("delete_intent", uids) if r.get("sent")}
 
+    @property
+    def sweep_lease(self) -> MemoryLedger:
+        return self  # the sweep lease's question, answered here too
+
     def lease_problem(self, target: str, holder: str, token: str) -> None:
         return None
 

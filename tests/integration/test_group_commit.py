@@ -59,7 +59,7 @@ def setup(gce, port: int, listener: Commands | None = None):
     cfg = parse_settings({"gce": {"delete_rate_per_project": 1000.0, "delete_concurrency": 8}}, "group commit")
     target = GceTarget(cfg)
     target.__dict__["clients"] = clients
-    lease = ledger.acquire("gce", HOLDER, timedelta(minutes=10))
+    lease = ledger.sweep_lease.acquire("gce", HOLDER, timedelta(minutes=10))
     resources = [r for batch in plan_batches(clients, cfg, fleet, lambda: None, "none") for r in batch]
     assert len(resources) == ORPHANS
     return fleet, ledger, target, Fence(IDS, HOLDER, str(lease["token"]), None), resources

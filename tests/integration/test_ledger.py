@@ -60,7 +60,7 @@ class FakeTarget:
 
 
 def fence(ledger: Ledger, deadline: float | None = None) -> Fence:
-    lease = ledger.acquire("gce", HOLDER, timedelta(minutes=5))
+    lease = ledger.sweep_lease.acquire("gce", HOLDER, timedelta(minutes=5))
     return Fence(IDS, HOLDER, str(lease["token"]), deadline)
 
 
@@ -145,7 +145,7 @@ def test_nothing_is_sent_without_the_lease_or_after_the_deadline(ledger) -> None
     late = [inst(name="vm-0"), inst(name="vm-1")]
     assert delete_batch(ledger, target, fence(ledger, deadline=time.time() - 1), late) == {"not_attempted": 2}
     ledger.locks.delete_many({})  # the lease expired and was taken over by another sweep
-    ledger.acquire("gce", "someone-else", timedelta(minutes=5))
+    ledger.sweep_lease.acquire("gce", "someone-else", timedelta(minutes=5))
     assert delete_batch(ledger, target, Fence(IDS, HOLDER, "old-token", None), [inst(name="vm-2")]) == {
         "not_attempted": 1
     }
@@ -155,22 +155,22 @@ def test_nothing_is_sent_without_the_lease_or_after_the_deadline(ledger) -> None
 
 
 def test_sweep_lease_is_fenced_by_a_token(ledger) -> None:
-    a = ledger.acquire("gce", "a", timedelta(minutes=5))
-    assert a is not None and ledger.lease_problem("gce", "a", a["token"]) is None
-    assert ledger.acquire("gce", "b", timedelta(minutes=5)) is None
+    a = ledger.sweep_lease.acquire("gce", "a", timedelta(minutes=5))
+    assert a is not None and ledger.sweep_lease.lease_problem("gce", "a", a["token"]) is None
+    assert ledger.sweep_lease.acquire("gce", "b", timedelta(minutes=5)) is None
     # The same holder again (resolve_scopes retried or cleared): a new token; the old one covers nothing.
-    again = ledger.acquire("gce", "a", timedelta(minutes=5))
+    again = ledger.sweep_lease.acquire("gce", "a", timedelta(minutes=5))
     assert again["token"] != a["token"] and again["expires_at"] >= a["expires_at"]
-    assert "under another token" in ledger.lease_problem("gce", "a", a["token"])
+    assert "under another token" in ledger.sweep_lease.lease_problem("gce", "a", a["token"])
     ledger.locks.update_one({"_id": "gce"}, {"$set": {"expires_at": time.time() - 1}})
-    assert ledger.lease_problem("gce", "a", again["token"]) == "the sweep lease has expired"
-    b = ledger.acquire("gce", "b", timedelta(minutes=5))  # an expired lease is taken over, with a new token
+    assert ledger.sweep_lease.lease_problem("gce", "a", again["token"]) == "the sweep lease has expired"
+    b = ledger.sweep_lease.acquire("gce", "b", timedelta(minutes=5))  # an expired lease is taken over, with a new token
     assert b["token"] != again["token"]
-    assert "held by b" in ledger.lease_problem("gce", "a", again["token"])
-    ledger.release("gce", "a")  # not the holder: no effect
-    assert ledger.acquire("gce", "a", timedelta(minutes=5)) is None
-    ledger.release("gce", "b")
-    assert ledger.lease_problem("gce", "b", b["token"]) == "the sweep lease was released"
+    assert "held by b" in ledger.sweep_lease.lease_problem("gce", "a", again["token"])
+    ledger.sweep_lease.release("gce", "a")  # not the holder: no effect
+    assert ledger.sweep_lease.acquire("gce", "a", timedelta(minutes=5)) is None
+    ledger.sweep_lease.release("gce", "b")
+    assert ledger.sweep_lease.lease_problem("gce", "b", b["token"]) == "the sweep lease was released"
 
 
 # --- indexes across config and version changes ------------------------------------------------

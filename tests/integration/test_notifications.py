@@ -165,7 +165,7 @@ def run(
 def record(s: Sweep, planned: steps.Planned, branch: steps.Branch, results, lease) -> dict[str, object]:
     started = datetime.now(UTC)
     done = steps.record(s, planned.summary, branch, len(planned.batches), results, lease, started)
-    s.ledger().release(s.target.name, s.ids.holder)
+    s.ledger().sweep_lease.release(s.target.name, s.ids.holder)
     return done
 
 

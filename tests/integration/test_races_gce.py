@@ -180,7 +180,7 @@ def run_sweep(fleet: Fleet, clients, ledger: Ledger, mongo_port: int, point: str
     assert [r.name for batch in batches for r in batch][-1] == VICTIM, "the victim was not planned"
     target = GceTarget(cfg)
     target.__dict__["clients"] = clients
-    lease = ledger.acquire("gce", HOLDER, timedelta(minutes=10))
+    lease = ledger.sweep_lease.acquire("gce", HOLDER, timedelta(minutes=10))
     fence = Fence(IDS, HOLDER, str(lease["token"]), None)
     victim_id = batches[-1][0].id
     if point == "in_rate_limit_wait":  # the first request after the token is the re-read
@@ -296,7 +296,7 @@ def planned(world) -> tuple[GceTarget, list[list[GceInstance]], Fence]:
     target = GceTarget(cfg)
     target.__dict__["clients"] = clients
     batches = plan_batches(clients, cfg, fleet, lambda: None, "none")
-    lease = ledger.acquire("gce", HOLDER, timedelta(minutes=10))
+    lease = ledger.sweep_lease.acquire("gce", HOLDER, timedelta(minutes=10))
     return target, batches, Fence(IDS, HOLDER, str(lease["token"]), None)
 
 
@@ -329,7 +329,7 @@ def test_losing_the_ledger_mid_batch_stops_every_send_and_the_retry_finishes(gce
     cfg = config()
     target = GceTarget(cfg)
     target.__dict__["clients"] = clients
-    lease = ledger.acquire("gce", HOLDER, timedelta(minutes=10))
+    lease = ledger.sweep_lease.acquire("gce", HOLDER, timedelta(minutes=10))
     fence = Fence(IDS, HOLDER, str(lease["token"]), None)
     batch = plan_batches(clients, cfg, fleet, lambda: None, "none")
     resources = [r for b in batch for r in b]

@@ -241,7 +241,7 @@ def run_sweep(world: World, emulator, mongo_port: int, point: str, mutation: str
         assert VICTIM not in {o.labels["iterion.io/run-id"] for batch in batches for o in batch}
         batches.append([])
     assert {o.labels["iterion.io/run-id"] for o in batches[-1]} <= {VICTIM}, "the victim's run is not last"
-    lease = world.ledger.acquire("k8s", HOLDER, timedelta(minutes=10))
+    lease = world.ledger.sweep_lease.acquire("k8s", HOLDER, timedelta(minutes=10))
     fence = Fence(IDS, HOLDER, str(lease["token"]), None)
     pod = f"sandbox-{VICTIM}"
     if point == "in_rate_limit_wait":  # after the run's token, its first request: the re-read of its Pod
@@ -368,7 +368,7 @@ def test_a_retry_never_finishes_a_run_an_earlier_try_stopped(world) -> None:
     batch = plan_batches(w, target, lambda: None, "none")[-1]
     recreate_pod(w)
     pod = next(o for o in batch if o.kind == "Pod")
-    lease = w.ledger.acquire("k8s", HOLDER, timedelta(minutes=10))
+    lease = w.ledger.sweep_lease.acquire("k8s", HOLDER, timedelta(minutes=10))
     fence = Fence(IDS, HOLDER, str(lease["token"]), None)
     w.ledger.write(
         [
@@ -422,7 +422,7 @@ def test_losing_nats_mid_sweep_deletes_nothing_more(world, nats_server) -> None:
     w, _, _ = world
     target = w.target()
     first, *rest = plan_batches(w, target, lambda: None, "none")
-    lease = w.ledger.acquire("k8s", HOLDER, timedelta(minutes=10))
+    lease = w.ledger.sweep_lease.acquire("k8s", HOLDER, timedelta(minutes=10))
     fence = Fence(IDS, HOLDER, str(lease["token"]), None)
     assert delete_batch(w.ledger, target, fence, first) == {"deleted": 4}
     nats_server.stop()
@@ -440,7 +440,7 @@ def test_a_lease_taken_again_while_the_pod_terminates_keeps_the_rest_of_the_run(
     w.cluster.faults.pod_shutdown = 0.5
     target = w.target()
     victim = plan_batches(w, target, lambda: None, "none")[-1]
-    lease = w.ledger.acquire("k8s", HOLDER, timedelta(minutes=10))
+    lease = w.ledger.sweep_lease.acquire("k8s", HOLDER, timedelta(minutes=10))
     pod = f"sandbox-{VICTIM}"
     w.cluster.on("after", "delete", lambda args: args[1] == "pods" and args[2] == pod and reacquire_lease(w))
     assert delete_batch(w.ledger, target, Fence(IDS, HOLDER, str(lease["token"]), None), victim) == {
@@ -457,7 +457,7 @@ def test_a_new_pod_of_the_run_after_its_pod_went_keeps_the_rest_of_the_run(reque
     w, _, _ = request.getfixturevalue("world" if mode == "cluster-wide" else "named_world")
     target = w.target()
     victim = plan_batches(w, target, lambda: None, "none")[-1]
-    lease = w.ledger.acquire("k8s", HOLDER, timedelta(minutes=10))
+    lease = w.ledger.sweep_lease.acquire("k8s", HOLDER, timedelta(minutes=10))
     key = ("pods", "ci", f"sandbox-{VICTIM}")
     w.cluster.faults.pod_shutdown = 0.0
 
@@ -481,7 +481,7 @@ def test_a_new_pod_of_a_run_whose_pod_went_in_an_earlier_sweep_keeps_its_secrets
     victim = plan_batches(w, target, lambda: None, "none")[-1]
     assert {o.kind for o in victim} == {"Secret", "NetworkPolicy"}
     recreate_pod(w)  # between the plan and the delete, the driver retries the step
-    lease = w.ledger.acquire("k8s", HOLDER, timedelta(minutes=10))
+    lease = w.ledger.sweep_lease.acquire("k8s", HOLDER, timedelta(minutes=10))
     result = delete_batch(w.ledger, target, Fence(IDS, HOLDER, str(lease["token"]), None), victim)
     assert result == {"changed_since_plan": 3}
     assert set(w.victim()) == {"Pod", "Secret", "NetworkPolicy"}
@@ -494,7 +494,7 @@ def test_a_run_with_two_pods_is_reaped_in_one_sweep_pods_first(world) -> None:
     w.cluster.create("pods", "ci", second)
     target = w.target()
     victim = plan_batches(w, target, lambda: None, "none")[-1]
-    lease = w.ledger.acquire("k8s", HOLDER, timedelta(minutes=10))
+    lease = w.ledger.sweep_lease.acquire("k8s", HOLDER, timedelta(minutes=10))
     assert delete_batch(w.ledger, target, Fence(IDS, HOLDER, str(lease["token"]), None), victim) == {"deleted": 5}
     assert w.victim() == {}
     assert_pod_first(w)

@@ -58,6 +58,10 @@ class FakeLedger:
 
     def ensure_indexes(self) -> None: ...
 
+    @property
+    def sweep_lease(self) -> FakeLedger:
+        return self  # the sweep lease's questions, answered here too
+
     def acquire(self, target: str, holder: str, ttl: timedelta) -> dict[str, object] | None:
         return self.lease
 

@@ -114,6 +114,10 @@ def _fenced(ids: Mapping[str, Any], target: Target[Any], resource: Resource) -> 
     }
 
 
+class LeaseLike(Protocol):
+    def lease_problem(self, target: str, holder: str, token: str) -> str | None: ...
+
+
 class LedgerLike(Protocol):
     def write(self, records: Iterable[LedgerRecord | Mapping[str, object]]) -> int: ...
 
@@ -121,7 +125,8 @@ class LedgerLike(Protocol):
 
     def intents(self, ids: dict[str, object], uids: Collection[str]) -> set[tuple[str, str]]: ...
 
-    def lease_problem(self, target: str, holder: str, token: str) -> str | None: ...
+    @property
+    def sweep_lease(self) -> LeaseLike: ...
 
 
 @dataclass(frozen=True)
@@ -180,7 +185,7 @@ def delete_batch(
 
     commits = GroupCommit(
         ledger.write,
-        lambda: ledger.lease_problem(target.name, fence.holder, fence.token),
+        lambda: ledger.sweep_lease.lease_problem(target.name, fence.holder, fence.token),
         key=lambda record: tuple(record.get(f) for f in FENCE),
         failed=failed,
         interval=pace.commit_interval.total_seconds(),

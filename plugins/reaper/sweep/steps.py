@@ -333,7 +333,7 @@ def resolve_scopes(sweep: Sweep, params: dict[str, object]) -> Setup:
         resolved = sorted(target.resolve(wanted, stop), key=lambda r: r.scope)
         check_override_scopes(params, wanted, target, resolved)  # by a configured name or the id it resolved to
     except BaseException:
-        ledger.release(target.name, sweep.ids.holder)  # a failed setup runs no teardown
+        ledger.sweep_lease.release(target.name, sweep.ids.holder)  # a failed setup runs no teardown
         raise
     for r in resolved:
         if r.problem or r.configured != (r.scope,):
@@ -349,11 +349,11 @@ def wait_for_lease(ledger: Ledger, target: str, holder: str, ttl: timedelta, wai
     """The target's sweep lease, waiting up to ``wait`` for another sweep to end; else why not."""
     give_up = time.monotonic() + wait.total_seconds()
     while True:
-        lease = ledger.acquire(target, holder, ttl)
+        lease = ledger.sweep_lease.acquire(target, holder, ttl)
         if lease is not None:
             return msgspec.convert(lease, Lease)
         if time.monotonic() >= give_up:
-            return f"another {target} sweep ({ledger.holder(target) or '?'}) holds the sweep lease; skipped"
+            return f"another {target} sweep ({ledger.sweep_lease.holder(target) or '?'}) holds the sweep lease; skipped"
         time.sleep(min(5.0, max(0.0, give_up - time.monotonic())))
 
 
@@ -812,4 +812,4 @@ def push_metrics(
 
 def release_lease(sweep: Sweep) -> None:
     """Give the sweep lease back, so the next sweep need not wait for it to expire."""
-    sweep.ledger().release(sweep.target.name, sweep.ids.holder)
+    sweep.ledger().sweep_lease.release(sweep.target.name, sweep.ids.holder)
