@@ -214,6 +214,54 @@ def test_gce_opt_out_and_held_projects_never_delete_heartbeat(fleet, writers, co
             assert d.resource.project not in held
 
 
+def _stamped(inst: GceInstance, config) -> bool:
+    """A fresh valid heartbeat, as docs/design.md §4 defines it, read here without the policy's code."""
+    raw, gce_config = inst.labels.get(HB), config.gce
+    if raw is None or not (raw.isascii() and raw.isdigit()):
+        return False
+    skew = gce_config.clock_skew.total_seconds()
+    return NOW - gce_config.quarantine.total_seconds() <= int(raw) <= NOW + skew and int(raw) >= inst.created - skew
+
+
+@pytest.mark.slow  # seconds of examples: `make test` runs it, `make check` does not
+@PROPS
+@given(st.lists(instances(), max_size=8), writer_health, configs, phases)  # small: projects with no fresh beat
+def test_gce_a_vm_without_the_label_goes_only_where_a_vm_not_opted_out_carries_a_fresh_beat(
+    fleet, writers, config, phase
+) -> None:
+    """heartbeat_label_unseen: the label's absence is evidence only where a manager is seen stamping it now."""
+    plan = run(fleet, Evidence(writer_health=writers), config, phase)
+    for d in plan.deletes():
+        if d.rule == "unlabeled_age":
+            witnesses = [
+                i
+                for i in fleet
+                if i.project == d.resource.project
+                and i.labels.get("ci_ephemeral") == "true"
+                and "reaper_keep" not in i.labels
+                and _stamped(i, config)
+            ]
+            assert witnesses, d
+
+
+@pytest.mark.slow  # seconds of examples: `make test` runs it, `make check` does not
+@hsettings(PROPS, max_examples=400)  # the case is rare among the fleets drawn: a cluster with no step Pod
+@given(k8s_fleets(), configs.filter(lambda c: c.k8s.step_store != "none"))
+def test_k8s_a_cluster_whose_pods_carry_no_step_label_deletes_no_run_with_a_pod(fleet, config) -> None:
+    """step_labels_unseen, per cluster: with a step store, a run with a Pod goes only from a cluster where a
+    listed Pod carries a step or attempt label."""
+    objects, evidence = fleet
+    plan = run(objects, evidence, config, Phase.ENFORCEMENT)
+    step_keys = ("iterion.io/step", "iterion.io/attempt")
+    labelled = {o.cluster for o in objects if o.kind == "Pod" and any(k in o.labels for k in step_keys)}
+    for d in plan.deletes():
+        run_key, cluster = d.resource.labels.get("iterion.io/run-id"), d.resource.cluster
+        has_pod = any(
+            o.kind == "Pod" and o.cluster == cluster and o.labels.get("iterion.io/run-id") == run_key for o in objects
+        )
+        assert cluster in labelled or not has_pod, d
+
+
 @pytest.mark.slow  # seconds of examples: `make test` runs it, `make check` does not
 @PROPS
 @given(k8s_fleets(), configs, phases)
