@@ -3,7 +3,6 @@ out, and each answer as the deleter is told it (docs/design.md §6)."""
 
 from __future__ import annotations
 
-import msgspec
 import pytest
 from kubernetes.client.exceptions import ApiException
 
@@ -53,15 +52,6 @@ def test_a_delete_carries_both_preconditions_background_propagation_and_asks_for
     assert secret is not None and secret.uid == "r1-ca" and secret.deletionTimestamp is None
     assert cluster.secret_data_served is False  # the answer was the Secret's metadata, never its data
     assert ("DELETE", "/api/v1/namespaces/ci/secrets/sandbox-r1-egress-ca") in cluster.requests
-
-
-def test_without_a_planned_resource_version_the_uid_is_the_only_precondition(kube) -> None:
-    cluster, api, _ = kube
-    seed_run(cluster, "r1")
-    unversioned = msgspec.structs.replace(listed(api)["NetworkPolicy"], resource_version="")
-    bodies = recording(cluster)
-    ClusterApi(api, 10).delete(unversioned)
-    assert [b["preconditions"] for b in bodies] == [{"uid": "r1-np"}]
 
 
 def test_a_pods_graceful_delete_answers_the_pod_as_it_is_now_terminating(kube) -> None:
