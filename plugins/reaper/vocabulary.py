@@ -133,6 +133,13 @@ class Reason(StrEnum):
         "heartbeat_before_creation",
         lambda ev, lim: f"heartbeat label {ev.get('heartbeat')!r} is older than the instance: copied or a wrong clock",
     )
+    HEARTBEAT_ELSEWHERE = (
+        "heartbeat_elsewhere",
+        lambda ev, lim: (
+            f"label {ev.get('heartbeat_elsewhere')!r} holds a unix time within the quarantine: a manager stamping "
+            "its heartbeat under another label name?"
+        ),
+    )
     CREATED_IN_FUTURE = (
         "created_in_future",
         lambda ev, lim: "created in the future: clock skew, every age is meaningless",

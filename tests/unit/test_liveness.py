@@ -10,6 +10,7 @@ from reaper.policy import liveness
 from tests.builders import NOW, NOW_DT, D, H, M, healthy, inst, leases, obj, plan, runs, sandbox, settings
 
 FRESH, UNKNOWN, STALE = Liveness.FRESH, Liveness.UNKNOWN, Liveness.STALE
+ELSEWHERE = {"runner_heartbeat": str(int(NOW - M))}  # a manager stamping another label name
 
 
 def read(
@@ -39,6 +40,8 @@ def read(
         (inst("v", hb="yesterday", created_age=4 * D), (STALE, "unlabeled_age")),
         (inst("v", hb_age=-1 * H), (UNKNOWN, "heartbeat_in_future")),
         (inst("v", hb_age=5 * H, created_age=-1 * H), (UNKNOWN, "created_in_future")),
+        (inst("v", created_age=4 * D, labels=ELSEWHERE), (UNKNOWN, "heartbeat_elsewhere")),
+        (inst("v", hb_age=5 * H, labels=ELSEWHERE), (UNKNOWN, "heartbeat_elsewhere")),
     ],
     ids=[
         "fresh",
@@ -52,6 +55,8 @@ def read(
         "malformed-old",
         "heartbeat-in-future",
         "created-in-future",
+        "unlabeled-old-beating-elsewhere",
+        "stale-beating-elsewhere",
     ],
 )
 def test_gce_readings(instance: Resource, expected: tuple[Liveness, str]) -> None:

@@ -175,20 +175,53 @@ def test_unlabeled_past_max_age_is_deleted() -> None:
 
 def test_a_project_where_no_vm_carries_the_label_holds_its_unlabeled_age_deletes() -> None:
     """gce.heartbeat_label naming a label the managers never stamp (a typo, a renamed label): every VM reads as
-    unlabeled, live ones heartbeated a minute ago included. Its absence proves nothing then: reported, held by
-    heartbeat_label_unseen, in that project only; TERMINATED VMs are still reaped (their rule reads no label)."""
+    unlabeled. Its absence proves nothing then: reported, held by heartbeat_label_unseen, in that project only;
+    TERMINATED VMs are still reaped (their rule reads no label)."""
     cfg = settings(gce={"heartbeat_label": "runner_heartbeat"})  # the managers stamp runner_manager_heartbeat
-    live = [inst(hb_age=60, created_age=4 * D) for _ in range(3)]
+    old = [inst(hb_age=2 * D, created_age=4 * D) for _ in range(3)]  # under the stamped name, stale: no proof
     stopped = inst(status="TERMINATED", stop_age=D, created_age=4 * D)
-    p = plan([*live, stopped], config=cfg)
+    p = plan([*old, stopped], config=cfg)
     got = by_name(p)
-    assert {got[i.name] for i in live} == {("report", "unlabeled_age", "heartbeat_label_unseen")}
+    assert {got[i.name] for i in old} == {("report", "unlabeled_age", "heartbeat_label_unseen")}
     assert got[stopped.name] == ("delete", "terminated", "terminated")
     (verdict,) = p.scopes
     assert verdict.holds == (Reason.HEARTBEAT_LABEL_UNSEEN,)
     # One VM of the project carrying the configured label makes the others' lack of it evidence again.
     labeled = inst(hb=str(int(NOW) - 60), labels={"runner_heartbeat": str(int(NOW) - 60)})
-    assert by_name(plan([*live, labeled], config=cfg))[live[0].name] == ("delete", "unlabeled_age", "unlabeled_age")
+    assert by_name(plan([*old, labeled], config=cfg))[old[0].name] == ("delete", "unlabeled_age", "unlabeled_age")
+
+
+@pytest.mark.parametrize(
+    ("labels", "rule", "reported"),
+    [
+        pytest.param({}, "unlabeled_age", ("unlabeled_age", "heartbeat_elsewhere"), id="no configured label"),
+        pytest.param(
+            {HB: "pending"}, "unlabeled_age", ("heartbeat_stale", "heartbeat_malformed"), id="a malformed label"
+        ),
+        pytest.param(
+            {HB: str(int(NOW - 2 * D))},
+            "heartbeat_stale",
+            ("heartbeat_stale", "heartbeat_elsewhere"),
+            id="a stale configured label",
+        ),
+    ],
+)
+def test_a_fresh_beat_under_another_label_is_a_heartbeat_all_the_same(labels, rule, reported) -> None:
+    """A manager stamping another label name (renamed in its config or in ours) keeps its VMs alive under that
+    name: a unix time within the quarantine under any label is something alive writing it, so neither the age nor
+    the heartbeat finding is proof on that VM, even where other VMs carry the configured label fresh (which lifts
+    heartbeat_label_unseen). Reported, never deleted; a TERMINATED one still goes."""
+    beat = {"runner_heartbeat": str(int(NOW - 60))}
+    vm = inst(created_age=4 * D, labels={**labels, **beat})
+    assert one(vm) == ("report", *reported)
+    (decision,) = [d for d in plan([vm, inst(hb_age=M)]).decisions if d.resource.name == vm.name]
+    assert decision.evidence["heartbeat_elsewhere"] == "runner_heartbeat"
+    assert Reason.HEARTBEAT_ELSEWHERE in decision.evidence["findings"]
+    # A stale value under the other name, or one older than the VM, is no beat: the finding stands.
+    for stale in (str(int(NOW - Q - 60)), str(int(NOW - 5 * D))):
+        assert one(inst(created_age=4 * D, labels={**labels, "runner_heartbeat": stale}))[2] == rule
+    stopped = inst(created_age=4 * D, status="TERMINATED", stop_age=D, labels={**labels, **beat})
+    assert one(stopped) == ("delete", "terminated", "terminated")
 
 
 @pytest.mark.parametrize(
@@ -199,6 +232,7 @@ def test_a_project_where_no_vm_carries_the_label_holds_its_unlabeled_age_deletes
         pytest.param(lambda: inst(hb="pending"), id="a malformed value"),
         pytest.param(lambda: inst(hb=str(int(NOW) + 2 * D)), id="a beat in the future"),
         pytest.param(lambda: inst(hb_age=M, labels={"reaper_keep": "true"}), id="an opted-out VM's fresh beat"),
+        pytest.param(lambda: inst(hb_age=M, labels={"reaper_keep": "yes"}), id="a fresh beat beside an odd opt-out"),
     ],
 )
 def test_only_a_fresh_beat_on_a_vm_not_opted_out_shows_the_label_is_stamped(witness) -> None:

@@ -59,6 +59,8 @@ def instances(draw) -> GceInstance:
         labels[HB] = hb
     if draw(one_in(10)):
         labels["reaper_keep"] = "true"
+    if draw(one_in(6)):  # a heartbeat under another name: a renamed label, a second fleet's
+        labels["runner_heartbeat"] = draw(ages.map(lambda a: str(int(NOW - a))))
     return GceInstance(
         project=draw(st.sampled_from(["p1", "p2", "p3"])),
         zone="z",
@@ -69,6 +71,23 @@ def instances(draw) -> GceInstance:
         created=NOW - draw(ages),
         last_stop=draw(st.one_of(st.none(), ages.map(lambda a: NOW - a))),
     )
+
+
+@st.composite
+def beating_elsewhere(draw) -> GceInstance:
+    """A VM the configured label calls dead or unlabeled and old, a beat under another name may call alive."""
+    instance = draw(instances())
+    configured = draw(st.sampled_from([None, "x", str(int(NOW - 2 * D))]))
+    labels = {k: v for k, v in instance.labels.items() if k != HB} | ({HB: configured} if configured else {})
+    labels["runner_heartbeat"] = str(int(NOW - draw(st.integers(-10 * M, 5 * H))))
+    created = NOW - draw(st.integers(3 * D + 1, 10 * D))
+    return msgspec.structs.replace(instance, labels=labels, created=created, project="p1")
+
+
+def instances_fresh(project: str) -> GceInstance:
+    """A running VM of ``project`` that stamped the configured label a minute ago."""
+    labels = {"ci_ephemeral": "true", HB: str(int(NOW - 60))}
+    return GceInstance(project, "z", f"witness-{project}", f"9{len(project)}{project[-1]}", "RUNNING", labels, NOW - H)
 
 
 writer_health = st.one_of(
@@ -214,13 +233,34 @@ def test_gce_opt_out_and_held_projects_never_delete_heartbeat(fleet, writers, co
             assert d.resource.project not in held
 
 
-def _stamped(inst: GceInstance, config) -> bool:
-    """A fresh valid heartbeat, as docs/design.md §4 defines it, read here without the policy's code."""
-    raw, gce_config = inst.labels.get(HB), config.gce
+def _fresh(raw: str | None, inst: GceInstance, config) -> bool:
+    """A label value that is a fresh valid heartbeat, as docs/design.md §4 defines it, read here without the
+    policy's code."""
     if raw is None or not (raw.isascii() and raw.isdigit()):
         return False
-    skew = gce_config.clock_skew.total_seconds()
-    return NOW - gce_config.quarantine.total_seconds() <= int(raw) <= NOW + skew and int(raw) >= inst.created - skew
+    skew = config.gce.clock_skew.total_seconds()
+    return NOW - config.gce.quarantine.total_seconds() <= int(raw) <= NOW + skew and int(raw) >= inst.created - skew
+
+
+def _stamped(inst: GceInstance, config) -> bool:
+    """A fresh valid heartbeat under the configured label."""
+    return _fresh(inst.labels.get(HB), inst, config)
+
+
+@pytest.mark.slow  # seconds of examples: `make test` runs it, `make check` does not
+@PROPS
+@given(st.lists(st.one_of(instances(), beating_elsewhere()), max_size=8), configs)
+def test_gce_a_fresh_unix_time_under_any_label_is_only_ever_deleted_as_terminated(fleet, config) -> None:
+    """heartbeat_elsewhere: a dead owner writes no label, so a fresh beat under any name is something alive.
+
+    Every project is drawn healthy, with a VM stamping the configured label: where the label's absence and the
+    heartbeat's age are evidence, which is where the rule has something to decide (rare among free draws)."""
+    witnesses = [instances_fresh(p) for p in ("p1", "p2", "p3")]
+    healthy = [WriterRecord(f"m-{p}", p, NOW - 60, False) for p in ("p1", "p2", "p3")]
+    plan = run([*fleet, *witnesses], Evidence(writer_health=healthy), config, Phase.ENFORCEMENT)
+    for d in plan.deletes():
+        if any(_fresh(v, d.resource, config) for v in d.resource.labels.values()):
+            assert d.rule == "terminated" and d.resource.status == "TERMINATED", d
 
 
 @pytest.mark.slow  # seconds of examples: `make test` runs it, `make check` does not

@@ -73,6 +73,11 @@ _UNLABELED = Candidate(UNLABELED_AGE.name, UNLABELED_AGE.finding, True)
 _FUTURE = Candidate(HEARTBEAT_STALE.name, Reason.HEARTBEAT_IN_FUTURE, False)
 _MALFORMED = Candidate(HEARTBEAT_STALE.name, Reason.HEARTBEAT_MALFORMED, False)
 _BEFORE_CREATION = Candidate(HEARTBEAT_STALE.name, Reason.HEARTBEAT_BEFORE_CREATION, False)
+# A fresh unix time under another label replaces the heartbeat or age finding it would have been: see _classify.
+_ELSEWHERE = {
+    HEARTBEAT_STALE.name: Candidate(HEARTBEAT_STALE.name, Reason.HEARTBEAT_ELSEWHERE, False),
+    UNLABELED_AGE.name: Candidate(UNLABELED_AGE.name, Reason.HEARTBEAT_ELSEWHERE, False),
+}
 # A creation time in the future makes every age meaningless: it belongs to the rule that would have used it.
 _CREATED_FUTURE_LABELED = Candidate(HEARTBEAT_STALE.name, Reason.CREATED_IN_FUTURE, False)
 _CREATED_FUTURE_UNLABELED = Candidate(UNLABELED_AGE.name, Reason.CREATED_IN_FUTURE, False)
@@ -323,7 +328,7 @@ def _evaluate_project(project: str, group: _Project, sweep: _Sweep) -> _ProjectR
     # that is not opted out (``fresh`` holds those the rules decide; a group member's counts too). A key present
     # with a stale, malformed or placeholder value is a leftover (a label renamed since), not a writer
     # (docs/design.md §4).
-    unseen = bool(findings.get(Reason.UNLABELED_AGE)) and not fresh and not any(_stamped(m, t) for m in members)
+    unseen = bool(findings.get(Reason.UNLABELED_AGE)) and not any(_stamped(i, t) for i in chain(fresh, members))
     holds, overridden, details = _project_holds(project, len(beats), stale, duplicated, unseen, sweep)
     acted: list[Decision] = []
     kept: list[tuple[str, Reason, list[GceInstance]]]
@@ -347,10 +352,26 @@ def _evaluate_project(project: str, group: _Project, sweep: _Sweep) -> _ProjectR
     return _ProjectResult(acted, kept, ScopeVerdict(TARGET, project, holds.names, overridden, details), census)
 
 
-def _stamped(inst: GceInstance, t: _Thresholds) -> bool:
-    """Whether the instance carries a fresh valid heartbeat under the configured label."""
-    raw = inst.labels.get(t.hb_label)
+def _fresh_value(raw: str | None, inst: GceInstance, t: _Thresholds) -> bool:
+    """Whether a label value is a valid unix time (ASCII decimal digits) and a fresh beat for this instance."""
     return raw is not None and raw.isdigit() and raw.isascii() and t.fresh(int(raw), inst.created)
+
+
+def _stamped(inst: GceInstance, t: _Thresholds) -> bool:
+    """Whether the instance, not opted out (with any value), carries a fresh valid heartbeat under the configured
+    label: what shows that a manager stamps that label now."""
+    return t.opt_key not in inst.labels and _fresh_value(inst.labels.get(t.hb_label), inst, t)
+
+
+def _elsewhere(inst: GceInstance, t: _Thresholds) -> str | None:
+    """The first label of another name whose value is a fresh beat for this instance, if any.
+
+    A dead owner writes no label: a unix time within the quarantine under any label says something alive wrote
+    it recently, most likely a manager that stamps its heartbeat under another name than the configured one
+    (renamed in its config, or the reaper's). So the heartbeat and age findings, which read only the configured
+    label, are no proof on that instance (docs/design.md §4).
+    """
+    return next((k for k, v in inst.labels.items() if k != t.hb_label and _fresh_value(v, inst, t)), None)
 
 
 def _classify(
@@ -403,11 +424,21 @@ def _classify(
         findings[Reason.UNLABELED_AGE] += 1
         candidates.append(_UNLABELED)
     facts: dict[str, object] = {"status": inst.status, "heartbeat": raw, "heartbeat_age_s": age}
+    if (_STALE in candidates or _UNLABELED in candidates) and (elsewhere := _elsewhere(inst, t)):
+        for replaced in (c for c in candidates if c in (_STALE, _UNLABELED)):  # neither finding is made after all
+            findings[replaced.reason] -= 1
+        findings[Reason.HEARTBEAT_ELSEWHERE] += 1
+        candidates = [_ELSEWHERE[c.rule] if c in (_STALE, _UNLABELED) else c for c in candidates]
+        facts["heartbeat_elsewhere"] = elsewhere
     if inst.deletion_protection:
         facts["deletion_protection"] = True
     if t.opt_key in inst.labels:  # the opt-out key with another value: surprising, so never deleted
         facts["opt_out_label"] = inst.labels[t.opt_key]
     return candidates, facts, beat
+
+
+# What makes an instance's evidence say nothing of its owner, whatever else it shows (:func:`liveness`).
+_SURPRISING = (Reason.CREATED_IN_FUTURE, Reason.HEARTBEAT_IN_FUTURE, Reason.HEARTBEAT_ELSEWHERE)
 
 
 def liveness(
@@ -433,7 +464,7 @@ def liveness(
         reason: str  # a Reason, or the hold (a str) that makes a stale heartbeat unknown
         if Reason.TERMINATED in reasons:
             state, reason = Liveness.STALE, Reason.TERMINATED
-        elif surprising := [r for r in reasons if r in (Reason.CREATED_IN_FUTURE, Reason.HEARTBEAT_IN_FUTURE)]:
+        elif surprising := [r for r in reasons if r in _SURPRISING]:
             state, reason = Liveness.UNKNOWN, surprising[0]
         elif Reason.HEARTBEAT_STALE in reasons:
             held = next((h for h in holds.get(inst.project, ()) if h in HEARTBEAT_HOLDS), None)
