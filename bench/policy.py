@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "plugins"), str(ROOT)]
 
 from include.emulators.shapes import gcloud_instance  # noqa: E402
-from reaper import exports  # noqa: E402
+from reaper import decoders  # noqa: E402
 from reaper.config import parse_settings  # noqa: E402
 from reaper.model import Evidence, GceInstance, K8sObject, Keyed, Phase, WriterRecord  # noqa: E402
 from reaper.policy import evaluate  # noqa: E402
@@ -224,7 +224,7 @@ def peak_rss_mb() -> float:
 def part_b_child(path: str) -> None:
     """Runs in a fresh process: parse, normalize and evaluate; print timing and peak RSS."""
     start = time.perf_counter()
-    instances = exports.load_gce(path)
+    instances = decoders.load_gce(path)
     parsed = time.perf_counter()
     writers = [WriterRecord("m", p, NOW - 60, False) for p in {i.project for i in instances}]
     plan = evaluate(instances, Evidence(writer_health=writers), CONFIG, Phase.ENFORCEMENT, NOW_DT)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, NamedTuple, NoReturn, TextIO
 
 import msgspec
 
-from reaper import __version__, exports
+from reaper import __version__, decoders
 from reaper.config import ConfigError, Settings, config_path, load_config
 from reaper.model import Action, Decision, Evidence, K8sObject, Phase, Plan, Resource, place
 from reaper.policy import evaluate
@@ -312,23 +312,23 @@ def _inputs(args: argparse.Namespace, configs: Sequence[Settings]) -> Inputs:
     if args.recorded:
         given = [f"--{name.replace('_', '-')}" for name in _EXPORTS if getattr(args, name)]
         if given:
-            raise exports.InputError(
+            raise decoders.InputError(
                 f"invalid input {args.recorded} (--recorded): a recorded sweep input is the whole input "
                 f"(resources and evidence), not to be combined with {', '.join(given)}"
             )
-        data = exports.load_recorded(args.recorded)
+        data = decoders.load_recorded(args.recorded)
         as_of = data.as_of or data.evidence.observed_until  # a file recorded before as_of: when it was read
         now = args.now or (datetime.fromtimestamp(as_of, UTC) if as_of is not None else datetime.now(UTC))
         return Inputs(data.resources, data.evidence, now)
     resources: list[Resource] = []
     for path in args.gce:
-        resources.extend(exports.load_gce(path))
+        resources.extend(decoders.load_gce(path))
     for path in args.k8s:
-        resources.extend(exports.load_k8s(path, args.cluster))
+        resources.extend(decoders.load_k8s(path, args.cluster))
     evidence = Evidence(
-        writer_health=exports.load_writer_health(args.writer_health) if args.writer_health else None,
-        leases=exports.load_leases(args.leases) if args.leases else None,
-        runs=exports.load_runs(args.runs, _run_keys(resources, configs)) if args.runs else None,
+        writer_health=decoders.load_writer_health(args.writer_health) if args.writer_health else None,
+        leases=decoders.load_leases(args.leases) if args.leases else None,
+        runs=decoders.load_runs(args.runs, _run_keys(resources, configs)) if args.runs else None,
     )
     return Inputs(resources, evidence, args.now or datetime.now(UTC))
 

@@ -30,7 +30,7 @@ from pymongo.read_concern import ReadConcern
 
 from reaper.config import LedgerConfig
 from reaper.model import Evidence, Plan
-from reaper.records import EXECUTION, FENCE, LedgerRecord, SweepSummary, document, summary_of
+from reaper.records import EXECUTION, RECORD_KEY, LedgerRecord, SweepSummary, document, summary_of
 from reaper.stores.mongo import Document as MongoDocument
 from reaper.stores.mongo import mongo_client
 from reaper.sweep_lease import SweepLease
@@ -162,8 +162,10 @@ class Ledger:
         self.sweep_lease = SweepLease(self.locks)
 
     def ensure_indexes(self) -> None:
-        """The fence and retention indexes as this version and config define them, changed in place if need be."""
-        ensure_index(self.records, [(f, 1) for f in FENCE], "fence", unique=True)
+        """The fence and retention indexes as this version and config define them, changed in place if need be.
+
+        The unique index on :data:`RECORD_KEY` keeps the name ``fence`` it has in every deployed ledger."""
+        ensure_index(self.records, [(f, 1) for f in RECORD_KEY], "fence", unique=True)
         ensure_index(self.records, [("at", 1)], "retention", ttl=self.retention)
         ensure_index(self.sweeps, [(f, 1) for f in EXECUTION], "sweep", unique=True)
         ensure_index(self.sweeps, [("at", 1)], "retention", ttl=self.retention)
@@ -188,7 +190,7 @@ class Ledger:
         many. Raises if the write is not acknowledged."""
         now = datetime.now(UTC)
         docs = map(document, records)
-        ops = [UpdateOne({f: d[f] for f in FENCE}, {"$set": {**d, "at": now}}, upsert=True) for d in docs]
+        ops = [UpdateOne({f: d[f] for f in RECORD_KEY}, {"$set": {**d, "at": now}}, upsert=True) for d in docs]
         if ops:
             self.records.bulk_write(ops, ordered=False)
         return len(ops)

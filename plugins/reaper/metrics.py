@@ -62,7 +62,7 @@ def _gauge(name: str, doc: str, labels: list[str], rows: list[tuple[list[str], f
 
 
 @dataclass(frozen=True)
-class Sweep:
+class PushedSweep:
     """What one sweep pushes: its summary (the ledger's, :class:`reaper.records.SweepSummary`), outcomes and times.
 
     ``deleting``: the rules whose mode is ``delete`` in the sweep's phase (an orphan of one of
@@ -80,7 +80,7 @@ class Sweep:
     finished_at: float
 
 
-def scope_metrics(sweep: Sweep, scope: str) -> list[Metric]:
+def scope_metrics(sweep: PushedSweep, scope: str) -> list[Metric]:
     """The census, decisions, holds and held orphans of one scope of a sweep."""
     target, summary = sweep.target, sweep.summary
     census = summary.census.of(target, scope) if summary.census else None
@@ -175,7 +175,7 @@ def scope_metrics(sweep: Sweep, scope: str) -> list[Metric]:
     return metrics
 
 
-def target_metrics(sweep: Sweep, push_failures: int, retire_failures: int) -> list[Metric]:
+def target_metrics(sweep: PushedSweep, push_failures: int, retire_failures: int) -> list[Metric]:
     """The target-wide results of a completed sweep of every scope."""
     target = sweep.target
     capped = (sweep.summary.capped or {}).get(target)
@@ -214,7 +214,7 @@ def target_metrics(sweep: Sweep, push_failures: int, retire_failures: int) -> li
     ]
 
 
-def attempt_metrics(sweep: Sweep) -> list[Metric]:
+def attempt_metrics(sweep: PushedSweep) -> list[Metric]:
     return [
         _gauge(
             "reaper_last_attempt_timestamp_seconds",
@@ -231,7 +231,7 @@ def attempt_metrics(sweep: Sweep) -> list[Metric]:
     ]
 
 
-def push_sweep(url: str, sweep: Sweep, timeout: float, configured: Collection[str]) -> int:
+def push_sweep(url: str, sweep: PushedSweep, timeout: float, configured: Collection[str]) -> int:
     """Push one sweep's groups; returns how many of its Pushgateway calls failed. A full sweep retires
     stale groups first."""
     scopes = [str(v["scope"]) for v in sweep.summary.scopes or []] if sweep.completed else []

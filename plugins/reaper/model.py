@@ -460,7 +460,7 @@ class Override(msgspec.Struct, frozen=True):
 class TargetResult:
     """What one target's rules produce before the global cap: the parts of a :class:`Plan`."""
 
-    acted: list[Decision] = field(default_factory=list)
+    recorded: list[Decision] = field(default_factory=list)
     kept: list[tuple[str, str, list[Resource]]] = field(default_factory=list)
     verdicts: list[ScopeVerdict] = field(default_factory=list)
     census: dict[str, dict[str, object]] = field(default_factory=dict)
@@ -470,7 +470,7 @@ class TargetResult:
 class Plan:
     """The policy's answer for one sweep.
 
-    ``acted`` holds every decision worth a record: reports, deletes, and keeps
+    ``recorded`` holds every decision worth a record: reports, deletes, and keeps
     that have a rule or evidence (opt-out, rule off, a keep row). Plain keeps
     with no finding (a fresh heartbeat, a young unlabeled instance, a protected
     project) are ``kept`` as (target, reason, resources) groups, because a
@@ -480,7 +480,7 @@ class Plan:
 
     phase: Phase
     now: float
-    acted: list[Decision]
+    recorded: list[Decision]
     kept: list[tuple[str, str, list[Resource]]]
     scopes: list[ScopeVerdict]
     census: dict[str, dict[str, dict[str, object]]]
@@ -489,7 +489,7 @@ class Plan:
     @cached_property
     def decisions(self) -> list[Decision]:
         keeps = [Decision(t, r, Action.KEEP, None, reason) for t, reason, group in self.kept for r in group]
-        return self.acted + keeps
+        return self.recorded + keeps
 
     def deletes(self) -> list[Decision]:
-        return [d for d in self.acted if d.action is Action.DELETE]
+        return [d for d in self.recorded if d.action is Action.DELETE]

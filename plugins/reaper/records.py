@@ -32,7 +32,8 @@ from reaper.vocabulary import RecordAction
 # (clearing tasks without resetting the run keeps the clear_number, never the token). A retried task
 # rewrites its own records; a cleared or re-run run never overwrites an earlier execution's.
 EXECUTION = ("dag_id", "run_id", "execution", "lease")
-FENCE = (*EXECUTION, "target", "scope", "uid", "action")
+# What identifies one delete record (docs/design.md's fence key): one intent, one outcome per execution and object.
+RECORD_KEY = (*EXECUTION, "target", "scope", "uid", "action")
 # A document as the ledger hands it to MongoDB and reads it back.
 Document = dict[str, object]
 # A document as stored, read field by field where no type names every field it may carry: the audit view's
@@ -288,4 +289,4 @@ def document(record: LedgerRecord | SweepSummary | Mapping[str, object]) -> Docu
     fields: Document = msgspec.to_builtins(record)  # a record's tag, ``action``, comes first
     if isinstance(record, SweepSummary):
         return fields
-    return {**{f: fields.pop(f) for f in FENCE}, "kind": record.kind, **fields}
+    return {**{f: fields.pop(f) for f in RECORD_KEY}, "kind": record.kind, **fields}

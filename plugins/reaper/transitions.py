@@ -49,7 +49,7 @@ def seen(plan: Plan, run_label: str) -> dict[tuple[str, str], dict[str, tuple[Se
         now = Seen(state, r.name, r.kind, r.location, group_of(r, run_label))
         out.setdefault((target, r.scope), {})[r.uid] = (now, d)
 
-    for d in plan.acted:
+    for d in plan.recorded:
         put(d.target, d.resource, state_of(d), d)
     for target, reason, group in plan.kept:
         for r in group:

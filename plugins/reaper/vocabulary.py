@@ -136,8 +136,8 @@ class Reason(StrEnum):
     HEARTBEAT_ELSEWHERE = (
         "heartbeat_elsewhere",
         lambda ev, lim: (
-            f"label {ev.get('heartbeat_elsewhere')!r} holds a unix time within the quarantine: a manager stamping "
-            "its heartbeat under another label name?"
+            f"label {ev.get('heartbeat_elsewhere')}={ev.get('heartbeat_elsewhere_value')} reads as a recent unix "
+            "time: a manager stamping its heartbeat under another label name?"
         ),
     )
     CREATED_IN_FUTURE = (

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-import msgspec
-
 from reaper.approvals import Approval, ApprovedItem
 from reaper.config import parse_settings
 from reaper.gce.deleter import GceDeleter
@@ -69,7 +67,7 @@ def test_a_heartbeat_stamped_between_the_approval_and_the_run_keeps_the_vm(gce) 
     by_name = {d.resource.name: d for d in plan.decisions}
     assert by_name["vm-0"].reason == "approval_changed"
     assert {d.resource.name for d in plan.deletes()} == {"vm-1", "vm-2", "vm-3"}
-    outcomes = GceDeleter(clients, CONFIG, fast_backoff(), pin_labels=True).delete([d.resource for d in plan.deletes()])
+    outcomes = GceDeleter(clients, CONFIG, fast_backoff()).delete([d.resource for d in plan.deletes()])
     assert {o.name: o.result for o in outcomes} == dict.fromkeys(("vm-1", "vm-2", "vm-3"), "deleted")
     assert fleet.names("p") == {"vm-0"}
 
@@ -82,9 +80,9 @@ def test_a_label_written_between_the_plan_and_the_delete_is_changed_since_plan_u
     for name in seen:  # same heartbeat value, another label: only the fingerprint tells
         stamp(fleet, name, {**seen[name].labels, "touched": "yes"})
     assert seen["vm"].labels[HB] == fleet.instance("p", "us-east1-b", "vm")["labels"][HB]
-    pinned = GceDeleter(clients, CONFIG, fast_backoff(), pin_labels=True).delete([seen["vm"]])
+    pinned = GceDeleter(clients, CONFIG, fast_backoff()).delete([seen["vm"]])
     assert (pinned[0].result, "labelFingerprint" in pinned[0].detail) == ("changed_since_plan", True)
-    # Without an approval the re-validation is as it always was: the heartbeat value, the selector, the opt-out.
-    plain = GceDeleter(clients, CONFIG, fast_backoff()).delete([msgspec.structs.replace(seen["other"])])
-    assert plain[0].result == "deleted"
+    # Listed again, with the label in its fingerprint, it goes.
+    again = GceDeleter(clients, CONFIG, fast_backoff()).delete([listed(clients)["other"]])
+    assert again[0].result == "deleted"
     assert fleet.names("p") == {"vm"}

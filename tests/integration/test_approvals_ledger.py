@@ -30,7 +30,7 @@ def ledger(mongo) -> Ledger:
     return led
 
 
-def plan_through(s: steps.Sweep, params: dict[str, object] | None = None) -> steps.Planned:
+def plan_through(s: steps.Execution, params: dict[str, object] | None = None) -> steps.Planned:
     """The steps up to the plan, the sweep lease given back after them (as the DAG's teardown does)."""
     try:
         return plan_holding_the_lease(s, params)
@@ -46,7 +46,7 @@ def held_fleet() -> list[GceInstance]:
 
 def run(tmp_path: Path, ledger: Ledger, fleet: list[GceInstance], run_id: str, execution: int = 0):
     s = sweep(tmp_path / run_id / str(execution), fleet, execution)
-    s = steps.Sweep(s.config, s.target, s.phase, steps.Ids(DAG, run_id, execution))
+    s = steps.Execution(s.config, s.target, s.phase, steps.Ids(DAG, run_id, execution))
     object.__setattr__(s, "ledger", lambda: ledger)
     return s
 
@@ -144,7 +144,7 @@ def test_an_expired_or_other_dags_approval_is_refused(tmp_path, ledger) -> None:
         steps.resolve_scopes(run(tmp_path, ledger, fleet, "manual__2"), {"approval": expired})
     good = approve_held(ledger, "manual__1")
     s = run(tmp_path, ledger, fleet, "manual__3")
-    s = steps.Sweep(s.config, s.target, s.phase, steps.Ids("reaper_gce_report_only", "manual__3", 0))
+    s = steps.Execution(s.config, s.target, s.phase, steps.Ids("reaper_gce_report_only", "manual__3", 0))
     object.__setattr__(s, "ledger", lambda: ledger)
     with pytest.raises(AirflowFailException, match="expected an approval made from a sweep of this DAG"):
         steps.resolve_scopes(s, {"approval": good})
@@ -207,9 +207,7 @@ def test_no_send_after_the_approval_expires_and_a_retry_after_it_keeps_the_first
             guard.record(r, out[-1].result, out[-1].detail)
         return out
 
-    pinned = s.target.pinned()
-    object.__setattr__(pinned, "delete", slow_delete)
-    object.__setattr__(s.target, "pinned", lambda: pinned)
+    object.__setattr__(s.target, "delete", slow_delete)
     first = steps.delete(s, msgspec.structs.replace(batch, approval_expires=expires), lease, None)
     assert sent_at and all(t < expires for t in sent_at), "a delete was sent after the approval expired"
     assert first.outcomes == {"deleted": len(sent_at), "not_attempted": len(batch.resources) - len(sent_at)}

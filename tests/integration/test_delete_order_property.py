@@ -21,13 +21,13 @@ from reaper.config import parse_settings
 from reaper.k8s.inventory import list_cluster
 from reaper.model import Keyed
 from reaper.records import document
-from reaper.sweep.deletes import Fence, cut_batches, delete_batch
+from reaper.sweep.deletes import SendTerms, cut_batches, delete_batch
 from reaper.sweep.targets import K8sTarget
 from tests.helpers import fast_backoff
 from tests.helpers.k8s import MANAGED, seed_run
 
 IDS = {"dag_id": "d", "run_id": "r", "execution": 0, "lease": "t"}
-FENCE = ("dag_id", "run_id", "execution", "lease", "target", "scope", "uid", "action")
+RECORD_KEY = ("dag_id", "run_id", "execution", "lease", "target", "scope", "uid", "action")
 
 
 class MemoryLedger:
@@ -38,7 +38,7 @@ class MemoryLedger:
 
     def write(self, records) -> int:
         for r in map(document, records):  # encoded as the ledger encodes them
-            key = tuple(r[f] for f in FENCE)
+            key = tuple(r[f] for f in RECORD_KEY)
             self.records[key] = {**self.records.get(key, {}), **r}
         return len(records)
 
@@ -103,7 +103,7 @@ def test_pod_first_whatever_the_batches_and_their_order(
     batches = cut_batches(objects, size, target.unit)
     ledger = MemoryLedger()
     for pick, expired in schedule:  # any batch, any number of times; some tries already out of time
-        fence = Fence(IDS, "holder", "token", 0.0 if expired else None)
+        fence = SendTerms(IDS, "holder", "token", 0.0 if expired else None)
         delete_batch(ledger, target, fence, batches[pick % len(batches)])
 
     pods_gone: set[str] = set()

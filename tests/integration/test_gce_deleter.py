@@ -213,14 +213,16 @@ def test_a_send_that_went_unanswered_is_re_read_before_it_is_made_again(gce) -> 
     assert outcomes["applied-but-lost"].result == "deleted"  # its 404 on the re-read: this sweep's own delete
 
 
-def test_a_label_written_on_a_vm_planned_without_the_heartbeat_label_keeps_it(gce) -> None:
-    """Planned by unlabeled_age: its manager may stamp a label of another name (the configured one wrong or
-    renamed), which changes no value the re-read compares but the labelFingerprint. Any label written since the
-    listing keeps the VM; an untouched one and a labeled one whose other labels changed are deleted as ever."""
+def test_a_label_written_since_the_listing_keeps_the_vm(gce) -> None:
+    """A manager may stamp a label of another name (the configured one wrong or renamed), which changes no value
+    the re-read compares but the labelFingerprint: on a VM planned by unlabeled_age, and on one planned by
+    heartbeat_stale whose old label is frozen since the rename. Any label written since the listing keeps the VM;
+    an untouched one is deleted as ever."""
     fleet, clients = gce
     add_instance(fleet, "p", "us-east1-b", "renamed", heartbeat_age=None, created_age=4 * 86400)
     add_instance(fleet, "p", "us-east1-b", "untouched", heartbeat_age=None, created_age=4 * 86400)
     add_instance(fleet, "p", "us-east1-b", "stale", heartbeat_age=86400)
+    add_instance(fleet, "p", "us-east1-b", "stale-untouched", heartbeat_age=86400)
     seen = planned(clients)
     for name in ("renamed", "stale"):
         current = fleet.instance("p", "us-east1-b", name)
@@ -230,7 +232,8 @@ def test_a_label_written_on_a_vm_planned_without_the_heartbeat_label_keeps_it(gc
     assert {n: o.result for n, o in outcomes.items()} == {
         "renamed": "changed_since_plan",
         "untouched": "deleted",
-        "stale": "deleted",
+        "stale": "changed_since_plan",
+        "stale-untouched": "deleted",
     }
-    assert "labelFingerprint" in outcomes["renamed"].detail
-    assert fleet.names("p") == {"renamed"}
+    assert all("labelFingerprint" in outcomes[n].detail for n in ("renamed", "stale"))
+    assert fleet.names("p") == {"renamed", "stale"}

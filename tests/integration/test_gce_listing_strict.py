@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from reaper.exports import numeric_id
+from reaper.decoders import numeric_id
 from reaper.gce.inventory import list_project
 from tests.helpers import fast_backoff
 from tests.helpers.gce import add_instance

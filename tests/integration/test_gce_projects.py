@@ -41,7 +41,7 @@ STOPPED = {f"{p}-{z[-1]}-stopped" for p in ("ci-a", "ci-b") for z in ZONES}
 DISCOVERY = Path(googleapiclient.__file__).parent / "discovery_cache/documents/compute.v1.json"
 
 
-class Sweep(steps.Sweep):
+class Execution(steps.Execution):
     def ledger(self) -> Ledger:
         return self._ledger  # type: ignore[attr-defined]  # set on the instance by the test
 
@@ -61,7 +61,7 @@ def world(gce, mongo, tmp_path):
     return fleet, clients, ledger, tmp_path
 
 
-def sweep(world, projects: list[str], **gce: object) -> tuple[steps.Summary, set[str], Sweep]:
+def sweep(world, projects: list[str], **gce: object) -> tuple[steps.Summary, set[str], Execution]:
     """One enforcement sweep of ``projects``, its deletes sent: its summary, the VMs it deleted, the sweep."""
     fleet, clients, ledger, tmp_path = world
     config = settings(
@@ -72,7 +72,7 @@ def sweep(world, projects: list[str], **gce: object) -> tuple[steps.Summary, set
     )
     target = GceTarget(config)
     target.__dict__["clients"] = clients
-    s = Sweep(config, target, Phase.ENFORCEMENT, steps.Ids("reaper_gce_enforcement", f"manual__{uuid.uuid4()}", 0))
+    s = Execution(config, target, Phase.ENFORCEMENT, steps.Ids("reaper_gce_enforcement", f"manual__{uuid.uuid4()}", 0))
     object.__setattr__(s, "_ledger", ledger)
     before = fleet.names()
     setup = steps.resolve_scopes(s, {})

@@ -16,7 +16,7 @@ from pymongo import MongoClient, monitoring
 from include.emulators.http import start_secantusdb
 from reaper.config import LedgerConfig, parse_settings
 from reaper.ledger import Ledger
-from reaper.sweep.deletes import Fence, SweepHalted, delete_batch
+from reaper.sweep.deletes import SendTerms, SweepHalted, delete_batch
 from reaper.sweep.targets import GceTarget
 from tests.helpers.gce import add_instance
 from tests.integration.test_races_gce import HOLDER, IDS, ZONE, plan_batches
@@ -62,7 +62,7 @@ def setup(gce, port: int, listener: Commands | None = None):
     lease = ledger.sweep_lease.acquire("gce", HOLDER, timedelta(minutes=10))
     resources = [r for batch in plan_batches(clients, cfg, fleet, lambda: None, "none") for r in batch]
     assert len(resources) == ORPHANS
-    return fleet, ledger, target, Fence(IDS, HOLDER, str(lease["token"]), None), resources
+    return fleet, ledger, target, SendTerms(IDS, HOLDER, str(lease["token"]), None), resources
 
 
 def test_eight_concurrent_deletes_share_round_trips_about_one_per_delete_not_four(gce, tmp_path) -> None:

@@ -15,10 +15,10 @@ from pymongo.monitoring import CommandFailedEvent, CommandListener, CommandStart
 
 from include.emulators.http import start_secantusdb
 from reaper.config import LedgerConfig
-from reaper.ledger import FENCE, Ledger
+from reaper.ledger import RECORD_KEY, Ledger
 from reaper.model import Outcome
 from reaper.report.queries import AuditQueries, RowFilter
-from reaper.sweep.deletes import Fence, SweepHalted, delete_batch
+from reaper.sweep.deletes import SendTerms, SweepHalted, delete_batch
 from tests.builders import inst
 
 IDS = {"dag_id": "reaper_gce_enforcement", "run_id": "manual__1", "execution": 0, "lease": "t"}
@@ -59,9 +59,9 @@ class FakeTarget:
         return out
 
 
-def fence(ledger: Ledger, deadline: float | None = None) -> Fence:
+def fence(ledger: Ledger, deadline: float | None = None) -> SendTerms:
     lease = ledger.sweep_lease.acquire("gce", HOLDER, timedelta(minutes=5))
-    return Fence(IDS, HOLDER, str(lease["token"]), deadline)
+    return SendTerms(IDS, HOLDER, str(lease["token"]), deadline)
 
 
 @pytest.fixture
@@ -80,7 +80,7 @@ def test_fenced_writes_upsert_instead_of_duplicating(ledger, mongo) -> None:
     assert len(docs) == 1 and docs[0]["reason"] == "terminated (retried)"
     assert ledger.records.write_concern.document == {"w": "majority", "j": True, "wtimeout": 10000}
     unique = ledger.records.index_information()["fence"]
-    assert unique["unique"] and [k for k, _ in unique["key"]] == list(FENCE)
+    assert unique["unique"] and [k for k, _ in unique["key"]] == list(RECORD_KEY)
     assert ledger.records.index_information()["retention"]["expireAfterSeconds"] == 400 * 86400
 
 
@@ -146,7 +146,7 @@ def test_nothing_is_sent_without_the_lease_or_after_the_deadline(ledger) -> None
     assert delete_batch(ledger, target, fence(ledger, deadline=time.time() - 1), late) == {"not_attempted": 2}
     ledger.locks.delete_many({})  # the lease expired and was taken over by another sweep
     ledger.sweep_lease.acquire("gce", "someone-else", timedelta(minutes=5))
-    assert delete_batch(ledger, target, Fence(IDS, HOLDER, "old-token", None), [inst(name="vm-2")]) == {
+    assert delete_batch(ledger, target, SendTerms(IDS, HOLDER, "old-token", None), [inst(name="vm-2")]) == {
         "not_attempted": 1
     }
     assert target.calls == [] and ledger.records.count_documents({"action": "delete_intent"}) == 0
@@ -178,7 +178,7 @@ def test_sweep_lease_is_fenced_by_a_token(ledger) -> None:
 DAY = 86400
 WANTED = {
     "ledger": {
-        "fence": (list(FENCE), True, None),
+        "fence": (list(RECORD_KEY), True, None),
         "retention": (["at"], False, 400 * DAY),
         "sweep_rows": (["dag_id", "run_id", "kind", "scope", "name", "uid", "execution"], False, None),
         "by_name": (["name", "dag_id"], False, None),
@@ -261,7 +261,7 @@ def test_indexes_already_in_shape_are_left_alone(ledger, mongo, mongo_server) ->
     ("collection", "keys", "options"),
     [
         ("ledger", [("dag_id", 1), ("run_id", 1)], {"name": "fence", "unique": True}),  # an older fence
-        ("ledger", [(f, 1) for f in FENCE], {"name": "fence"}),  # the fence without uniqueness
+        ("ledger", [(f, 1) for f in RECORD_KEY], {"name": "fence"}),  # the fence without uniqueness
         ("ledger", [("written", 1)], {"name": "retention", "expireAfterSeconds": 60}),  # TTL on another field
         ("sweeps", [("dag_id", 1), ("run_id", 1)], {"name": "sweep", "unique": True, "expireAfterSeconds": 60}),
         ("ledger", [("at", 1)], {"name": "at_1", "expireAfterSeconds": 60}),  # same keys, another name

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Gauge, push_to_gateway
 from include.emulators.http import free_port
 from reaper import metrics
 from reaper.cli import main
-from reaper.metrics import Sweep, push_sweep, retire
+from reaper.metrics import PushedSweep, push_sweep, retire
 from reaper.model import Phase
 from reaper.records import SweepSummary, summary_of
 from reaper.sweep.deletes import PlanRef
@@ -39,7 +39,7 @@ def _summary(phase: Phase = Phase.ENFORCEMENT) -> SweepSummary:
     return _as_ledger_holds(summarize(plan(fleet, phase=phase), made, read, NONE, 0, "sre", False, False))
 
 
-def _sweep(phase: Phase = Phase.ENFORCEMENT, **changes: object) -> Sweep:
+def _sweep(phase: Phase = Phase.ENFORCEMENT, **changes: object) -> PushedSweep:
     deleting = {"enforcement": ["terminated", "heartbeat_stale", "unlabeled_age"], "report-only": ["terminated"]}
     fields: dict[str, object] = {
         "target": "gce",
@@ -51,7 +51,7 @@ def _sweep(phase: Phase = Phase.ENFORCEMENT, **changes: object) -> Sweep:
         "started_at": 1.8e9 - 42,
         "finished_at": 1.8e9,
     }
-    return Sweep(**{**fields, **changes})  # type: ignore[arg-type]  # **kwargs typed object: each goes to the parameter of its name
+    return PushedSweep(**{**fields, **changes})  # type: ignore[arg-type]  # **kwargs typed object: each goes to the parameter of its name
 
 
 def _lines(url: str) -> list[str]:

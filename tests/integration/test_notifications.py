@@ -113,7 +113,7 @@ class Fleet(GceTarget):
         return outcomes
 
 
-class Sweep(steps.Sweep):
+class Execution(steps.Execution):
     def ledger(self) -> Ledger:
         return self._ledger  # type: ignore[attr-defined]  # set on the instance by the test
 
@@ -133,7 +133,7 @@ def sweep(
     events: list[str] | None = None,
     channels: list[dict[str, object]] | None = None,
     **notifications: object,
-) -> Sweep:
+) -> Execution:
     """A sweep of ``fleet()`` whose one channel mails ``OWNERS`` through ``CONN`` (``events``: all by default),
     or with ``channels`` of its own."""
     mail = {"kind": "smtp", "conn_id": CONN, "to": OWNERS, "from_email": "reaper@example.com"}
@@ -144,13 +144,13 @@ def sweep(
         rollout={"gce": "enforcement"},
         notifications={"channels": channels, "digest_every": 0, "timeout": "5s", **notifications},
     )
-    made = Sweep(config, Fleet(config, fleet()), Phase.ENFORCEMENT, steps.Ids("reaper_gce_enforcement", run, 0))
+    made = Execution(config, Fleet(config, fleet()), Phase.ENFORCEMENT, steps.Ids("reaper_gce_enforcement", run, 0))
     object.__setattr__(made, "_ledger", ledger)
     return made
 
 
 def run(
-    s: Sweep, params: dict[str, object] | None = None
+    s: Execution, params: dict[str, object] | None = None
 ) -> tuple[steps.Planned, steps.Branch, list[steps.Deleted], steps.Lease]:
     """resolve_scopes -> list_inventory -> gather_evidence -> evaluate_policy -> budget_check -> delete, as the
     DAG runs them; ``record`` is the caller's."""
@@ -162,7 +162,7 @@ def run(
     return planned, branch, [steps.delete(s, b, setup.lease, None) for b in planned.batches], setup.lease
 
 
-def record(s: Sweep, planned: steps.Planned, branch: steps.Branch, results, lease) -> dict[str, object]:
+def record(s: Execution, planned: steps.Planned, branch: steps.Branch, results, lease) -> dict[str, object]:
     started = datetime.now(UTC)
     done = steps.record(s, planned.summary, branch, len(planned.batches), results, lease, started)
     s.ledger().sweep_lease.release(s.target.name, s.ids.holder)

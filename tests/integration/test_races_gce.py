@@ -32,7 +32,7 @@ from reaper.ledger import Ledger
 from reaper.model import Evidence, GceInstance, Phase, WriterRecord
 from reaper.policy import evaluate
 from reaper.records import document
-from reaper.sweep.deletes import Fence, SweepHalted, cut_batches, delete_batch
+from reaper.sweep.deletes import SendTerms, SweepHalted, cut_batches, delete_batch
 from reaper.sweep.targets import GceTarget
 from tests.builders import HB
 from tests.helpers import fast_backoff
@@ -170,7 +170,7 @@ def first_try_then_killed(endpoint: str, mongo_port: int, db: str, batch: list[d
     ledger = Ledger(MongoClient(f"mongodb://127.0.0.1:{mongo_port}/"), LedgerConfig(database=db))
     q.put(os.getpid())
     resources = [msgspec.convert(r, GceInstance) for r in batch]
-    delete_batch(ledger, target, Fence(IDS, HOLDER, token, None), resources)
+    delete_batch(ledger, target, SendTerms(IDS, HOLDER, token, None), resources)
 
 
 def run_sweep(fleet: Fleet, clients, ledger: Ledger, mongo_port: int, point: str, mutation: str = "vanish") -> None:
@@ -181,7 +181,7 @@ def run_sweep(fleet: Fleet, clients, ledger: Ledger, mongo_port: int, point: str
     target = GceTarget(cfg)
     target.__dict__["clients"] = clients
     lease = ledger.sweep_lease.acquire("gce", HOLDER, timedelta(minutes=10))
-    fence = Fence(IDS, HOLDER, str(lease["token"]), None)
+    fence = SendTerms(IDS, HOLDER, str(lease["token"]), None)
     victim_id = batches[-1][0].id
     if point == "in_rate_limit_wait":  # the first request after the token is the re-read
         fleet.on("before", "get", lambda args: args[2] == victim_id and mutate(), times=None)
@@ -288,7 +288,7 @@ def test_api_faults_give_one_outcome_per_intent_and_no_second_delete(world, kind
         assert set(results.values()) == {"deleted"} and fleet.names("p") == set(LIVE)
 
 
-def planned(world) -> tuple[GceTarget, list[list[GceInstance]], Fence]:
+def planned(world) -> tuple[GceTarget, list[list[GceInstance]], SendTerms]:
     """The harness's fleet seeded and planned: the target, its delete batches (the victim's last), a fence."""
     fleet, clients, ledger, _ = world
     seed(fleet, "RUNNING")
@@ -297,7 +297,7 @@ def planned(world) -> tuple[GceTarget, list[list[GceInstance]], Fence]:
     target.__dict__["clients"] = clients
     batches = plan_batches(clients, cfg, fleet, lambda: None, "none")
     lease = ledger.sweep_lease.acquire("gce", HOLDER, timedelta(minutes=10))
-    return target, batches, Fence(IDS, HOLDER, str(lease["token"]), None)
+    return target, batches, SendTerms(IDS, HOLDER, str(lease["token"]), None)
 
 
 def test_a_delete_applied_before_the_kill_is_recorded_deleted_by_the_retry(world) -> None:
@@ -330,7 +330,7 @@ def test_losing_the_ledger_mid_batch_stops_every_send_and_the_retry_finishes(gce
     target = GceTarget(cfg)
     target.__dict__["clients"] = clients
     lease = ledger.sweep_lease.acquire("gce", HOLDER, timedelta(minutes=10))
-    fence = Fence(IDS, HOLDER, str(lease["token"]), None)
+    fence = SendTerms(IDS, HOLDER, str(lease["token"]), None)
     batch = plan_batches(clients, cfg, fleet, lambda: None, "none")
     resources = [r for b in batch for r in b]
     # The ledger goes away as the first delete completes: its outcome cannot be written.
@@ -360,7 +360,7 @@ def test_a_delete_whose_answer_was_lost_is_unconfirmed_not_unattempted(world) ->
         raise ApiError(503, "backendError", "the answer is lost")
 
     fleet.on("after", "delete", applied_but_lost)
-    fence = Fence(fence.ids, fence.holder, fence.token, time.time() + 1.0)
+    fence = SendTerms(fence.ids, fence.holder, fence.token, time.time() + 1.0)
     assert delete_batch(ledger, target, fence, [victim]) == {"unconfirmed": 1}
     assert fleet.deleted_ids == [victim.id]  # it did go out
     assert ledger.records.find_one({"action": "delete_intent", "uid": victim.id})["sent"] is True

@@ -37,7 +37,7 @@ from reaper.model import Phase
 from reaper.policy import evaluate
 from reaper.stores.mongo import MongoRunStore
 from reaper.stores.nats import NatsLeases
-from reaper.sweep.deletes import Fence, cut_batches, delete_batch
+from reaper.sweep.deletes import SendTerms, cut_batches, delete_batch
 from reaper.sweep.targets import K8sTarget
 from tests.helpers import fast_backoff
 from tests.helpers.k8s import MANAGED, put_leases, seed_run
@@ -205,7 +205,7 @@ def first_try_then_killed(world_args: tuple, batch: list[dict], token: str, q) -
     target.__dict__["runs"] = MongoRunStore(mongo, cfg.k8s.mongo_run_store).read
     q.put(os.getpid())
     resources = [msgspec.convert(r, K8sObject) for r in batch]
-    delete_batch(Ledger(mongo, LedgerConfig(database=db)), target, Fence(IDS, HOLDER, token, None), resources)
+    delete_batch(Ledger(mongo, LedgerConfig(database=db)), target, SendTerms(IDS, HOLDER, token, None), resources)
 
 
 def kill_first_try(world: World, emulator, mongo_port: int, batch: list, token: str) -> None:
@@ -242,7 +242,7 @@ def run_sweep(world: World, emulator, mongo_port: int, point: str, mutation: str
         batches.append([])
     assert {o.labels["iterion.io/run-id"] for o in batches[-1]} <= {VICTIM}, "the victim's run is not last"
     lease = world.ledger.sweep_lease.acquire("k8s", HOLDER, timedelta(minutes=10))
-    fence = Fence(IDS, HOLDER, str(lease["token"]), None)
+    fence = SendTerms(IDS, HOLDER, str(lease["token"]), None)
     pod = f"sandbox-{VICTIM}"
     if point == "in_rate_limit_wait":  # after the run's token, its first request: the re-read of its Pod
         world.cluster.on("before", "list_named", lambda args: args[2] == pod and mutate(), times=None)
@@ -369,7 +369,7 @@ def test_a_retry_never_finishes_a_run_an_earlier_try_stopped(world) -> None:
     recreate_pod(w)
     pod = next(o for o in batch if o.kind == "Pod")
     lease = w.ledger.sweep_lease.acquire("k8s", HOLDER, timedelta(minutes=10))
-    fence = Fence(IDS, HOLDER, str(lease["token"]), None)
+    fence = SendTerms(IDS, HOLDER, str(lease["token"]), None)
     w.ledger.write(
         [
             {
@@ -423,7 +423,7 @@ def test_losing_nats_mid_sweep_deletes_nothing_more(world, nats_server) -> None:
     target = w.target()
     first, *rest = plan_batches(w, target, lambda: None, "none")
     lease = w.ledger.sweep_lease.acquire("k8s", HOLDER, timedelta(minutes=10))
-    fence = Fence(IDS, HOLDER, str(lease["token"]), None)
+    fence = SendTerms(IDS, HOLDER, str(lease["token"]), None)
     assert delete_batch(w.ledger, target, fence, first) == {"deleted": 4}
     nats_server.stop()
     for batch in rest:
@@ -443,7 +443,7 @@ def test_a_lease_taken_again_while_the_pod_terminates_keeps_the_rest_of_the_run(
     lease = w.ledger.sweep_lease.acquire("k8s", HOLDER, timedelta(minutes=10))
     pod = f"sandbox-{VICTIM}"
     w.cluster.on("after", "delete", lambda args: args[1] == "pods" and args[2] == pod and reacquire_lease(w))
-    assert delete_batch(w.ledger, target, Fence(IDS, HOLDER, str(lease["token"]), None), victim) == {
+    assert delete_batch(w.ledger, target, SendTerms(IDS, HOLDER, str(lease["token"]), None), victim) == {
         "deleted": 1,
         "changed_since_plan": 3,
     }
@@ -466,7 +466,7 @@ def test_a_new_pod_of_the_run_after_its_pod_went_keeps_the_rest_of_the_run(reque
             recreate_pod(w)
 
     w.cluster.on("before", "list" if mode == "cluster-wide" else "list_namespaced", new_pod_once_gone, times=None)
-    result = delete_batch(w.ledger, target, Fence(IDS, HOLDER, str(lease["token"]), None), victim)
+    result = delete_batch(w.ledger, target, SendTerms(IDS, HOLDER, str(lease["token"]), None), victim)
     assert result == {"deleted": 1, "changed_since_plan": 3}
     assert w.victim()["Pod"]["metadata"]["uid"] == "a-new-pod"
     assert set(w.victim()) == {"Pod", "Secret", "NetworkPolicy"}
@@ -482,7 +482,7 @@ def test_a_new_pod_of_a_run_whose_pod_went_in_an_earlier_sweep_keeps_its_secrets
     assert {o.kind for o in victim} == {"Secret", "NetworkPolicy"}
     recreate_pod(w)  # between the plan and the delete, the driver retries the step
     lease = w.ledger.sweep_lease.acquire("k8s", HOLDER, timedelta(minutes=10))
-    result = delete_batch(w.ledger, target, Fence(IDS, HOLDER, str(lease["token"]), None), victim)
+    result = delete_batch(w.ledger, target, SendTerms(IDS, HOLDER, str(lease["token"]), None), victim)
     assert result == {"changed_since_plan": 3}
     assert set(w.victim()) == {"Pod", "Secret", "NetworkPolicy"}
 
@@ -495,7 +495,7 @@ def test_a_run_with_two_pods_is_reaped_in_one_sweep_pods_first(world) -> None:
     target = w.target()
     victim = plan_batches(w, target, lambda: None, "none")[-1]
     lease = w.ledger.sweep_lease.acquire("k8s", HOLDER, timedelta(minutes=10))
-    assert delete_batch(w.ledger, target, Fence(IDS, HOLDER, str(lease["token"]), None), victim) == {"deleted": 5}
+    assert delete_batch(w.ledger, target, SendTerms(IDS, HOLDER, str(lease["token"]), None), victim) == {"deleted": 5}
     assert w.victim() == {}
     assert_pod_first(w)
 

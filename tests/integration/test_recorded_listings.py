@@ -8,7 +8,7 @@ import base64
 import json
 from pathlib import Path
 
-from reaper.exports import InputError, load_gce, load_k8s
+from reaper.decoders import InputError, load_gce, load_k8s
 from reaper.gce.inventory import list_project
 from reaper.k8s.inventory import list_cluster
 from tests.helpers import fast_backoff

@@ -11,7 +11,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from reaper import exports
+from reaper import decoders
 from reaper.model import Evidence, SweepData
 from tests.unit.test_cli import INPUTS, NOW, ROOT, SAMPLES, run_cli
 
@@ -145,8 +145,10 @@ def record(tmp_path: Path, name: str, data: SweepData) -> str:
 
 
 def sample_gce_input(tmp_path: Path, as_of: float | None) -> str:
-    evidence = Evidence(writer_health=exports.load_writer_health(SAMPLES / "writer-health.json"))
-    return record(tmp_path, "gce.msgpack", SweepData(exports.load_gce(SAMPLES / "gce-instances.json"), evidence, as_of))
+    evidence = Evidence(writer_health=decoders.load_writer_health(SAMPLES / "writer-health.json"))
+    return record(
+        tmp_path, "gce.msgpack", SweepData(decoders.load_gce(SAMPLES / "gce-instances.json"), evidence, as_of)
+    )
 
 
 def test_a_recorded_sweep_input_is_diffed_as_of_its_sweep(tmp_path: Path) -> None:
@@ -161,10 +163,10 @@ def test_a_recorded_sweep_input_is_diffed_as_of_its_sweep(tmp_path: Path) -> Non
 
 
 def test_a_recorded_kubernetes_input_reads_as_kubernetes(tmp_path: Path) -> None:
-    objects = exports.load_k8s(SAMPLES / "k8s-objects.json", "prod")
-    leases = exports.load_leases(SAMPLES / "leases.json")
+    objects = decoders.load_k8s(SAMPLES / "k8s-objects.json", "prod")
+    leases = decoders.load_leases(SAMPLES / "leases.json")
     keys = {o.labels.get("iterion.io/run-id") for o in objects} - {None}
-    runs = exports.load_runs(SAMPLES / "runs.json", keys)  # type: ignore[arg-type]  # None taken out by the set difference, which mypy does not narrow
+    runs = decoders.load_runs(SAMPLES / "runs.json", keys)  # type: ignore[arg-type]  # None taken out by the set difference, which mypy does not narrow
     evidence = Evidence(leases=leases, runs=runs, swept=frozenset({("k8s", "prod")}))
     recorded = record(tmp_path, "k8s.msgpack", SweepData(objects, evidence, datetime.fromisoformat(NOW).timestamp()))
     old, new = configs(tmp_path, ENFORCE + "rules: {sandbox_orphan: report}\n", ENFORCE)
@@ -183,7 +185,7 @@ def test_evaluate_reads_a_recorded_input_too(tmp_path: Path) -> None:
 def test_a_recorded_input_without_as_of_is_read_as_of_its_evidence(tmp_path: Path) -> None:
     # A file a sweep wrote before as_of was recorded: the time its evidence was read.
     evidence = Evidence(observed_until=datetime.fromisoformat(NOW).timestamp())
-    recorded = record(tmp_path, "old.msgpack", SweepData(exports.load_gce(SAMPLES / "gce-instances.json"), evidence))
+    recorded = record(tmp_path, "old.msgpack", SweepData(decoders.load_gce(SAMPLES / "gce-instances.json"), evidence))
     code, out = run_cli("evaluate", "--recorded", recorded, "--format", "json")
     assert code == 0 and json.loads(out)["now"] == NOW
 

@@ -297,7 +297,7 @@ def test_a_channel_given_twice_and_a_reminder_every_sweep_are_refused() -> None:
 def test_notices_never_wait_into_the_end_of_the_run_they_are_sent_in() -> None:
     """What the task writes after them (the channels' state, the summary: a ledger write each) must still fit."""
     config = settings()
-    s = steps.Sweep(config, GceTarget(config), Phase.ENFORCEMENT, steps.Ids("reaper_gce_enforcement", "r", 0))
+    s = steps.Execution(config, GceTarget(config), Phase.ENFORCEMENT, steps.Ids("reaper_gce_enforcement", "r", 0))
     started = datetime.now(UTC) - config.run_timeout("gce") + timedelta(seconds=40)
     assert 40 - 25 - 1 < time_left(s, started) <= 40 - 25  # 2 x ledger.timeout 10s + 5s
     assert time_left(s, None) == float("inf")

@@ -224,6 +224,40 @@ def test_a_fresh_beat_under_another_label_is_a_heartbeat_all_the_same(labels, ru
     assert one(stopped) == ("delete", "terminated", "terminated")
 
 
+def test_vms_beating_elsewhere_still_count_as_stale_for_the_budget() -> None:
+    """A rename that reached 7 of 10 VMs: all 10 carry the old label frozen, 3 carry no new one yet (the real API
+    refuses a 65th label). The 7 are reported heartbeat_elsewhere, and still count in the budget's S: 10 of 10
+    stale is writer breakage, so the 3 are held, not deleted."""
+    beat = {"runner_heartbeat": str(int(NOW - M))}
+    moved = [inst(hb_age=6 * H, labels=beat) for _ in range(7)]
+    lagging = [inst(hb_age=6 * H) for _ in range(3)]
+    got = by_name(plan([*moved, *lagging]))
+    assert {got[i.name] for i in moved} == {("report", "heartbeat_stale", "heartbeat_elsewhere")}
+    assert {got[i.name] for i in lagging} == {("report", "heartbeat_stale", "budget_exceeded")}
+
+
+@pytest.mark.parametrize(
+    ("value", "elsewhere"),
+    [
+        pytest.param(str(int(NOW - M) * 1000), True, id="milliseconds"),
+        pytest.param(str(int(NOW + H)), True, id="an hour ahead: a clock ahead"),
+        pytest.param("0" + str(int(NOW - M)), True, id="a leading zero"),
+        pytest.param(str(int(NOW + 2 * D)), False, id="two days ahead: no time of a beat"),
+        pytest.param("8123456789", False, id="a job id: the year 2227"),
+        pytest.param("1" * 5000, False, id="five thousand digits"),
+    ],
+)
+def test_what_reads_as_a_beat_under_another_label(value, elsewhere) -> None:
+    """What another writer means by its number is unknown: seconds or milliseconds, up to a day ahead, count."""
+    expected = ("report", "heartbeat_elsewhere") if elsewhere else ("delete", "heartbeat_stale")
+    assert one(inst(hb_age=6 * H, labels={"other": value})) == (expected[0], "heartbeat_stale", expected[1])
+
+
+def test_a_configured_label_too_long_to_be_a_time_is_malformed_not_a_crash() -> None:
+    assert one(inst(hb="1" * 5000, created_age=1 * D)) == ("report", "heartbeat_stale", "heartbeat_malformed")
+    assert one(inst(hb="1" * 21, created_age=4 * D)) == ("delete", "unlabeled_age", "unlabeled_age")
+
+
 @pytest.mark.parametrize(
     "witness",
     [

@@ -28,7 +28,7 @@ def test_row5_a_group_whose_manager_reported_nothing_within_the_quarantine_is_re
 
 
 def test_row5_the_report_names_the_manager_and_what_the_group_holds() -> None:
-    (decision,) = plan([group("m-gone", instances=7)], Evidence(reporting=LIVE), CONFIG, Phase.REPORT_ONLY).acted
+    (decision,) = plan([group("m-gone", instances=7)], Evidence(reporting=LIVE), CONFIG, Phase.REPORT_ONLY).recorded
     assert decision.evidence == {"manager": "m-gone", "instances": 7, "quarantine_s": 4 * H}
     assert decision.resource.kind == "InstanceGroupManager" and decision.resource.uid.startswith("igm/")
 
@@ -196,7 +196,7 @@ def test_no_input_deletes_a_group_or_a_group_member(fleet, members, health, seen
             assert d.action is not Action.DELETE, d
         else:  # an instance that is no member is decided exactly as if no instance were a member
             assert (d.action, d.reason) == (unflagged[d.resource.name].action, unflagged[d.resource.name].reason)
-    reported = [d for d in decided.acted if isinstance(d.resource, GceGroup)]
+    reported = [d for d in decided.recorded if isinstance(d.resource, GceGroup)]
     assert all(d.action is Action.REPORT and d.reason == "residual_group" for d in reported)
     if seen is None or rule == "off" or phase in (Phase.TELEMETRY, Phase.TERMINATED_CLEANUP):
         assert reported == []
@@ -207,7 +207,7 @@ def test_no_input_deletes_a_group_or_a_group_member(fleet, members, health, seen
 
 def test_a_gcloud_export_marks_members_by_the_created_by_key() -> None:
     from include.emulators.shapes import gcloud_instance
-    from reaper.exports import RawInstance, gce_instance
+    from reaper.decoders import RawInstance, gce_instance
 
     raw = gcloud_instance("p1", "us-east1-b", "m1-0", 7, "RUNNING", {"ci_ephemeral": "true"}, NOW)
     plain = msgspec.json.decode(msgspec.json.encode(raw), type=RawInstance)
@@ -217,14 +217,14 @@ def test_a_gcloud_export_marks_members_by_the_created_by_key() -> None:
 
 
 def test_the_group_census_is_a_scope_gauge_by_state() -> None:
-    from reaper.metrics import Sweep, scope_metrics
+    from reaper.metrics import PushedSweep, scope_metrics
     from reaper.records import summary_of
 
     census = {"gce": {"p1": {"groups": {"listed": 3, "residual": 1, "residual_instances": 4}}}}
     summary = summary_of({"dag_id": "d", "run_id": "r", "census": census})
-    sweep = Sweep("gce", summary, {}, (), full=True, completed=True, started_at=0, finished_at=1)
+    sweep = PushedSweep("gce", summary, {}, (), full=True, completed=True, started_at=0, finished_at=1)
     (gauge,) = [m for m in scope_metrics(sweep, "p1") if m.name == "reaper_last_sweep_groups"]
     assert {s.labels["state"]: s.value for s in gauge.samples} == {"listed": 3, "residual": 1, "residual_instances": 4}
     empty = summary_of({"dag_id": "d", "run_id": "r", "census": {"gce": {"p1": {}}}})
-    bare = Sweep("gce", empty, {}, (), full=True, completed=True, started_at=0, finished_at=1)
+    bare = PushedSweep("gce", empty, {}, (), full=True, completed=True, started_at=0, finished_at=1)
     assert "reaper_last_sweep_groups" not in {m.name for m in scope_metrics(bare, "p1")}

@@ -541,8 +541,8 @@ def test_every_reason_the_policy_gives_is_a_member_of_the_vocabulary(fleet, k8s,
     evidence = msgspec.structs.replace(evidence, writer_health=writers)
     resources = [*fleet, *objects]
     plan = run(resources, evidence, config, phase)
-    reasons = [d.reason for d in plan.acted] + [reason for _, reason, _ in plan.kept]
-    reasons += [r for d in plan.acted for r in (*d.evidence.get("findings", ()), *d.evidence.get("holds", ()))]
+    reasons = [d.reason for d in plan.recorded] + [reason for _, reason, _ in plan.kept]
+    reasons += [r for d in plan.recorded for r in (*d.evidence.get("findings", ()), *d.evidence.get("holds", ()))]
     reasons += [h for v in plan.scopes for h in (*v.holds, *v.overridden, *v.blocking)]
     reasons += [reading.reason for _, _, reading in liveness(resources, evidence, config, NOW_DT, plan.scopes)]
     assert {r for r in reasons if type(r) is not Reason} == set()

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from google.cloud import compute_v1
 
-from reaper.exports import InputError, gce_instance, load_gce, load_k8s
+from reaper.decoders import InputError, gce_instance, load_gce, load_k8s
 from reaper.gce.deleter import GET_FIELD_MASK
 from reaper.gce.inventory import HARMLESS_WARNINGS, INSTANCE_PAGE, decode_once_each
 from reaper.k8s.inventory import read_page
@@ -223,7 +223,7 @@ def test_the_listing_and_the_export_accept_and_refuse_the_same_instances(tmp_pat
 
 
 def test_a_repeated_key_refuses_a_listed_page_and_reads_as_its_last_value_in_an_export(tmp_path: Path) -> None:
-    """The one difference left (``reaper.exports.load_gce``): an opt-out label written twice, "true" then "no"."""
+    """The one difference left (``reaper.decoders.load_gce``): an opt-out label written twice, "true" then "no"."""
     inst = LABELLED.replace('"labels": {', f'"labels": {{{OPT_OUT_TWICE}, ')
     assert listed(page_of(inst)) == "a key is repeated in one object of the answer"
     (record,) = exported(tmp_path, f"[{inst}]".encode())

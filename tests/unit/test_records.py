@@ -71,7 +71,7 @@ def decisions_before(
             **({"override": stamp} if (stamp := overrides.stamp(d.target, d.scope)) else {}),
             **({"phase_gate": gate} if gate else {}),
         }
-        for d in p.acted
+        for d in p.recorded
         if d.action is not Action.KEEP
     ]
 

@@ -8,7 +8,7 @@ import pytest
 
 from reaper.config import WriterHealthConfig
 from reaper.gce.writer_health import PrometheusWriterHealth
-from reaper.metrics import Sweep, push_sweep
+from reaper.metrics import PushedSweep, push_sweep
 from reaper.redact import url_for_log
 
 USERINFO = "reaper:s3cret%2FPw%2B%40%3A%25%3F"
@@ -29,7 +29,7 @@ def test_url_for_log_drops_credentials_and_query(url: str, shown: str) -> None:
 def test_a_failed_push_logs_no_credentials(caplog) -> None:
     caplog.set_level(logging.DEBUG)
     summary: dict[str, object] = {"scopes": [], "census": {}, "decisions": []}
-    sweep = Sweep("gce", summary, {}, (), full=False, completed=False, started_at=0.0, finished_at=0.0)
+    sweep = PushedSweep("gce", summary, {}, (), full=False, completed=False, started_at=0.0, finished_at=0.0)
     assert push_sweep(f"http://{USERINFO}@127.0.0.1:1", sweep, 1.0, []) == 1
     assert "s3cret" not in caplog.text and "metrics push to http://***@127.0.0.1:1 failed" in caplog.text
 

@@ -132,12 +132,12 @@ class FakeGce(GceTarget):
         return outcomes
 
 
-class Sweep(steps.Sweep):
+class Execution(steps.Execution):
     def ledger(self):
         return self._ledger
 
 
-def sweep(tmp_path: Path, fleet: list[GceInstance], execution: int = 0, **config: object) -> Sweep:
+def sweep(tmp_path: Path, fleet: list[GceInstance], execution: int = 0, **config: object) -> Execution:
     cfg = settings(
         **{
             "gce": {"projects": ["p1", "p2"]},
@@ -146,14 +146,14 @@ def sweep(tmp_path: Path, fleet: list[GceInstance], execution: int = 0, **config
             **config,
         }
     )
-    made = Sweep(
+    made = Execution(
         cfg, FakeGce(cfg, fleet), Phase.ENFORCEMENT, steps.Ids("reaper_gce_enforcement", "manual__1", execution)
     )
     object.__setattr__(made, "_ledger", FakeLedger())
     return made
 
 
-def plan_through(s: Sweep, params: dict[str, object] | None = None) -> steps.Planned:
+def plan_through(s: Execution, params: dict[str, object] | None = None) -> steps.Planned:
     """resolve_scopes -> list_inventory per shard -> gather_evidence -> evaluate_policy, as the DAG wires them."""
     params = params or {}
     setup = steps.resolve_scopes(s, params)
@@ -281,7 +281,7 @@ def test_the_sweep_input_carries_every_listing_fact_and_decisions_go_to_the_ledg
 ) -> None:
     fleet = stale_fleet()
     s = sweep(tmp_path, fleet)
-    s.target.incomplete = {"p2": ["page 2: 503"]}  # type: ignore[attr-defined]  # the test's fake target; Sweep.target is typed Target
+    s.target.incomplete = {"p2": ["page 2: 503"]}  # type: ignore[attr-defined]  # the test's fake target; Execution.target is typed Target
     planned = plan_through(s)
     data = msgspec.msgpack.decode(s.path("sweep-input.msgpack").read_bytes(), type=steps.SweepData[GceInstance])
     assert data.resources == fleet
@@ -298,7 +298,7 @@ def test_the_sweep_input_carries_every_listing_fact_and_decisions_go_to_the_ledg
 
 def test_the_recorded_sweep_input_is_what_reaper_diff_reads_with_the_sweeps_clock(tmp_path: Path) -> None:
     # reaper diff --recorded evaluates it again as the sweep saw it: its resources, evidence and as_of.
-    from reaper.exports import load_recorded
+    from reaper.decoders import load_recorded
 
     fleet = stale_fleet()
     s = sweep(tmp_path, fleet)
@@ -326,7 +326,7 @@ def test_inputs_read_under_another_lease_or_a_dry_run_give_no_batch(tmp_path: Pa
 def test_a_kept_resource_has_its_story_recorded_once_per_change_never_per_sweep(tmp_path: Path) -> None:
     fleet = stale_fleet()
     s = sweep(tmp_path, fleet)
-    s.target.incomplete = {"p2": ["page 2: 503"]}  # type: ignore[attr-defined]  # the test's fake target; Sweep.target is typed Target
+    s.target.incomplete = {"p2": ["page 2: 503"]}  # type: ignore[attr-defined]  # the test's fake target; Execution.target is typed Target
     plan_through(s)
     first = {t["name"]: (t["before"], t["state"]) for t in s.ledger().transitions}
     assert first == {
@@ -336,7 +336,7 @@ def test_a_kept_resource_has_its_story_recorded_once_per_change_never_per_sweep(
     }
     plan_through(s)  # nothing changed: nothing written
     assert len(s.ledger().transitions) == 3
-    s.target.fleet = [fleet[1]]  # type: ignore[attr-defined]  # the test's fake target; Sweep.target is typed Target; p1's stale VM deleted; p2 still listed partially
+    s.target.fleet = [fleet[1]]  # type: ignore[attr-defined]  # the test's fake target; Execution.target is typed Target; p1's stale VM deleted; p2 still listed partially
     plan_through(s)
     gone = [(t["name"], t["before"], t["state"]) for t in s.ledger().transitions[3:]]
     assert gone == [(fleet[0].name, "delete:heartbeat_stale", "gone")]  # p2's VM: absent from a partial answer
@@ -510,7 +510,7 @@ def test_a_batch_is_run_only_by_its_own_execution_lease_and_config(tmp_path: Pat
     ]
     for other in others:
         assert steps.delete(other, batch, LEASE, None).outcomes == {Result.STALE_PLAN: 2}
-        assert other.target.guards == []  # type: ignore[attr-defined]  # the test's fake target; Sweep.target is typed Target
+        assert other.target.guards == []  # type: ignore[attr-defined]  # the test's fake target; Execution.target is typed Target
     relet = msgspec.structs.replace(LEASE, token="another")
     assert steps.delete(s, batch, relet, None).outcomes == {Result.STALE_PLAN: 2}
     assert steps.delete(s, batch, LEASE, None).outcomes == {"deleted": 2}
@@ -529,7 +529,7 @@ def test_a_batch_of_a_phase_other_than_the_active_one_is_sent_only_with_its_conf
         msgspec.convert(planned_before, type(batch)),
     ):
         assert steps.delete(s, unconfirmed, LEASE, None).outcomes == {Result.STALE_PLAN: 2}
-        assert s.target.guards == []  # type: ignore[attr-defined]  # the test's fake target; Sweep.target is typed Target
+        assert s.target.guards == []  # type: ignore[attr-defined]  # the test's fake target; Execution.target is typed Target
     assert steps.delete(s, batch, LEASE, None).outcomes == {"deleted": 2}
     # The active phase's batches need no confirmation.
     active = sweep(tmp_path / "a", stale_fleet())
@@ -561,7 +561,7 @@ def test_a_batch_stops_sending_at_the_lease_expiry_or_the_run_timeout_less_the_m
     steps.delete(s, batch, LEASE, None)
     s.ledger().records.clear()  # else the second call finds the first one's outcomes and sends nothing
     steps.delete(s, batch, LEASE, started)
-    no_start, with_start = s.target.guards  # type: ignore[attr-defined]  # the test's fake target; Sweep.target is typed Target
+    no_start, with_start = s.target.guards  # type: ignore[attr-defined]  # the test's fake target; Execution.target is typed Target
     assert no_start.deadline == LEASE.expires_at - margin
     timeout = s.config.run_timeout("gce").total_seconds()
     assert started.timestamp() + timeout < LEASE.expires_at  # the run's timeout comes first here
@@ -630,7 +630,7 @@ def test_a_batch_that_begins_after_the_deadline_sends_nothing_and_records_it_in_
     s.ledger().write = lambda records: writes.append(write(records)) or writes[-1]
     late = datetime.now(UTC) - s.config.run_timeout("gce")
     assert steps.delete(s, batch, LEASE, late).outcomes == {Result.NOT_ATTEMPTED: len(batch.resources)}
-    assert s.target.guards == [] and writes == [len(batch.resources)]  # type: ignore[attr-defined]  # the test's fake target; Sweep.target is typed Target
+    assert s.target.guards == [] and writes == [len(batch.resources)]  # type: ignore[attr-defined]  # the test's fake target; Execution.target is typed Target
     assert {r["detail"] for r in s.ledger().records if r["action"] == "outcome"} == {
         "deadline reached: left for the next sweep"
     }

@@ -9,9 +9,9 @@ For each planned instance, in this order (docs/design.md §6):
 3. the re-read, by numeric id: it must still be the planned VM (same id and name), carry the planned
    heartbeat label value (its manager has not come back), have the planned status class (a TERMINATED
    instance has not been restarted), match the selector, carry no opt-out label and have no deletion
-   protection, and the planned ``labelFingerprint`` where it was planned without the heartbeat label (no label
-   written since: its manager may stamp another name), or in a run carrying an approval (the approved one:
-   ``pin_labels``); otherwise ``changed_since_plan``;
+   protection, and the planned ``labelFingerprint`` (no label written since the listing: a manager stamping
+   another name than the configured one writes labels all the same; under an approval, the listed fingerprint is
+   the approved one); otherwise ``changed_since_plan``;
 4. the guard: the intent acknowledged (durable), the sweep lease read now, the deadline, a stop (the re-read
    may have spent its retries);
 5. ``delete_unary`` by numeric id, which the Compute API takes in place of the name: a VM recreated under
@@ -67,13 +67,8 @@ class GceDeleter:
         config: Settings,
         backoff: Backoff | None = None,
         quota: ProjectQuota | None = None,
-        pin_labels: bool = False,
     ) -> None:
-        """``pin_labels``: also require the planned ``labelFingerprint`` (a run carrying an approval: docs/design.md
-        §6, what was approved is exactly what is deleted; any label write since the review, a heartbeat included,
-        changes it)."""
         gce = config.gce
-        self.pin_labels = pin_labels
         self.clients = clients
         self.heartbeat_label = gce.heartbeat_label
         self.selector = gce.selector
@@ -267,14 +262,12 @@ class GceDeleter:
             changes.append(f"opt-out label {self.opt_out[0]}={labels[self.opt_out[0]]}")
         if current.deletion_protection:
             changes.append("deletion protection set")
-        # Without the heartbeat label nothing above sees its manager come back: one that stamps another label (the
-        # configured name wrong or renamed) writes labels all the same, so any label written since the listing
-        # counts. A run carrying an approval pins every VM's labels as they were reviewed.
-        unlabeled = planned.labels.get(self.heartbeat_label) is None
-        if (self.pin_labels or unlabeled) and current.label_fingerprint != planned.label_fingerprint:
+        # A manager that stamps another label than the configured one (renamed, or the config's name wrong) is seen
+        # by nothing above: it writes labels all the same, so any label written since the listing counts. Under an
+        # approval the policy planned only VMs listed with their approved fingerprint (docs/design.md §6).
+        if current.label_fingerprint != planned.label_fingerprint:
             was, now = planned.label_fingerprint, current.label_fingerprint
-            since = "the approval" if self.pin_labels else "the listing, on a VM planned without the heartbeat label"
-            changes.append(f"labelFingerprint {was} -> {now}: labels written since {since}")
+            changes.append(f"labelFingerprint {was} -> {now}: labels written since the listing")
         return changes
 
     def _wait(self, inst: GceInstance, op: compute_v1.Operation, guard: SendGuard) -> Outcome:

@@ -21,7 +21,7 @@ from urllib.parse import quote
 import msgspec
 
 from reaper.config import GceConfig
-from reaper.exports import numeric_id
+from reaper.decoders import numeric_id
 from reaper.gce.clients import ComputeClients
 from reaper.gce.inventory import PAGE_SIZE, ApiWarning, Page, aggregated_scopes
 from reaper.gce.quota import ProjectQuota

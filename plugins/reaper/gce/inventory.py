@@ -15,7 +15,7 @@ than everything else in a 100,000-instance listing. The request is the one the S
 session, and an HTTP error becomes the same ``google.api_core`` exception. A page the structs
 cannot decode (a field of the wrong type), or that repeats a key in one object (the SDK's parser
 refused it; msgspec would keep the last value), fails like an unreadable page: the listing is
-incomplete. Ids are read as the SDK read them (:func:`reaper.exports.numeric_id`).
+incomplete. Ids are read as the SDK read them (:func:`reaper.decoders.numeric_id`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import msgspec
 from google.api_core import exceptions as gexc
 
 from reaper.config import QuotaConfig
-from reaper.exports import RawInstance, gce_instance
+from reaper.decoders import RawInstance, gce_instance
 from reaper.gce.clients import ComputeClients
 from reaper.gce.quota import ProjectQuota, QuotaGroup
 from reaper.model import ScopeListing

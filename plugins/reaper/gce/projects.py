@@ -31,7 +31,7 @@ import msgspec
 from google.api_core import exceptions as gexc
 
 from reaper.config import QuotaConfig
-from reaper.exports import gce_instance
+from reaper.decoders import gce_instance
 from reaper.gce.clients import ComputeClients
 from reaper.gce.inventory import instance_pages
 from reaper.gce.quota import ProjectQuota, QuotaGroup

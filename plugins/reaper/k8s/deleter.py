@@ -192,7 +192,7 @@ class K8sDeleter:
         run's other objects before its Pod goes: the decision is the run's, not the object's.
         """
         api = self._api(members[0].cluster)  # a run lives in one cluster
-        # A listing without one is incomplete (reaper/exports.py k8s_object): only a plan made otherwise lacks it.
+        # A listing without one is incomplete (reaper/decoders.py k8s_object): only a plan made otherwise lacks it.
         if unpinned := [o for o in members if not o.resource_version]:
             o = unpinned[0]
             return f"{o.kind} {o.namespace}/{o.name} planned without a resourceVersion: its state cannot be checked"

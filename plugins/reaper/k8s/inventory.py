@@ -5,7 +5,7 @@ label selector, ``limit=500`` and ``continue`` tokens to the end. A ``410 Gone``
 continue token expired) restarts that list once; a second one, a continue token the server
 already gave (a list that would never end), or any failure after retries (a namespace the
 reaper may not list among them), marks the cluster incomplete, which holds every delete in it.
-Pages are decoded by the structs and rules of ``kubectl`` exports (:mod:`reaper.exports`), so that
+Pages are decoded by the structs and rules of ``kubectl`` exports (:mod:`reaper.decoders`), so that
 both readers accept and refuse the same answers: one without ``items``, or with an item of another kind
 than the one listed, is undecodable, which makes the cluster incomplete.
 Hygiene findings (Pods without ``activeDeadlineSeconds``, objects without ``ownerReferences``)
@@ -22,7 +22,7 @@ import msgspec
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from reaper.exports import KubeList, item_kinds, k8s_object
+from reaper.decoders import KubeList, item_kinds, k8s_object
 from reaper.k8s.client import METADATA_ONLY, PATHS, answer, call, collection_paths, retryable, selector_string
 from reaper.model import K8sObject, ScopeListing
 from reaper.retry import Backoff

@@ -85,7 +85,7 @@ def evaluate(
     objects = [r for r in others if type(r) is K8sObject]
     groups = [r for r in others if type(r) is GceGroup]
 
-    plan = Plan(phase, at, acted=[], kept=[], scopes=[], census={})
+    plan = Plan(phase, at, recorded=[], kept=[], scopes=[], census={})
     # Each target's evaluation with its own items bound: the two take different resource types.
     targets = (
         ("gce", config.gce.enabled, partial(evaluate_gce, instances, groups=groups)),
@@ -96,12 +96,12 @@ def evaluate(
             continue
         result = evaluate_target(evidence, config, modes, at, override)
         if approval is not None:
-            result.acted = held_unless_approved(result.acted, approval, at, config.k8s.run_label)
-        deletes = sum(1 for d in result.acted if d.action is Action.DELETE)
+            result.recorded = held_unless_approved(result.recorded, approval, at, config.k8s.run_label)
+        deletes = sum(1 for d in result.recorded if d.action is Action.DELETE)
         if deletes > cap:
             plan.capped[target] = deletes
-            result.acted = [_capped(d, cap) for d in result.acted]
-        plan.acted += result.acted
+            result.recorded = [_capped(d, cap) for d in result.recorded]
+        plan.recorded += result.recorded
         plan.kept += result.kept
         plan.scopes += [
             msgspec.structs.replace(v, blocking=blocking(target, v.holds, modes)) if v.holds else v

@@ -26,11 +26,11 @@ from reaper.model import Action, Decision, GceInstance, K8sObject, status_class
 from reaper.vocabulary import Reason
 
 
-def held_unless_approved(acted: list[Decision], approval: Approval, now: float, run_label: str) -> list[Decision]:
-    """``acted`` with every delete that ``approval`` does not cover, as listed at ``now``, held as a report."""
+def held_unless_approved(recorded: list[Decision], approval: Approval, now: float, run_label: str) -> list[Decision]:
+    """``recorded`` with every delete that ``approval`` does not cover, as listed at ``now``, held as a report."""
     approved = approval.by_key()
     why: dict[tuple[str, str], Reason] = {}
-    for d in acted:
+    for d in recorded:
         if d.action is not Action.DELETE:
             continue
         key = (d.scope, d.resource.uid)
@@ -43,21 +43,21 @@ def held_unless_approved(acted: list[Decision], approval: Approval, now: float, 
             why[key] = Reason.APPROVAL_CHANGED  # a label written, or found now by another rule
         elif isinstance(d.resource, GceInstance) and status_class(d.resource.status) != status_class(item.status):
             why[key] = Reason.APPROVAL_CHANGED  # started (or stopped) since the review: no label need change
-    _hold_partial_runs(acted, approval, why, run_label)
+    _hold_partial_runs(recorded, approval, why, run_label)
     return [
         _held(d, why[key], approval.id, approved.get(key))
         if (key := (d.scope, d.resource.uid)) in why
         else _stamped(d, approval)
-        for d in acted
+        for d in recorded
     ]
 
 
 def _hold_partial_runs(
-    acted: list[Decision], approval: Approval, why: dict[tuple[str, str], Reason], run_label: str
+    recorded: list[Decision], approval: Approval, why: dict[tuple[str, str], Reason], run_label: str
 ) -> None:
     """Hold every delete of a Kubernetes run that is not approved and unchanged whole (``why`` gains them)."""
     runs: dict[tuple[str, str], list[Decision]] = defaultdict(list)
-    for d in acted:
+    for d in recorded:
         if d.action is Action.DELETE and isinstance(d.resource, K8sObject):
             runs[(d.scope, d.resource.labels.get(run_label, ""))].append(d)
     listed = {key for members in runs.values() for key in ((d.scope, d.resource.uid) for d in members)}

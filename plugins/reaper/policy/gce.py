@@ -49,6 +49,11 @@ _RULES = tuple(rule for rule in RULES if rule.target == TARGET)
 # which holds every rule (docs/design.md §4).
 HEARTBEAT_HOLDS = tuple(h for h in HEARTBEAT_STALE.held_by if h is not Reason.INVENTORY_INCOMPLETE)
 
+# Digits a label value may have to be read as a unix time: 20 holds any 64-bit number, so nanoseconds too.
+_MAX_DIGITS = 20
+# How far ahead of the clock another label's unix time may be and still read as a beat (:func:`_elsewhere`).
+_ELSEWHERE_AHEAD = 86400
+
 # Upper bounds (seconds) of the heartbeat-age census buckets; a last "+Inf" bucket is implied.
 AGE_BUCKETS = (600, 1800, 3600, 2 * 3600, 4 * 3600, 8 * 3600, 86400, 3 * 86400, 7 * 86400)
 BUCKET_LABELS = tuple(str(b) for b in AGE_BUCKETS)
@@ -103,18 +108,18 @@ def evaluate_gce(
     swept = sorted(projects.keys() | {scope for target, scope in evidence.swept if target == TARGET})
     names = ProjectNames(evidence.resolved)
     writers = None if evidence.writer_health is None else names.writers(evidence.writer_health, swept)
-    sweep = _Sweep(config, modes, thresholds, evidence, writers, override, names)
+    sweep = _Context(config, modes, thresholds, evidence, writers, override, names)
     result = TargetResult()
     for project in swept:
         part = _evaluate_project(project, projects.get(project) or _Project(), sweep)
-        result.acted += part.acted
+        result.recorded += part.recorded
         # cast: the kept groups are only read from here on, where a list of instances is one of resources.
         result.kept += cast("list[tuple[str, str, list[Resource]]]", part.kept)
         result.verdicts.append(part.verdict)
         result.census[project] = part.census
     if config.gce.group_selector:
         reports, kept, census = evaluate_groups(groups or [], evidence, config, modes[RESIDUAL_GROUP.name])
-        result.acted += reports
+        result.recorded += reports
         # cast: as above, a list of groups read as one of resources.
         result.kept += cast("list[tuple[str, str, list[Resource]]]", kept)
         for project, counts in result.census.items():
@@ -123,7 +128,7 @@ def evaluate_gce(
 
 
 @dataclass(frozen=True, slots=True)
-class _Sweep:
+class _Context:
     """What every project of one sweep is decided against: the same for all of them."""
 
     config: Settings
@@ -138,7 +143,7 @@ class _Sweep:
 class _ProjectResult(NamedTuple):
     """One project's part of the :class:`TargetResult`."""
 
-    acted: list[Decision]
+    recorded: list[Decision]
     kept: list[tuple[str, Reason, list[GceInstance]]]
     verdict: ScopeVerdict
     census: dict[str, object]
@@ -218,7 +223,7 @@ def _first_pass(instances: Iterable[GceInstance], config: Settings, t: _Threshol
             if created >= aged_before:
                 young(inst)
                 continue
-        elif raw.isdigit() and raw.isascii():
+        elif raw.isdigit() and raw.isascii() and len(raw) <= _MAX_DIGITS:  # _unix, inlined
             beat = int(raw)
             if fresh_beat(beat, created):
                 beats(beat)
@@ -296,7 +301,7 @@ def _writers_unknown(writers: dict[str, list[WriterRecord]] | None, project: str
     )
 
 
-def _evaluate_project(project: str, group: _Project, sweep: _Sweep) -> _ProjectResult:
+def _evaluate_project(project: str, group: _Project, sweep: _Context) -> _ProjectResult:
     """Decide one project: its decisions, plain-keep groups, verdict and census.
 
     ``group`` is this project's alone and is consumed: its rare instances without a finding
@@ -330,12 +335,12 @@ def _evaluate_project(project: str, group: _Project, sweep: _Sweep) -> _ProjectR
     # (docs/design.md §4).
     unseen = bool(findings.get(Reason.UNLABELED_AGE)) and not any(_stamped(i, t) for i in chain(fresh, members))
     holds, overridden, details = _project_holds(project, len(beats), stale, duplicated, unseen, sweep)
-    acted: list[Decision] = []
+    recorded: list[Decision] = []
     kept: list[tuple[str, Reason, list[GceInstance]]]
     if holds.protected:
         kept = [(TARGET, Reason.PROTECTED_SCOPE, instances)]
     else:
-        acted = [_resolve(inst, candidates, facts, sweep.modes, holds) for inst, candidates, facts in pending]
+        recorded = [_resolve(inst, candidates, facts, sweep.modes, holds) for inst, candidates, facts in pending]
         kept = [
             (TARGET, Reason.FRESH, fresh),
             (TARGET, Reason.NO_FINDING, young),
@@ -349,12 +354,21 @@ def _evaluate_project(project: str, group: _Project, sweep: _Sweep) -> _ProjectR
         "by_finding": {k: v for k, v in findings.items() if v},
         "heartbeat_age_seconds": _age_histogram(beats, t.now),
     }
-    return _ProjectResult(acted, kept, ScopeVerdict(TARGET, project, holds.names, overridden, details), census)
+    return _ProjectResult(recorded, kept, ScopeVerdict(TARGET, project, holds.names, overridden, details), census)
+
+
+def _unix(raw: str | None) -> int | None:
+    """A label value as unix seconds, if it is ASCII decimal digits short enough to be a time (a label value may
+    hold 63 digits, which Python's ``int`` turns into a number fast, but nothing of ours compares)."""
+    if raw is None or not (raw.isdigit() and raw.isascii()) or len(raw) > _MAX_DIGITS:
+        return None
+    return int(raw)
 
 
 def _fresh_value(raw: str | None, inst: GceInstance, t: _Thresholds) -> bool:
-    """Whether a label value is a valid unix time (ASCII decimal digits) and a fresh beat for this instance."""
-    return raw is not None and raw.isdigit() and raw.isascii() and t.fresh(int(raw), inst.created)
+    """Whether a label value is a valid unix time and a fresh beat for this instance."""
+    beat = _unix(raw)
+    return beat is not None and t.fresh(beat, inst.created)
 
 
 def _stamped(inst: GceInstance, t: _Thresholds) -> bool:
@@ -363,15 +377,24 @@ def _stamped(inst: GceInstance, t: _Thresholds) -> bool:
     return t.opt_key not in inst.labels and _fresh_value(inst.labels.get(t.hb_label), inst, t)
 
 
-def _elsewhere(inst: GceInstance, t: _Thresholds) -> str | None:
-    """The first label of another name whose value is a fresh beat for this instance, if any.
+def _elsewhere(inst: GceInstance, t: _Thresholds) -> tuple[str, str] | None:
+    """The first label of another name, and its value, that reads as a recent beat for this instance, if any.
 
     A dead owner writes no label: a unix time within the quarantine under any label says something alive wrote
     it recently, most likely a manager that stamps its heartbeat under another name than the configured one
     (renamed in its config, or the reaper's). So the heartbeat and age findings, which read only the configured
-    label, are no proof on that instance (docs/design.md §4).
+    label, are no proof on that instance (docs/design.md §4). What another writer means by its number is not
+    known, so this reads it broadly: seconds or milliseconds, and up to a day ahead (a clock ahead, a time set
+    for later) as well as within the quarantine, never before the instance was created.
     """
-    return next((k for k, v in inst.labels.items() if k != t.hb_label and _fresh_value(v, inst, t)), None)
+    for key, value in inst.labels.items():
+        number = _unix(value) if key != t.hb_label else None
+        if number is None:
+            continue
+        for beat in (number, number // 1000) if len(value) >= 13 else (number,):
+            if t.stale_before <= beat <= t.observed + _ELSEWHERE_AHEAD and beat >= inst.created - t.skew:
+                return key, value
+    return None
 
 
 def _classify(
@@ -396,23 +419,23 @@ def _classify(
         candidates.append(_CREATED_FUTURE_UNLABELED if unlabeled else _CREATED_FUTURE_LABELED)
     elif raw is None:  # unlabeled
         findings["heartbeat_absent"] += 1
-    elif raw.isdigit() and raw.isascii():
-        if t.fresh(int(raw), inst.created):
-            beat = int(raw)
+    elif (number := _unix(raw)) is not None:
+        if t.fresh(number, inst.created):
+            beat = number
             age = t.now - beat
-        elif int(raw) > t.future_after:
+        elif number > t.future_after:
             findings[Reason.HEARTBEAT_IN_FUTURE] += 1
             candidates.append(_FUTURE)
-        elif int(raw) < inst.created - t.skew:
+        elif number < inst.created - t.skew:
             unlabeled = True
             findings[Reason.HEARTBEAT_BEFORE_CREATION] += 1
             candidates.append(_BEFORE_CREATION)
         else:  # valid, and older than the quarantine
-            beat = int(raw)
+            beat = number
             age = t.now - beat
             findings[Reason.HEARTBEAT_STALE] += 1
             candidates.append(_STALE)
-    else:
+    else:  # not digits, or too many to be a time
         unlabeled = True
         findings[Reason.HEARTBEAT_MALFORMED] += 1
         candidates.append(_MALFORMED)
@@ -424,12 +447,12 @@ def _classify(
         findings[Reason.UNLABELED_AGE] += 1
         candidates.append(_UNLABELED)
     facts: dict[str, object] = {"status": inst.status, "heartbeat": raw, "heartbeat_age_s": age}
+    # The finding stays counted (the budget's S, the census): a fleet-wide rename that reached some VMs only is
+    # still the writer breakage the budget holds for.
     if (_STALE in candidates or _UNLABELED in candidates) and (elsewhere := _elsewhere(inst, t)):
-        for replaced in (c for c in candidates if c in (_STALE, _UNLABELED)):  # neither finding is made after all
-            findings[replaced.reason] -= 1
         findings[Reason.HEARTBEAT_ELSEWHERE] += 1
         candidates = [_ELSEWHERE[c.rule] if c in (_STALE, _UNLABELED) else c for c in candidates]
-        facts["heartbeat_elsewhere"] = elsewhere
+        facts["heartbeat_elsewhere"], facts["heartbeat_elsewhere_value"] = elsewhere
     if inst.deletion_protection:
         facts["deletion_protection"] = True
     if t.opt_key in inst.labels:  # the opt-out key with another value: surprising, so never deleted
@@ -496,7 +519,7 @@ def _age_histogram(beats: list[int], now: float) -> dict[str, object]:
 
 
 def _project_holds(
-    project: str, labeled: int, stale: int, duplicated: bool, label_unseen: bool, sweep: _Sweep
+    project: str, labeled: int, stale: int, duplicated: bool, label_unseen: bool, sweep: _Context
 ) -> tuple[_Holds, tuple[Reason, ...], dict[str, object]]:
     """A project's holds, the holds an override lifted, and the verdict's details.
 

@@ -41,7 +41,7 @@ def evaluate_groups(
     The census (``listed``, ``residual`` and the instances the residual groups hold) is counted
     whatever the mode, as the other censuses are.
     """
-    acted: list[Decision] = []
+    recorded: list[Decision] = []
     kept: dict[Reason, list[GceGroup]] = defaultdict(list)
     census: dict[str, dict[str, int]] = defaultdict(empty_census)
     names = ProjectNames(evidence.resolved)
@@ -66,8 +66,8 @@ def evaluate_groups(
             "instances": group.instances,
             "quarantine_s": config.gce.quarantine.total_seconds(),
         }
-        acted.append(Decision(TARGET, group, Action.REPORT, RESIDUAL_GROUP.name, RESIDUAL_GROUP.finding, facts))
-    return acted, [(TARGET, reason, found) for reason, found in kept.items()], dict(census)
+        recorded.append(Decision(TARGET, group, Action.REPORT, RESIDUAL_GROUP.name, RESIDUAL_GROUP.finding, facts))
+    return recorded, [(TARGET, reason, found) for reason, found in kept.items()], dict(census)
 
 
 def empty_census() -> dict[str, int]:

@@ -192,18 +192,18 @@ def evaluate_k8s(
         run_key for members in by_cluster.values() for o in members if (run_key := o.labels.get(config.k8s.run_label))
     }
     evidence = msgspec.structs.replace(evidence, runs=cross_checked(keys, evidence, config, now))
-    sweep = _Sweep(config, modes[RULE], now, evidence, override, guards, unknown_sources(evidence))
+    sweep = _Context(config, modes[RULE], now, evidence, override, guards, unknown_sources(evidence))
     result = TargetResult()
     for cluster in sorted(by_cluster.keys() | {scope for target, scope in evidence.swept if target == TARGET}):
         part = _evaluate_cluster(cluster, by_cluster[cluster], sweep)
-        result.acted += part.acted
+        result.recorded += part.recorded
         result.verdicts.append(part.verdict)
         result.census[cluster] = part.census
     return result
 
 
 @dataclass(frozen=True, slots=True)
-class _Sweep:
+class _Context:
     """What every cluster of one sweep is decided against: the same for all of them."""
 
     config: Settings
@@ -218,12 +218,12 @@ class _Sweep:
 class _ClusterResult(NamedTuple):
     """One cluster's part of the :class:`TargetResult` (Kubernetes has no plain-keep groups)."""
 
-    acted: list[Decision]
+    recorded: list[Decision]
     verdict: ScopeVerdict
     census: dict[str, object]
 
 
-def _evaluate_cluster(cluster: str, objects: list[K8sObject], sweep: _Sweep) -> _ClusterResult:
+def _evaluate_cluster(cluster: str, objects: list[K8sObject], sweep: _Context) -> _ClusterResult:
     """Decide one cluster: every object's decision (one per run), its verdict and census."""
     k8s = sweep.config.k8s
     runs: dict[str, list[K8sObject]] = defaultdict(list)
@@ -265,7 +265,7 @@ def _evaluate_cluster(cluster: str, objects: list[K8sObject], sweep: _Sweep) -> 
         *budget,
     )
 
-    acted: list[Decision] = []
+    recorded: list[Decision] = []
     by_reason: dict[Reason, int] = defaultdict(int)
     for key, members in runs.items():
         reason, facts = rows[key]
@@ -274,11 +274,11 @@ def _evaluate_cluster(cluster: str, objects: list[K8sObject], sweep: _Sweep) -> 
         if action is DELETE and holds:
             action, reason = REPORT, holds[0]
             facts = {**facts, "holds": list(holds)}
-        acted += [_member_decision(obj, action, reason, facts) for obj in members]
+        recorded += [_member_decision(obj, action, reason, facts) for obj in members]
     for obj in unlabeled:
         reason = object_guard(obj, sweep.config) or Reason.RUN_LABEL_MISSING
         by_reason[reason] += 1
-        acted.append(_member_decision(obj, _row_action(reason, sweep.mode), reason, {"run_label": k8s.run_label}))
+        recorded.append(_member_decision(obj, _row_action(reason, sweep.mode), reason, {"run_label": k8s.run_label}))
 
     census: dict[str, object] = {
         "objects": len(objects),
@@ -292,7 +292,7 @@ def _evaluate_cluster(cluster: str, objects: list[K8sObject], sweep: _Sweep) -> 
     details: dict[str, object] = {"runs": len(runs), "managed_runs": managed, "orphaned_runs": orphans}
     if sweep.unknown:
         details["unknown_evidence"] = sweep.unknown
-    return _ClusterResult(acted, ScopeVerdict(TARGET, cluster, holds, overridden, details), census)
+    return _ClusterResult(recorded, ScopeVerdict(TARGET, cluster, holds, overridden, details), census)
 
 
 def _count(values: Iterable[object]) -> dict[str, int]:
@@ -410,7 +410,9 @@ def _used_outside_run(key: str, members: list[K8sObject], pods: _PodIndex, run_l
     return None
 
 
-def _run_row(key: str, members: list[K8sObject], sweep: _Sweep, step_labels: bool) -> tuple[Reason, dict[str, object]]:
+def _run_row(
+    key: str, members: list[K8sObject], sweep: _Context, step_labels: bool
+) -> tuple[Reason, dict[str, object]]:
     """The first matching row of docs/design.md §5 for one run, and the evidence it used.
 
     Before the table, run-wide guards hold every object of the run: any object (in any cluster)

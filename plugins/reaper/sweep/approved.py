@@ -23,7 +23,7 @@ from reaper.sweep.params import param_text
 
 if TYPE_CHECKING:
     from reaper.ledger import Ledger
-    from reaper.sweep.steps import Ids, Sweep
+    from reaper.sweep.steps import Execution, Ids
 
 PLANNED = "planned"  # an approved item the plan deletes (its outcome replaces this in the summary)
 NOT_LISTED = "not_listed"  # an approved item this sweep did not list: gone, or in a scope it did not sweep
@@ -51,14 +51,14 @@ def check_form(params: Mapping[str, object]) -> None:
         )
 
 
-def check_param(sweep: Sweep, params: Mapping[str, object], ledger: Ledger) -> None:
+def check_param(sweep: Execution, params: Mapping[str, object], ledger: Ledger) -> None:
     """``resolve_scopes``'s check in the ledger, before the lease is taken: the approval exists, is of this DAG,
     unexpired, and unused by another execution."""
     if name := wanted(params):
         read(sweep, name, ledger, time.time())
 
 
-def read(sweep: Sweep, name: str, ledger: Ledger, now: float) -> Approval:
+def read(sweep: Execution, name: str, ledger: Ledger, now: float) -> Approval:
     """The approval ``name`` if this run may use it now (:func:`reaper.approvals.problem`), else the param error."""
     found = ledger.approval(name)
     approval = msgspec.convert(found, Approval) if found is not None else None
@@ -71,7 +71,7 @@ def read(sweep: Sweep, name: str, ledger: Ledger, now: float) -> Approval:
     return approval
 
 
-def take(sweep: Sweep, params: Mapping[str, object], ledger: Ledger, ids: Ids, claim: bool) -> Approval | None:
+def take(sweep: Execution, params: Mapping[str, object], ledger: Ledger, ids: Ids, claim: bool) -> Approval | None:
     """The run's approval for ``evaluate_policy``, claimed by this execution (``ids``) when ``claim`` (a plan that
     may delete: no dry run, no inputs another execution read); None without one.
 
@@ -96,7 +96,7 @@ def take(sweep: Sweep, params: Mapping[str, object], ledger: Ledger, ids: Ids, c
 def summary(approval: Approval, plan: Plan, configured_cap: int, claimed: bool) -> dict[str, object]:
     """The summary's record of the approval: who gave it and why, its cap (its item count; above
     ``max_deletions_per_sweep`` is recorded), and per approved item what the plan made of it."""
-    decided = {(d.scope, d.resource.uid): PLANNED if d.action is Action.DELETE else d.reason for d in plan.acted}
+    decided = {(d.scope, d.resource.uid): PLANNED if d.action is Action.DELETE else d.reason for d in plan.recorded}
     for _, reason, group in plan.kept:  # plain keeps (a fresh heartbeat, a protected scope), without a Decision each
         decided.update({(r.scope, r.uid): reason for r in group})
     results = [

@@ -22,7 +22,7 @@ from reaper.config import LedgerConfig, Settings
 from reaper.fence import SendGuard, halt_on_sigterm
 from reaper.model import Resource
 from reaper.ratelimit import round_robin
-from reaper.records import FENCE, Intent, LedgerRecord, Outcome, PlanRef
+from reaper.records import RECORD_KEY, Intent, LedgerRecord, Outcome, PlanRef
 from reaper.sweep.targets import Target
 from reaper.vocabulary import GONE
 
@@ -130,8 +130,9 @@ class LedgerLike(Protocol):
 
 
 @dataclass(frozen=True)
-class Fence:
-    """What one delete task runs under: its execution's ids, the sweep lease it holds, its deadline."""
+class SendTerms:
+    """The terms one delete task sends under, which its :class:`reaper.fence.SendGuard` enforces: its execution's
+    ids, the sweep lease it holds, its deadline."""
 
     ids: dict[str, object]  # dag_id, run_id, execution
     holder: str
@@ -144,7 +145,11 @@ class SweepHalted(Exception):
 
 
 def delete_batch(
-    ledger: LedgerLike, target: Target[Any], fence: Fence, resources: list[Resource], pace: LedgerConfig | None = None
+    ledger: LedgerLike,
+    target: Target[Any],
+    terms: SendTerms,
+    resources: list[Resource],
+    pace: LedgerConfig | None = None,
 ) -> dict[str, int]:
     """Delete one batch, safely under task retries, timeouts and SIGTERM; the counts of this try's outcomes.
 
@@ -160,8 +165,8 @@ def delete_batch(
     """
     pace = pace or LedgerConfig()
     uids = {r.uid for r in resources}
-    done = ledger.outcomes(fence.ids, uids)
-    sent = ledger.intents(fence.ids, uids)
+    done = ledger.outcomes(terms.ids, uids)
+    sent = ledger.intents(terms.ids, uids)
     units = units_of(resources, target.unit)
 
     def key(resource: Resource) -> tuple[str, str]:
@@ -185,20 +190,20 @@ def delete_batch(
 
     commits = GroupCommit(
         ledger.write,
-        lambda: ledger.sweep_lease.lease_problem(target.name, fence.holder, fence.token),
-        key=lambda record: tuple(record.get(f) for f in FENCE),
+        lambda: ledger.sweep_lease.lease_problem(target.name, terms.holder, terms.token),
+        key=lambda record: tuple(record.get(f) for f in RECORD_KEY),
         failed=failed,
         interval=pace.commit_interval.total_seconds(),
         most=pace.commit_records,
         timeout=wait_bound(pace.timeout.total_seconds(), pace.commit_interval.total_seconds()),
     )
     guard = SendGuard(
-        deadline=fence.deadline,
+        deadline=terms.deadline,
         lease=commits.lease_problem,
         # An intent never lowers ``sent``: a retry rewriting its intent keeps an earlier try's call on record.
-        intent=lambda r: commits.submit([intent(fence.ids, target, r)]),
-        sent=lambda r: commits.submit([intent(fence.ids, target, r, sent=True)]),
-        outcome=lambda r, result, detail: commits.submit(outcome_records(fence.ids, target, result, [(r, detail)])),
+        intent=lambda r: commits.submit([intent(terms.ids, target, r)]),
+        sent=lambda r: commits.submit([intent(terms.ids, target, r, sent=True)]),
+        outcome=lambda r, result, detail: commits.submit(outcome_records(terms.ids, target, result, [(r, detail)])),
         sent_before={uid for _, uid in sent},
     )
     with commits:
@@ -211,7 +216,7 @@ def delete_batch(
             by_result[guard.unsent(resource)].append((resource, why))
         try:
             ledger.write(
-                [r for result, rows in by_result.items() for r in outcome_records(fence.ids, target, result, rows)]
+                [r for result, rows in by_result.items() for r in outcome_records(terms.ids, target, result, rows)]
             )
         except Exception as exc:
             guard.halt(f"ledger: outcome not recorded ({type(exc).__name__})")

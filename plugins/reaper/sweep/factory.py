@@ -264,12 +264,12 @@ def _build(config: Settings, name: str, phase: Phase) -> DAG:
     return sweep()
 
 
-def _current(config: Settings, target: Target[Any], phase: Phase) -> tuple[steps.Sweep, Context]:
+def _current(config: Settings, target: Target[Any], phase: Phase) -> tuple[steps.Execution, Context]:
     """The running task's context, and the execution of the sweep it belongs to (:class:`steps.Ids`)."""
     context = get_current_context()
     run = context["dag_run"]
     ids = steps.Ids(run.dag_id, run.run_id, int(run.clear_number or 0))
-    return steps.Sweep(config, target, phase, ids), context
+    return steps.Execution(config, target, phase, ids), context
 
 
 def _xcom(payload: msgspec.Struct) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from reaper.model import Phase
 from reaper.sweep.params import param_text
 
 if TYPE_CHECKING:
-    from reaper.sweep.steps import Summary, Sweep
+    from reaper.sweep.steps import Execution, Summary
 
 
 def gated(phase: Phase, active: Phase) -> bool:
@@ -37,7 +37,7 @@ def check_confirmation(params: dict[str, object], phase: Phase) -> None:
         raise AirflowFailException("params.override_reason: expected a non-empty reason with confirm_phase")
 
 
-def phase_gate(sweep: Sweep, params: dict[str, object], triggered_by: str, rerun: bool) -> dict[str, object] | None:
+def phase_gate(sweep: Execution, params: dict[str, object], triggered_by: str, rerun: bool) -> dict[str, object] | None:
     """The ledger's record of the phase gate (docs/design.md §8), or None for the active phase (and telemetry,
     which deletes nothing).
 
@@ -66,7 +66,7 @@ def phase_gate(sweep: Sweep, params: dict[str, object], triggered_by: str, rerun
     return {**record, "confirmed": True, "why": f"{sweep.phase.value} confirmed by {triggered_by}"}
 
 
-def pushes_metrics(sweep: Sweep, summary: Summary | None) -> bool:
+def pushes_metrics(sweep: Execution, summary: Summary | None) -> bool:
     """Whether this sweep's metrics reach the Pushgateway: a sweep that :func:`acts`.
 
     The alerts read these series: a what-if run of another phase, or a dry run, must not feed them.
@@ -74,7 +74,7 @@ def pushes_metrics(sweep: Sweep, summary: Summary | None) -> bool:
     return bool(sweep.config.metrics.pushgateway_url) and acts(sweep, summary)
 
 
-def acts(sweep: Sweep, summary: Summary | None) -> bool:
+def acts(sweep: Execution, summary: Summary | None) -> bool:
     """Whether this sweep is one whose deletes count: the active phase's, or a confirmed run of another phase
     (:func:`phase_gate`: what it deletes must reach the alerts); never a dry run. Only such a sweep pushes its
     metrics and tells the owners (:mod:`reaper.sweep.notices`)."""

@@ -23,14 +23,14 @@ from reaper.vocabulary import Result
 
 if TYPE_CHECKING:
     from reaper.ledger import Ledger
-    from reaper.sweep.steps import Summary, Sweep
+    from reaper.sweep.steps import Execution, Summary
 
 log = logging.getLogger(__name__)
 NOTHING: dict[str, object] = {"sent": 0, "failed": 0, "notices": []}  # what a sweep with nothing due records
 
 
 def send(
-    sweep: Sweep, summary: Summary, recorded: Iterable[Mapping[str, object]], started: datetime | None
+    sweep: Execution, summary: Summary, recorded: Iterable[Mapping[str, object]], started: datetime | None
 ) -> dict[str, object]:
     """Tell each channel of the sweep's target what it is due; what was sent and what failed, for the summary.
 
@@ -101,7 +101,7 @@ def window_digest(
     return notify.digest((str(o.get("scope")) for o in outcomes), rows, window)
 
 
-def time_left(sweep: Sweep, started: datetime | None) -> float:
+def time_left(sweep: Execution, started: datetime | None) -> float:
     """Seconds the sends may take before the run's timeout, less what the task still writes after them (the
     channels' state and the summary, each a ledger write) and a few seconds to end; unbounded without ``started``."""
     if started is None:

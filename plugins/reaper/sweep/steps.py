@@ -42,7 +42,7 @@ from reaper.redact import error_for_log
 from reaper.sweep import approved, notices
 from reaper.sweep.deadline import fit_before_deadline, resolving_deadline, send_deadline
 from reaper.sweep.deletes import (
-    Fence,
+    SendTerms,
     config_digest,
     cut_batches,
     delete_batch,
@@ -231,7 +231,7 @@ class Branch(msgspec.Struct, frozen=True):
 
 
 @dataclass(frozen=True)
-class Sweep:
+class Execution:
     """One execution of a sweep of ``target`` in ``phase``: what every task step needs."""
 
     config: Settings
@@ -292,7 +292,7 @@ class Terms:
 # --- the steps ----------------------------------------------------------------------------------
 
 
-def resolve_scopes(sweep: Sweep, params: dict[str, object]) -> Setup:
+def resolve_scopes(sweep: Execution, params: dict[str, object]) -> Setup:
     """Check the run's params, take the target's sweep lease (waiting ``airflow.lease_wait``), resolve the
     scopes to their canonical names (:meth:`Target.resolve`) and shard them.
 
@@ -357,7 +357,7 @@ def wait_for_lease(ledger: Ledger, target: str, holder: str, ttl: timedelta, wai
         time.sleep(min(5.0, max(0.0, give_up - time.monotonic())))
 
 
-def list_inventory(sweep: Sweep, shard: list[Resolved], map_index: int, lease: Lease) -> Shard:
+def list_inventory(sweep: Execution, shard: list[Resolved], map_index: int, lease: Lease) -> Shard:
     """List one shard of scopes into the sweep store; a scope that could not be resolved is not listed:
     its listing is incomplete, and nothing is deleted there."""
     listed_at = datetime.now(UTC).timestamp()  # before any label is read
@@ -386,7 +386,7 @@ def list_inventory(sweep: Sweep, shard: list[Resolved], map_index: int, lease: L
 
 
 def gather_evidence(
-    sweep: Sweep, shards: list[Shard], lease: Lease, resolving: dict[str, QuotaUse] | None = None
+    sweep: Execution, shards: list[Shard], lease: Lease, resolving: dict[str, QuotaUse] | None = None
 ) -> SweepInput:
     """Read every shard's resources and the target's evidence into one file: the sweep's whole input.
 
@@ -429,7 +429,7 @@ def gather_evidence(
 
 
 def evaluate_policy(
-    sweep: Sweep,
+    sweep: Execution,
     sweep_input: SweepInput,
     params: dict[str, object],
     triggered_by: str,
@@ -461,7 +461,7 @@ def evaluate_policy(
     return Planned(batches=batches_of(sweep, fits, plan_ref, terms), summary=summary)
 
 
-def read_sweep_input(sweep: Sweep, sweep_input: SweepInput) -> SweepData[Resource]:
+def read_sweep_input(sweep: Execution, sweep_input: SweepInput) -> SweepData[Resource]:
     """The resources and evidence ``gather_evidence`` wrote to the sweep store."""
     raw = ObjectStoragePath(sweep_input.path).read_bytes()
     data_type = SweepData[sweep.target.resource_type]  # type: ignore[name-defined]  # a run-time type
@@ -469,7 +469,7 @@ def read_sweep_input(sweep: Sweep, sweep_input: SweepInput) -> SweepData[Resourc
 
 
 def plan_terms(
-    sweep: Sweep,
+    sweep: Execution,
     sweep_input: SweepInput,
     params: dict[str, object],
     triggered_by: str,
@@ -493,7 +493,7 @@ def plan_terms(
     return replace(terms, approval=approved.take(sweep, params, ledger, ids, claim=terms.may_delete))
 
 
-def evaluate_under(sweep: Sweep, data: SweepData[Resource], as_of: float, terms: Terms) -> Plan:
+def evaluate_under(sweep: Execution, data: SweepData[Resource], as_of: float, terms: Terms) -> Plan:
     """The policy's plan as of ``as_of`` (when listing began), under the run's approval, else its overrides."""
     from reaper.policy import evaluate
 
@@ -527,7 +527,7 @@ def record_decisions(ledger: Ledger, ids: Ids, plan: Plan, config: Settings, ter
             override=overrides.stamp(d.target, d.scope),
             phase_gate=terms.gate if confirmed else None,
         )
-        for d in plan.acted
+        for d in plan.recorded
         if d.action is not Action.KEEP
     )
 
@@ -543,7 +543,7 @@ def deletes_to_send(ledger: Ledger, ids: Ids, plan: Plan, terms: Terms) -> list[
 
 
 def leave_what_does_not_fit(
-    sweep: Sweep, ledger: Ledger, ids: Ids, deletes: list[Resource], deadline: float
+    sweep: Execution, ledger: Ledger, ids: Ids, deletes: list[Resource], deadline: float
 ) -> tuple[list[Resource], int]:
     """The deletes that can be sent before ``deadline`` at the scopes' delete rates (:func:`fit_before_deadline`),
     and how many cannot: those get no batch, and their outcome, left for the next sweep, is recorded now."""
@@ -559,7 +559,7 @@ def leave_what_does_not_fit(
     return fits, len(left)
 
 
-def batches_of(sweep: Sweep, deletes: list[Resource], plan_ref: PlanRef, terms: Terms) -> list[Batch[Resource]]:
+def batches_of(sweep: Execution, deletes: list[Resource], plan_ref: PlanRef, terms: Terms) -> list[Batch[Resource]]:
     """The deletes cut into the batches ``delete`` maps over (:func:`cut_batches`), each stamped with the plan it
     belongs to, its phase confirmation and its approval."""
     config, target, approval = sweep.config, sweep.target, terms.approval
@@ -570,7 +570,7 @@ def batches_of(sweep: Sweep, deletes: list[Resource], plan_ref: PlanRef, terms: 
 
 
 def summary_under(
-    sweep: Sweep,
+    sweep: Execution,
     sweep_input: SweepInput,
     plan: Plan,
     plan_ref: PlanRef,
@@ -621,7 +621,7 @@ def summarize(
     warnings: list[str] | None = None,
 ) -> Summary:
     """The plan in numbers: decisions counted by (target, scope, rule, reason, action), keeps by reason."""
-    counts = Counter((d.target, d.scope, d.rule or "", d.reason, d.action.value) for d in plan.acted)
+    counts = Counter((d.target, d.scope, d.rule or "", d.reason, d.action.value) for d in plan.recorded)
     kept: Counter[str] = Counter()
     for _, reason, group in plan.kept:
         kept[reason] += len(group)
@@ -675,7 +675,7 @@ def budget_check(summary: Summary) -> Branch:
     return Branch(DELETE, f"{summary.deletes - summary.left} deletes within the cap ({summary.max_deletions}){left}")
 
 
-def delete(sweep: Sweep, batch: Batch[Resource], lease: Lease, started: datetime | None) -> Deleted:
+def delete(sweep: Execution, batch: Batch[Resource], lease: Lease, started: datetime | None) -> Deleted:
     """Run one batch of this execution's plan under the fence; another execution's plan is never run, nor a
     batch of a phase other than the active one that its trigger did not confirm (:class:`Batch`).
 
@@ -690,15 +690,16 @@ def delete(sweep: Sweep, batch: Batch[Resource], lease: Lease, started: datetime
         log.warning("not deleting %d planned resources: %s", len(batch.resources), why)
         return Deleted({Result.STALE_PLAN: len(batch.resources)})
     ids = sweep.under(lease).fields()
-    # Under an approval, what is deleted is exactly what was approved, to the last label (docs/design.md §6), and
+    # Under an approval, what is deleted is exactly what was approved, to the last label (docs/design.md §6: the
+    # policy planned only approved items in their approved state, and every re-read requires the planned state), and
     # nothing after its expiry: the guard's deadline, so every send and re-read stops there, a batch begun after it
     # sends nothing, and a retried one leaves an earlier try's outcomes as they are.
-    target = sweep.target.pinned() if batch.approval else sweep.target
+    target = sweep.target
     expires = batch.approval_expires if batch.approval else None
     deadline = send_deadline(config, target.name, lease.expires_at, started, expires)
-    fence = Fence(ids, sweep.ids.holder, lease.token, deadline)
+    terms = SendTerms(ids, sweep.ids.holder, lease.token, deadline)
     try:
-        outcomes = delete_batch(sweep.ledger(), target, fence, batch.resources, sweep.config.ledger)
+        outcomes = delete_batch(sweep.ledger(), target, terms, batch.resources, sweep.config.ledger)
     finally:
         spent = target.quota_use()  # drained also when the batch halted: the next task's are its own
     return Deleted(outcomes, spent)
@@ -712,7 +713,7 @@ def report_only(summary: Summary) -> int:
 
 
 def record(
-    sweep: Sweep,
+    sweep: Execution,
     summary: Summary | None,
     branch: Branch | None,
     batches: int,
@@ -782,11 +783,10 @@ def record(
 
 
 def push_metrics(
-    sweep: Sweep, summary: SweepSummary, outcomes: dict[str, int], completed: bool, started: datetime | None
+    sweep: Execution, summary: SweepSummary, outcomes: dict[str, int], completed: bool, started: datetime | None
 ) -> int:
     """Push this sweep's metrics (:mod:`reaper.metrics`); how many pushes failed."""
-    from reaper.metrics import Sweep as Pushed
-    from reaper.metrics import push_sweep
+    from reaper.metrics import PushedSweep, push_sweep
     from reaper.policy.modes import effective_modes
 
     config, target = sweep.config, sweep.target
@@ -797,7 +797,7 @@ def push_metrics(
     scopes = {r.scope for r in resolution}
     every = {name for r in resolution for name in r.configured} >= set(target.scopes())
     now = datetime.now(UTC).timestamp()
-    pushed = Pushed(
+    pushed = PushedSweep(
         target=target.name,
         summary=summary,
         outcomes=outcomes,
@@ -810,6 +810,6 @@ def push_metrics(
     return push_sweep(config.metrics.pushgateway_url, pushed, config.metrics.timeout.total_seconds(), scopes)
 
 
-def release_lease(sweep: Sweep) -> None:
+def release_lease(sweep: Execution) -> None:
     """Give the sweep lease back, so the next sweep need not wait for it to expire."""
     sweep.ledger().sweep_lease.release(sweep.target.name, sweep.ids.holder)

@@ -9,7 +9,6 @@ time, and the SDKs behind the adapters take seconds to import.
 from __future__ import annotations
 
 import builtins  # the targets' ``list`` method shadows the builtin in their class bodies
-import copy
 from collections.abc import Callable, Hashable
 from datetime import timedelta
 from functools import cached_property
@@ -92,12 +91,6 @@ class Target(Protocol[R]):
 
     def delete(self, resources: builtins.list[R], guard: SendGuard) -> builtins.list[Outcome]: ...
 
-    def pinned(self) -> Target[R]:
-        """This target deleting only what is still in its planned state to the last label (a run carrying an
-        approval, docs/design.md §6): GCE compares the ``labelFingerprint`` too; Kubernetes deletes with the
-        planned uid and resourceVersion as preconditions anyway."""
-        ...
-
 
 class GceTarget:
     name = "gce"
@@ -106,7 +99,6 @@ class GceTarget:
 
     def __init__(self, config: Settings) -> None:
         self.config = config
-        self.pin_labels = False
 
     @property
     def schedule(self) -> timedelta:
@@ -194,14 +186,8 @@ class GceTarget:
     def delete(self, resources: builtins.list[GceInstance], guard: SendGuard) -> builtins.list[Outcome]:
         from reaper.gce.deleter import GceDeleter
 
-        deleter = GceDeleter(self.clients, self.config, quota=self.quota, pin_labels=self.pin_labels)
+        deleter = GceDeleter(self.clients, self.config, quota=self.quota)
         return deleter.delete(resources, guard)
-
-    def pinned(self) -> GceTarget:
-        """A copy that shares this one's clients and quota pacing (made so far) and compares the fingerprint."""
-        twin = copy.copy(self)
-        twin.pin_labels = True
-        return twin
 
 
 class K8sTarget:
@@ -342,11 +328,6 @@ class K8sTarget:
             if owner is not None and hasattr(owner, "problem"):
                 owner.problem  # noqa: B018  (a cached property: read once, remembered)
         return K8sDeleter(self.api_for, self.config, revalidate=self.revalidate).delete(resources, guard)
-
-    def pinned(self) -> K8sTarget:
-        """Itself: every delete's preconditions are the planned uid and resourceVersion, which the policy planned
-        only when they are the approved ones (:mod:`reaper.policy.approval`)."""
-        return self
 
 
 TARGETS: dict[str, Callable[[Settings], Target[Any]]] = {"gce": GceTarget, "k8s": K8sTarget}

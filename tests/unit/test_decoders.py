@@ -6,7 +6,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from reaper.exports import KubeItem, RawInstance, gce_instance, k8s_object
+from reaper.decoders import KubeItem, RawInstance, gce_instance, k8s_object
 
 SIDECAR = "results-egress"
 RUNNING = {"running": {"startedAt": "2026-11-29T11:00:00Z"}}
