@@ -88,9 +88,9 @@ def scope_metrics(sweep: PushedSweep, scope: str) -> list[Metric]:
     findings = census.findings if census else {}
     decisions = [d for d in summary.decisions or [] if d.scope == scope]
     verdict = summary.verdict(scope)
-    blocking = set(verdict.get("blocking", []))
+    blocking = set(verdict.blocking)
     # The reasons a finding the phase deletes was reported instead: its scope's holds, and the global cap.
-    stopped = {*verdict.get("holds", []), Reason.MAX_DELETIONS_EXCEEDED}
+    stopped = {*verdict.holds, Reason.MAX_DELETIONS_EXCEEDED}
     held = sum(d.count for d in decisions if d.action == "report" and d.rule in sweep.deleting and d.reason in stopped)
     metrics: list[Metric] = [
         _gauge(
@@ -116,7 +116,7 @@ def scope_metrics(sweep: PushedSweep, scope: str) -> list[Metric]:
             "1 for each hold in force in the scope at the last sweep; blocks_deletes: it stopped a delete "
             "the phase would make (a hold on a rule that only reports is information).",
             ["target", "hold", "blocks_deletes"],
-            [([target, h, str(h in blocking).lower()], 1.0) for h in verdict.get("holds", [])],
+            [([target, h, str(h in blocking).lower()], 1.0) for h in verdict.holds],
         ),
         _gauge(
             "reaper_last_sweep_held_orphans",
@@ -234,7 +234,7 @@ def attempt_metrics(sweep: PushedSweep) -> list[Metric]:
 def push_sweep(url: str, sweep: PushedSweep, timeout: float, configured: Collection[str]) -> int:
     """Push one sweep's groups; returns how many of its Pushgateway calls failed. A full sweep retires
     stale groups first."""
-    scopes = [str(v["scope"]) for v in sweep.summary.scopes or []] if sweep.completed else []
+    scopes = [v.scope for v in sweep.summary.scopes or []] if sweep.completed else []
     went = [_push(url, sweep.target, s, scope_metrics(sweep, s), timeout) for s in scopes]  # one per call
     retire_failures = 0
     if sweep.completed and sweep.full:  # retired first: the sweep's own group says how that went

@@ -142,7 +142,7 @@ def facts(
     for outcome, decision in outcomes:
         if outcome.get("result") in (Result.FAILED, Result.DELETED):  # the outcomes notices tell of
             (failed if outcome["result"] == Result.FAILED else deleted).append(row(outcome, decision, limits))
-    swept = frozenset(str(v["scope"]) for v in summary.scopes) | {EVERY_SCOPE}
+    swept = frozenset(v.scope for v in summary.scopes) | {EVERY_SCOPE}
     held = held_scopes(summary, limits)
     return Facts(target, run, key, swept, held, tuple(sorted(failed, key=_order)), tuple(sorted(deleted, key=_order)))
 
@@ -156,17 +156,17 @@ def held_scopes(summary: Summary, limits: Limits | None) -> tuple[Held, ...]:
             reported[d.scope, d.reason] += d.count
     held = []
     for verdict in summary.scopes:
-        blocking = tuple(str(h) for h in verdict.get("blocking") or ())  # type: ignore[attr-defined]  # a list of codes
+        blocking = tuple(verdict.blocking)
         if not blocking:
             continue
-        scope = str(verdict["scope"])
-        why = tuple(f"{h}: {explain_hold(h, verdict, limits)}{_problems(summary, scope, h)}" for h in blocking)
+        scope, facts = verdict.scope, verdict.facts()
+        why = tuple(f"{h}: {explain_hold(h, facts, limits)}{_problems(summary, scope, h)}" for h in blocking)
         held.append(Held(scope, blocking, why, sum(reported[scope, h] for h in blocking)))
     if summary.capped:
         planned = sum(summary.capped.values())
-        verdict = {"planned": planned, "cap": summary.max_deletions}
+        capped: dict[str, object] = {"planned": planned, "cap": summary.max_deletions}
         hold = Reason.MAX_DELETIONS_EXCEEDED
-        held.append(Held(EVERY_SCOPE, (hold,), (f"{hold}: {explain_hold(hold, verdict, limits)}",), planned))
+        held.append(Held(EVERY_SCOPE, (hold,), (f"{hold}: {explain_hold(hold, capped, limits)}",), planned))
     return tuple(held)
 
 

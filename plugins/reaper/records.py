@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from reaper.model import Action, QuotaUse, Resolved
+from reaper.model import Action, QuotaUse, Resolved, ScopeVerdict
 from reaper.vocabulary import RecordAction
 
 # An execution of a sweep: the DAG run, its clear_number and the token of the sweep lease it took
@@ -203,6 +203,61 @@ class K8sCensus(msgspec.Struct, frozen=True):
 ScopeCensus = GceCensus | K8sCensus
 
 
+class WriterProblem(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A manager whose writer health holds its project (``reaper.policy.gce.writer_hold``)."""
+
+    manager: str = ""
+    problem: str = ""  # failing, stale, last_pass_in_future, unreadable
+    last_pass: float | UnsetType = UNSET
+
+
+class Verdict(msgspec.Struct, frozen=True):
+    """One scope's verdict as a summary records it (:func:`verdict_record`): the holds in force, those that
+    block a delete in the sweep's phase, those an override lifted, and the details the report and the notices
+    explain them by. Fields in the order the ledger has always held them; a detail only one target has is
+    ``UNSET`` on the other's."""
+
+    target: str = ""
+    scope: str = ""
+    verdict: str = "ok"  # the first hold, or ok
+    holds: list[str] = []
+    blocking: list[str] = []
+    overridden: list[str] = []
+    # GCE: the budget's sides, and why writer health holds
+    labeled: int | UnsetType = UNSET
+    stale: int | UnsetType = UNSET
+    stale_fraction: float | UnsetType = UNSET
+    unhealthy_writers: list[WriterProblem] | UnsetType = UNSET
+    protected_by: str | UnsetType = UNSET  # the configured number that protects the project, when not its id
+    # Kubernetes: the budget's sides
+    runs: int | UnsetType = UNSET
+    managed_runs: int | UnsetType = UNSET
+    orphaned_runs: int | UnsetType = UNSET
+    unknown_evidence: list[str] | UnsetType = UNSET  # why a source answered unknown there
+
+    def sides(self) -> str:
+        """The budget's two sides where the verdict has them: S stale of L labeled (GCE), orphaned of managed runs
+        (Kubernetes); empty otherwise."""
+        if self.stale is not UNSET and self.labeled is not UNSET:
+            return f"S {self.stale} / L {self.labeled}"
+        if self.orphaned_runs is not UNSET and self.managed_runs is not UNSET:
+            return f"S {self.orphaned_runs} / L {self.managed_runs} runs"
+        return ""
+
+    def facts(self) -> dict[str, Any]:
+        """The verdict as plain data: what a hold's sentence reads (:attr:`reaper.vocabulary.Reason.hold_sentence`)."""
+        facts: dict[str, Any] = msgspec.to_builtins(self)
+        return facts
+
+
+def verdict_record(verdict: ScopeVerdict) -> Verdict:
+    """A policy's scope verdict as its summary records it; a detail :class:`Verdict` has no field for is an error
+    (a test holds every detail the policy gives to one)."""
+    if extra := verdict.details.keys() - set(Verdict.__struct_fields__):
+        raise ValueError(f"scope verdict details without a Verdict field: {sorted(extra)}")
+    return msgspec.convert(verdict.as_dict(), Verdict)
+
+
 class Census(msgspec.Struct, frozen=True):
     """A sweep's census: per target (the one swept), per scope. Counted in every phase (docs/design.md §3)."""
 
@@ -238,7 +293,7 @@ class SweepSummary(msgspec.Struct, frozen=True):
     # the plan (reaper.sweep.steps.Summary)
     decisions: list[DecisionCount] | UnsetType = UNSET
     kept: dict[str, int] | UnsetType = UNSET
-    scopes: list[dict[str, Any]] | UnsetType = UNSET
+    scopes: list[Verdict] | UnsetType = UNSET
     capped: dict[str, int] | UnsetType = UNSET
     census: Census | UnsetType = UNSET
     override: dict[str, Any] | UnsetType | None = UNSET
@@ -263,9 +318,9 @@ class SweepSummary(msgspec.Struct, frozen=True):
     notifications: dict[str, Any] | UnsetType = UNSET
     at: datetime | UnsetType = UNSET  # when the ledger wrote it (its own stamp, never the writer's)
 
-    def verdict(self, scope: str) -> dict[str, Any]:
-        """The scope's verdict (``ScopeVerdict.as_dict``), empty when the summary has none."""
-        return next((v for v in self.scopes or [] if v.get("scope") == scope), {})
+    def verdict(self, scope: str) -> Verdict:
+        """The scope's verdict, one without holds when the summary has none."""
+        return next((v for v in self.scopes or [] if v.scope == scope), Verdict(self.target, scope))
 
     def census_of(self, scope: str) -> ScopeCensus | None:
         """The scope's census in this summary's target, None when it has none."""

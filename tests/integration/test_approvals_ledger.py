@@ -62,7 +62,7 @@ def approve_held(ledger: Ledger, run_id: str, names: list[str] | None = None, tt
 def test_the_held_candidates_carry_their_state_and_an_approval_deletes_those_approved(tmp_path, ledger) -> None:
     fleet = held_fleet()
     first = plan_through(run(tmp_path, ledger, fleet, "manual__1"))
-    assert first.batches == [] and first.summary.scopes[0]["holds"] == ["budget_exceeded"]
+    assert first.batches == [] and first.summary.scopes[0].holds == ["budget_exceeded"]
     held = ledger.held(DAG, "manual__1")
     assert {(r["uid"], r["fingerprint"]) for r in held} == {(i.id, i.label_fingerprint) for i in fleet}
     approval = approve_held(ledger, "manual__1", [fleet[0].name, fleet[1].name])
@@ -85,7 +85,7 @@ def test_the_held_candidates_carry_their_state_and_an_approval_deletes_those_app
     assert deleted.outcomes == {"deleted": 1}
     summary = steps.record(s, planned.summary, steps.budget_check(planned.summary), 1, [deleted], lease)
     assert summary["outcomes"] == {"deleted": 1}
-    recorded = AuditQueries(ledger).executions(DAG, "manual__2")[-1]["approval"]
+    recorded = AuditQueries(ledger).executions(DAG, "manual__2")[-1].summary.approval
     assert {r["name"]: r["state"] for r in recorded["results"]} == {
         fleet[0].name: "deleted",
         fleet[1].name: "approval_changed",

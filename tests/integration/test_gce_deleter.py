@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import msgspec
+
 from reaper.config import parse_settings
 from reaper.gce.deleter import GceDeleter
 from reaper.gce.inventory import list_project
@@ -211,6 +213,17 @@ def test_a_send_that_went_unanswered_is_re_read_before_it_is_made_again(gce) -> 
     kept = outcomes["opted-out-meanwhile"]
     assert kept.result == "unconfirmed" and "opt-out label reaper_keep=true" in kept.detail
     assert outcomes["applied-but-lost"].result == "deleted"  # its 404 on the re-read: this sweep's own delete
+
+
+def test_a_vm_planned_without_a_label_fingerprint_is_never_deleted(gce) -> None:
+    """A listing without labelFingerprint (a field mask edited, a proxy, a recorded listing) proves nothing
+    unchanged: the Compute API returns it on every Instance, so its absence is a change."""
+    fleet, clients = gce
+    add_instance(fleet, "p", "us-east1-b", "vm", heartbeat_age=86400)
+    seen = planned(clients)
+    (outcome,) = deleter(clients).delete([msgspec.structs.replace(seen["vm"], label_fingerprint="")])
+    assert outcome.result == "changed_since_plan" and "(none)" in outcome.detail
+    assert fleet.names("p") == {"vm"}
 
 
 def test_a_label_written_since_the_listing_keeps_the_vm(gce) -> None:

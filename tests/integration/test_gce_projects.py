@@ -86,7 +86,7 @@ def sweep(world, projects: list[str], **gce: object) -> tuple[steps.Summary, set
 
 def holds(summary: steps.Summary) -> dict[str, list[str]]:
     """Each swept scope's holds but the one writer health being off puts everywhere."""
-    return {str(v["scope"]): [h for h in v["holds"] if h != "writer_health_unknown"] for v in summary.scopes}  # type: ignore[attr-defined]  # JSON data typed object: its shape is this code's own
+    return {v.scope: [h for h in v.holds if h != "writer_health_unknown"] for v in summary.scopes}
 
 
 def listings_of(fleet, name: str) -> int:

@@ -88,7 +88,12 @@ def test_an_incomplete_listing_says_why_in_the_apis_words_without_credentials() 
     problems = {"p1": ["page 2: ServiceUnavailable: GET https://u:pw@compute.example/zones?pageToken=T"]}
     summary = msgspec.structs.replace(summary, incomplete=problems)
     summary = msgspec.structs.replace(
-        summary, scopes=[{**summary.scopes[0], "holds": ["inventory_incomplete"], "blocking": ["inventory_incomplete"]}]
+        summary,
+        scopes=[
+            msgspec.structs.replace(
+                summary.scopes[0], holds=["inventory_incomplete"], blocking=["inventory_incomplete"]
+            )
+        ],
     )
     (held,) = notify.held_scopes(summary, None)
     assert held.why == (
@@ -101,7 +106,7 @@ def test_a_hold_on_a_rule_that_only_reports_tells_nobody() -> None:
     """``blocking`` holds only: in report-only, heartbeat_stale reports, so its budget hold stops no delete."""
     stale = [inst(project="p1", hb_age=D) for _ in range(3)]
     summary = summary_of([*stale, inst(project="p1", hb_age=M)], Phase.REPORT_ONLY)
-    assert summary.scopes[0]["holds"] == ["budget_exceeded"] and notify.held_scopes(summary, None) == ()
+    assert summary.scopes[0].holds == ["budget_exceeded"] and notify.held_scopes(summary, None) == ()
 
 
 def test_a_plan_over_the_cap_is_a_hold_of_every_scope() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from reaper.records import SweepSummary, summary_of
 from reaper.report.oncall import HOLD_ACTIONS, needs
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -11,8 +12,9 @@ DAG = "reaper_gce_enforcement"
 EVERY = {DAG: timedelta(minutes=10)}
 
 
-def _sweep(run: str, minutes_ago: float, **fields: object) -> dict[str, object]:
-    return {"dag_id": DAG, "run_id": run, "at": NOW - timedelta(minutes=minutes_ago), "state": "success", **fields}
+def _sweep(run: str, minutes_ago: float, **fields: object) -> SweepSummary:
+    at = NOW - timedelta(minutes=minutes_ago)
+    return summary_of({"dag_id": DAG, "run_id": run, "at": at, "state": "success", **fields})
 
 
 HELD = _sweep(

@@ -240,6 +240,8 @@ def test_vms_beating_elsewhere_still_count_as_stale_for_the_budget() -> None:
     ("value", "elsewhere"),
     [
         pytest.param(str(int(NOW - M) * 1000), True, id="milliseconds"),
+        pytest.param(str(int(NOW - M) * 10**6), True, id="microseconds"),
+        pytest.param(str(int(NOW - M) * 10**9), True, id="nanoseconds"),
         pytest.param(str(int(NOW + H)), True, id="an hour ahead: a clock ahead"),
         pytest.param("0" + str(int(NOW - M)), True, id="a leading zero"),
         pytest.param(str(int(NOW + 2 * D)), False, id="two days ahead: no time of a beat"),

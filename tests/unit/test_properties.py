@@ -27,6 +27,7 @@ from reaper.model import (
 )
 from reaper.policy import evaluate, gce, liveness
 from reaper.policy.k8s import lease_state, run_state, selector_matches
+from reaper.records import Verdict, verdict_record
 from reaper.vocabulary import Reason
 from tests.builders import HB, NOW, NOW_DT, D, H, M, settings
 
@@ -531,6 +532,20 @@ def test_an_orphaned_run_is_deleted_exactly_when_no_pod_outside_it_uses_it(selec
         if d.resource in members
     }
     assert got == ({(Action.REPORT, "in_use_outside_run")} if used else {(Action.DELETE, "sandbox_orphan")})
+
+
+@PROPS
+@given(st.lists(instances(), max_size=30), k8s_fleets(), writer_health, configs)
+def test_a_summary_records_each_verdict_as_the_ledger_always_held_it(fleet, k8s, writers, config) -> None:
+    """The typed verdict (reaper.records.Verdict) writes the document the policy's dict did, key for key in order,
+    and reads back equal: ledger documents unchanged by the type."""
+    objects, evidence = k8s
+    plan = run([*fleet, *objects], msgspec.structs.replace(evidence, writer_health=writers), config, Phase.ENFORCEMENT)
+    for v in plan.scopes:
+        record = verdict_record(v)
+        written = msgspec.to_builtins(record)
+        assert list(written.items()) == list(msgspec.to_builtins(v.as_dict()).items())
+        assert msgspec.convert(written, Verdict) == record
 
 
 @PROPS

@@ -196,4 +196,4 @@ def test_a_summary_written_before_the_newer_fields_still_reads() -> None:
     assert typed.left is msgspec.UNSET and typed.quota is msgspec.UNSET and typed.stale_plan is msgspec.UNSET
     census = typed.census_of("p1")
     assert census is not None and census.findings == {} and census.counts["TERMINATED"] == 1
-    assert typed.verdict("p1")["verdict"] == "ok" and typed.verdict("p9") == {}
+    assert typed.verdict("p1").verdict == "ok" and typed.verdict("p9").holds == [] and typed.verdict("p9").scope == "p9"

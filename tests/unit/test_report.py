@@ -128,7 +128,7 @@ def _summary(at: datetime, run: str, stale: int, deleted: int, holds: tuple[str,
 def test_overview_panels_chart_the_fleet_and_one_scope_on_demand_with_holds_marked() -> None:
     t0 = datetime(2026, 11, 30, tzinfo=UTC)
     sweeps = [_summary(t0, "r1", 2, 2), _summary(t0 + timedelta(minutes=10), "r2", 6, 0, ("budget_exceeded",))]
-    sweeps[1].scopes[0]["blocking"] = ["budget_exceeded"]  # type: ignore[index]  # UNSET or a list: a list here
+    sweeps[1].scopes[0].blocking.append("budget_exceeded")  # type: ignore[union-attr]  # UNSET or a list: a list
     (fleet,) = panels(sweeps, {("reaper_gce_enforcement", "r2", 0): "/s/r2"})  # no scope asked for: the fleet only
     found, deleted, held = (columns for _, columns in fleet.charts)
     assert fleet.scope == "" and [c.values for c in deleted] == [{"deleted": 2}, {}]

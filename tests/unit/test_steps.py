@@ -224,9 +224,9 @@ def test_a_budget_override_lifts_and_records_only_the_scopes_it_names(tmp_path: 
     assert {r.project for b in planned.batches for r in b.resources} == {"p1"} and planned.summary.deletes == 3
     record = {"reason": "INC-42", "user": "sre", "budget": True, "scopes": ["p1"], "applied": True}
     assert planned.summary.override == record
-    verdicts = {v["scope"]: v for v in planned.summary.scopes}
-    assert (verdicts["p1"]["holds"], verdicts["p1"]["overridden"]) == ([], ["budget_exceeded"])
-    assert (verdicts["p2"]["holds"], verdicts["p2"]["overridden"]) == (["budget_exceeded"], [])
+    verdicts = {v.scope: v for v in planned.summary.scopes}
+    assert (verdicts["p1"].holds, verdicts["p1"].overridden) == ([], ["budget_exceeded"])
+    assert (verdicts["p2"].holds, verdicts["p2"].overridden) == (["budget_exceeded"], [])
     decisions = [r for r in s.ledger().records if r["kind"] == "decision"]
     # Each decision made under the override carries it, scopes included; p2's, held, were not made under it.
     assert {(r["scope"], r["action"], r["reason"]) for r in decisions} == {
@@ -676,8 +676,8 @@ def test_unknown_evidence_stays_unknown_through_the_sweep_store(tmp_path: Path) 
     data = msgspec.msgpack.decode(s.path("sweep-input.msgpack").read_bytes(), type=steps.SweepData[GceInstance])
     assert math.isnan(data.evidence.writer_health[0].last_pass)
     assert data.evidence.leases is not None and data.evidence.leases.known == {"r1": math.inf}
-    p1 = next(v for v in planned.summary.scopes if v["scope"] == "p1")
-    assert p1["holds"] == ["writer_health_unknown"]  # that project held, the other swept
+    p1 = next(v for v in planned.summary.scopes if v.scope == "p1")
+    assert p1.holds == ["writer_health_unknown"]  # that project held, the other swept
     assert [r.project for b in planned.batches for r in b.resources] == ["p2"]
 
 

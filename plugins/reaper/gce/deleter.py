@@ -265,8 +265,9 @@ class GceDeleter:
         # A manager that stamps another label than the configured one (renamed, or the config's name wrong) is seen
         # by nothing above: it writes labels all the same, so any label written since the listing counts. Under an
         # approval the policy planned only VMs listed with their approved fingerprint (docs/design.md §6).
-        if current.label_fingerprint != planned.label_fingerprint:
-            was, now = planned.label_fingerprint, current.label_fingerprint
+        # No fingerprint on either side (a listing or read without the field) proves nothing unchanged.
+        if not planned.label_fingerprint or current.label_fingerprint != planned.label_fingerprint:
+            was, now = planned.label_fingerprint or "(none)", current.label_fingerprint or "(none)"
             changes.append(f"labelFingerprint {was} -> {now}: labels written since the listing")
         return changes
 

@@ -51,6 +51,8 @@ HEARTBEAT_HOLDS = tuple(h for h in HEARTBEAT_STALE.held_by if h is not Reason.IN
 
 # Digits a label value may have to be read as a unix time: 20 holds any 64-bit number, so nanoseconds too.
 _MAX_DIGITS = 20
+# Another label's unix time may be in seconds, or (13, 16, 19 digits and more) milli-, micro- or nanoseconds.
+_SUBSECOND = (0, 3, 6, 9)
 # How far ahead of the clock another label's unix time may be and still read as a beat (:func:`_elsewhere`).
 _ELSEWHERE_AHEAD = 86400
 
@@ -384,14 +386,14 @@ def _elsewhere(inst: GceInstance, t: _Thresholds) -> tuple[str, str] | None:
     it recently, most likely a manager that stamps its heartbeat under another name than the configured one
     (renamed in its config, or the reaper's). So the heartbeat and age findings, which read only the configured
     label, are no proof on that instance (docs/design.md §4). What another writer means by its number is not
-    known, so this reads it broadly: seconds or milliseconds, and up to a day ahead (a clock ahead, a time set
-    for later) as well as within the quarantine, never before the instance was created.
+    known, so this reads it broadly: seconds down to nanoseconds, and up to a day ahead (a clock ahead, a time
+    set for later) as well as within the quarantine, never before the instance was created.
     """
     for key, value in inst.labels.items():
         number = _unix(value) if key != t.hb_label else None
         if number is None:
             continue
-        for beat in (number, number // 1000) if len(value) >= 13 else (number,):
+        for beat in (number // 10**k for k in _SUBSECOND if len(value) >= 10 + k):  # s, ms, µs, ns
             if t.stale_before <= beat <= t.observed + _ELSEWHERE_AHEAD and beat >= inst.created - t.skew:
                 return key, value
     return None

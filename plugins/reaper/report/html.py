@@ -11,6 +11,8 @@ from collections.abc import Iterable, Mapping
 from html import escape
 from urllib.parse import urlencode
 
+import msgspec
+
 CSS = """
 :root{--bg:#fff;--fg:#1a202c;--muted:#718096;--line:#e2e8f0;--head:#f7fafc;--accent:#0077b6;--chip:#edf2f7;
 --delete:#c53030;--report:#b7791f;--ok:#2f855a;font-family:Inter,-apple-system,"Segoe UI",Roboto,sans-serif}
@@ -45,8 +47,8 @@ details summary{cursor:pointer;color:var(--muted)}code{font-size:12px}
 
 
 def text(value: object) -> str:
-    """A value as escaped text; None as nothing."""
-    return escape("" if value is None else str(value))
+    """A value as escaped text; None, or a field a record never had (``UNSET``), as nothing."""
+    return escape("" if value is None or value is msgspec.UNSET else str(value))
 
 
 def link(href: str, label: object, **attrs: str) -> str:

@@ -13,9 +13,11 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
+from msgspec import UnsetType
+
 from reaper.alerting import reapers
 from reaper.durations import duration
-from reaper.records import Stored
+from reaper.records import SweepSummary, Verdict
 from reaper.vocabulary import Reason, Result
 
 
@@ -79,14 +81,23 @@ class Need(NamedTuple):
     at: object = None
 
 
-def counts(summary: Stored) -> bool:
+def _said(value: str | UnsetType) -> str:
+    """A summary's text field, empty where the summary has none."""
+    return value if isinstance(value, str) else ""
+
+
+def _at(summary: SweepSummary) -> datetime | None:
+    return summary.at if isinstance(summary.at, datetime) else None
+
+
+def counts(summary: SweepSummary) -> bool:
     """Whether a summary is of a sweep that ran for real: not a dry run, not a run skipped because another
     sweep held the lease. Only such a sweep says what holds, fails or is missing."""
-    return summary.get("state") != "skipped" and not summary.get("dry_run")
+    return summary.state != "skipped" and summary.dry_run is not True
 
 
 def needs(
-    sweeps: Mapping[str, list[Stored]], expected: Mapping[str, timedelta], now: datetime | None = None
+    sweeps: Mapping[str, list[SweepSummary]], expected: Mapping[str, timedelta], now: datetime | None = None
 ) -> list[Need]:
     """Everything that needs a human in the sweeps of each DAG of ``expected`` (the active phases' DAG ids and
     their schedule intervals; ``0``: triggered by hand only, never missing). ``sweeps``: each DAG's summaries
@@ -100,38 +111,37 @@ def needs(
     found: list[Need] = []
     for dag_id, every in expected.items():
         real = [s for s in sweeps.get(dag_id, []) if counts(s)]
-        skipped = [s for s in sweeps.get(dag_id, []) if s.get("state") == "skipped"]
-        since_skip = f"; the latest run was skipped: {skipped[-1].get('why')}" if skipped else ""
+        skipped = [s for s in sweeps.get(dag_id, []) if s.state == "skipped"]
+        since_skip = f"; the latest run was skipped: {_said(skipped[-1].why)}" if skipped else ""
         if not real:
             if every:
                 why = "no sweep recorded in the window shown" + since_skip
                 found.append(Need("no sweep", dag_id, "", "", why, MISSING))
             continue
         s = real[-1]
-        run, at = str(s.get("run_id")), s.get("at")
-        ended = at if isinstance(at, datetime) else None
+        run, at = s.run_id, _at(s)
+        ended = at
         if ended is not None and ended.tzinfo is None:
             ended = ended.replace(tzinfo=UTC)
         if every and ended is not None and now - ended > LATE * every:
             age, interval = duration((now - ended).total_seconds()), duration(every.total_seconds())
             why = f"the latest sweep is {age} old; the schedule is every {interval}{since_skip}"
             found.append(Need("sweep missing", dag_id, run, "", why, MISSING, at))
-        if s.get("state") == "failed":
-            found.append(Need("sweep failed", dag_id, run, "", str(s.get("why") or "a task failed"), FAILED_RUN, at))
-        verdicts: dict[str, tuple[Stored, Stored]] = {}
+        if s.state == "failed":
+            found.append(Need("sweep failed", dag_id, run, "", _said(s.why) or "a task failed", FAILED_RUN, at))
+        verdicts: dict[str, tuple[Verdict, SweepSummary]] = {}
         for sweep in real:  # oldest first: the latest verdict of each scope stays
-            for v in sweep.get("scopes") or []:
-                verdicts[str(v.get("scope"))] = (v, sweep)
+            for v in sweep.scopes or []:
+                verdicts[v.scope] = (v, sweep)
         for scope, (v, by) in verdicts.items():
-            blocking = [str(h) for h in v.get("blocking") or []]
-            if blocking:
-                why = "deletes held: " + ", ".join(blocking)
-                hold = HOLD_ACTIONS.get(blocking[0], OTHER_HOLD)
-                found.append(Need("scope held", dag_id, str(by.get("run_id")), scope, why, hold, by.get("at")))
-        failed = int((s.get("outcomes") or {}).get(Result.FAILED, 0))
+            if v.blocking:
+                why = "deletes held: " + ", ".join(v.blocking)
+                hold = HOLD_ACTIONS.get(v.blocking[0], OTHER_HOLD)
+                found.append(Need("scope held", dag_id, by.run_id, scope, why, hold, _at(by)))
+        failed = (s.outcomes or {}).get(Result.FAILED, 0)
         if failed:
             found.append(Need("deletions failing", dag_id, run, "", f"{failed} deletes failed", FAILED, at))
-        for target, planned in (s.get("capped") or {}).items():
+        for target, planned in (s.capped or {}).items():
             why = f"{target}: {planned} deletes planned, over max_deletions_per_sweep: nothing deleted"
             found.append(Need("cap reached", dag_id, run, "", why, CAPPED, at))
     return found

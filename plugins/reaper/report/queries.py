@@ -3,18 +3,20 @@ overview's summaries (docs/design.md §7).
 
 Each read is one or two round trips on an index the ledger defines (:meth:`reaper.ledger.Ledger.ensure_indexes`);
 they sit here, beside the views that show them, so that the ledger keeps only what a sweep writes and reads. The
-summaries are handed over as stored: the sweep page lists every field one carries, also those no type names (a
-worker's hostname), and the API returns them; the charts read them typed (:mod:`reaper.report.timeline`).
+summaries are handed over typed (:class:`reaper.records.SweepSummary`), a sweep's with the plain fields no type
+names (a worker's hostname, a later version's field), which its page lists too; the API returns the overview's
+as stored.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, NamedTuple
 
 from reaper.ledger import ONE_BATCH, ROW_ORDER
+from reaper.records import SweepSummary, summary_of
 
 if TYPE_CHECKING:
     from reaper.ledger import Ledger
@@ -73,15 +75,29 @@ class History(NamedTuple):
     more: bool
 
 
+class Recorded(NamedTuple):
+    """A summary as stored: typed, and the plain values of the fields this version has no name for."""
+
+    summary: SweepSummary
+    unknown: dict[str, str | int | float | bool]
+
+    @classmethod
+    def of(cls, doc: Mapping[str, object]) -> Recorded:
+        known = SweepSummary.__struct_fields__
+        plain = {k: v for k, v in doc.items() if k not in known and isinstance(v, str | int | float | bool)}
+        return cls(summary_of(doc), plain)
+
+
 class AuditQueries:
     """The audit view's reads, over the ledger's collections; reads only."""
 
     def __init__(self, ledger: Ledger) -> None:
         self.records, self.sweeps, self.transitions = ledger.records, ledger.sweeps, ledger.transitions
 
-    def executions(self, dag_id: str, run_id: str) -> list[dict[str, object]]:
+    def executions(self, dag_id: str, run_id: str) -> list[Recorded]:
         """Every execution's summary of one DAG run, the census included, oldest first."""
-        return list(self.sweeps.find({"dag_id": dag_id, "run_id": run_id}, {"_id": 0}).sort("at", 1))
+        found = self.sweeps.find({"dag_id": dag_id, "run_id": run_id}, {"_id": 0}).sort("at", 1)
+        return [Recorded.of(doc) for doc in found]
 
     def timeline(self, dag_ids: Collection[str], since: datetime) -> list[dict[str, object]]:
         """The summaries of these DAGs since ``since``, oldest first: what the overview charts.

@@ -51,11 +51,12 @@ def marks(summary: SweepSummary, scope: str | None) -> tuple[str, ...]:
     other than the active one (confirmed, or a what-if), the cap."""
     found = []
     for verdict in summary.scopes or []:
-        if scope is not None and verdict.get("scope") != scope:
+        if scope is not None and verdict.scope != scope:
             continue
-        for hold in verdict.get("holds") or []:
-            blocks = " (blocks deletes)" if hold in (verdict.get("blocking") or []) else ""
-            found.append(f"hold {hold} on {verdict.get('scope')}{blocks}{_sl(verdict)}")
+        sides = f", {verdict.sides()}" if verdict.sides() else ""
+        for hold in verdict.holds:
+            blocks = " (blocks deletes)" if hold in verdict.blocking else ""
+            found.append(f"hold {hold} on {verdict.scope}{blocks}{sides}")
     override = summary.override
     if isinstance(override, dict):
         applied = "" if override.get("applied", True) else " (not applied)"
@@ -71,15 +72,6 @@ def marks(summary: SweepSummary, scope: str | None) -> tuple[str, ...]:
     for target, planned in (summary.capped or {}).items():
         found.append(f"cap: {target} planned {planned} deletes, over max_deletions_per_sweep")
     return tuple(found)
-
-
-def _sl(verdict: dict[str, object]) -> str:
-    """The budget's two sides where the verdict has them: S stale of L labeled (GCE), orphaned of managed runs."""
-    if "stale" in verdict and "labeled" in verdict:
-        return f", S {verdict['stale']} / L {verdict['labeled']}"
-    if "orphaned_runs" in verdict and "managed_runs" in verdict:
-        return f", S {verdict['orphaned_runs']} / L {verdict['managed_runs']} runs"
-    return ""
 
 
 def _buckets(summaries: list[SweepSummary]) -> list[list[SweepSummary]]:
@@ -115,7 +107,7 @@ def panels(summaries: list[SweepSummary], href: dict[tuple[str, str, int], str],
         held = [column(g, fleet_counts(g[-1])["held"], None) for g in groups]
         charts = [("orphans found, by rule", found), ("deleted, by outcome", deletions), ("scopes held, by hold", held)]
         out.append(Panel(dag_id, "", charts))
-        if scope and any(v.get("scope") == scope for s in sweeps for v in s.scopes or []):
+        if scope and any(v.scope == scope for s in sweeps for v in s.scopes or []):
             counts = [(g, scope_counts(g[-1], scope)) for g in groups]
             titles = (
                 ("census by status or kind", "census"),
@@ -132,13 +124,13 @@ def fleet_counts(summary: SweepSummary) -> dict[str, dict[str, int]]:
     for d in summary.decisions or []:
         if d.action in ("report", "delete"):
             found[d.rule or "none"] += d.count
-    held = Counter(str(h) for v in summary.scopes or [] for h in (v.get("blocking") or [])[:1])
+    held = Counter(h for v in summary.scopes or [] for h in v.blocking[:1])
     return {"found": dict(found), "held": dict(held)}
 
 
 def scopes_of(summaries: list[SweepSummary]) -> list[str]:
     """Every scope the summaries hold a verdict of: what the overview's drill-down offers."""
-    return sorted({str(v.get("scope")) for s in summaries for v in s.scopes or []})
+    return sorted({v.scope for s in summaries for v in s.scopes or []})
 
 
 def _marks(group: list[SweepSummary], scope: str | None) -> tuple[str, ...]:

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import quote
 
 import msgspec
+from msgspec import UNSET
 
 from reaper.model import Action, place
-from reaper.records import Census, Stored, summary_of
+from reaper.records import Census, Stored, SweepSummary, Verdict, verdict_record
 from reaper.report.charts import Column, stacked_bars
 from reaper.report.html import action, document, facts, link, query, table, text
 from reaper.report.oncall import Need
@@ -27,7 +28,7 @@ from reaper.vocabulary import Reason, Result
 
 if TYPE_CHECKING:
     from reaper.model import Plan
-    from reaper.report.queries import History
+    from reaper.report.queries import History, Recorded
     from reaper.report.reasons import Limits
 
 FILTERS = ("scope", "kind", "rule", "reason", "action", "outcome", "name")
@@ -149,11 +150,13 @@ class Overview(NamedTuple):
     panels: list[Panel]
     scopes: dict[str, list[str]]  # each charted DAG's scopes: what its drill-down offers
     scope: str
-    latest: dict[str, Stored]
+    latest: dict[str, SweepSummary]
     days: int
 
 
-def charted_dag(target: str, latest: Stored, expected: Mapping[str, object], asked: str | None) -> str | None:
+def charted_dag(
+    target: str, latest: Mapping[str, SweepSummary], expected: Mapping[str, object], asked: str | None
+) -> str | None:
     """The DAG whose fleet a target's charts show: the one asked for, else the active phase's, else the one
     of the target swept most recently; None when the target has no sweep to chart."""
     prefix = f"reaper_{target}_"
@@ -163,7 +166,7 @@ def charted_dag(target: str, latest: Stored, expected: Mapping[str, object], ask
     if active in latest:
         return active
     swept = [d for d in latest if d.startswith(prefix)]
-    return max(swept, key=lambda d: when(latest[d].get("at"))) if swept else None
+    return max(swept, key=lambda d: when(latest[d].at)) if swept else None
 
 
 def runbook_link(base: str, section: str) -> str:
@@ -201,7 +204,7 @@ def needs_table(needs: list[Need], urls: Urls, runbook: str) -> str:
     return table(["needs", "where", "why", "what to do", "runbook", "since"], rows, css="needs")
 
 
-def overview_page(view: Overview, newest: list[Stored], urls: Urls, runbook: str) -> str:
+def overview_page(view: Overview, newest: list[SweepSummary], urls: Urls, runbook: str) -> str:
     """What needs a human now; then per target a few fleet charts over time, with a drill-down to one scope;
     then the latest sweeps. Every time is UTC."""
     days = view.days
@@ -247,23 +250,22 @@ def overview_page(view: Overview, newest: list[Stored], urls: Urls, runbook: str
     return document("Reaper sweeps", "".join(parts), urls.nav())
 
 
-def sweeps_table(summaries: list[Stored], urls: Urls) -> str:
+def sweeps_table(summaries: list[SweepSummary], urls: Urls) -> str:
     headers = ["at", "DAG", "run", "exec", "phase", "branch and why", "deleted", "reported", "holds, overrides, cap"]
     rows = []
     for s in summaries:
-        dag_id, run_id = str(s["dag_id"]), str(s["run_id"])
-        reported = sum(int(d.get("count", 0)) for d in s.get("decisions") or [] if d.get("action") == "report")
+        reported = sum(d.count for d in s.decisions or [] if d.action == "report")
         rows.append(
             [
-                text(when(s.get("at"))),
-                text(dag_id),
-                link(urls.sweep(dag_id, run_id), run_id),
-                text(s.get("execution", 0)),
-                text(s.get("phase")),
-                f"<b>{text(s.get('branch'))}</b> {text(s.get('why'))}",
-                text((s.get("outcomes") or {}).get(Result.DELETED, 0)),
+                text(when(s.at)),
+                text(s.dag_id),
+                link(urls.sweep(s.dag_id, s.run_id), s.run_id),
+                text(s.execution),
+                text(s.phase),
+                f"<b>{text(s.branch)}</b> {text(s.why)}",
+                text((s.outcomes or {}).get(Result.DELETED, 0)),
                 text(reported),
-                "<br>".join(text(m) for m in marks(summary_of(s), None)),
+                "<br>".join(text(m) for m in marks(s, None)),
             ]
         )
     return table(headers, rows)
@@ -272,54 +274,56 @@ def sweeps_table(summaries: list[Stored], urls: Urls) -> str:
 # --- one sweep ------------------------------------------------------------------------------------
 
 
-def summary_facts(s: Stored, urls: Urls | None) -> str:
+# What summary_facts shows in its own words; any other plain value of the summary is listed as it is.
+_SHOWN = {
+    "at",
+    "dag_id",
+    "run_id",
+    "execution",
+    "lease",
+    "target",
+    "phase",
+    "active_phase",
+    "branch",
+    "why",
+    "state",
+    "dry_run",
+    "triggered_by",
+    "outcomes",
+    "capped",
+    "deletes",
+    "stale_plan",
+    "stale_inputs",
+    "warnings",
+    "phase_gate",
+    "notifications",
+    "approval",
+    "override",
+}
+
+
+def summary_facts(s: SweepSummary, urls: Urls | None, unknown: Mapping[str, object] | None = None) -> str:
     """A summary's facts at the top of its page: the branch and why, the state, the phase, the cap, the override.
 
-    Any other plain value the summary carries (a worker's hostname, a new field) is listed too.
+    Any other plain value the summary carries (how many it left, a metrics push's failures) is listed too, and so
+    are those of fields this version has no name for (``unknown``: a worker's hostname, a later version's).
     """
-    shown = {
-        "at",
-        "dag_id",
-        "run_id",
-        "execution",
-        "lease",
-        "target",
-        "phase",
-        "active_phase",
-        "branch",
-        "why",
-        "state",
-        "dry_run",
-        "triggered_by",
-        "outcomes",
-        "capped",
-        "deletes",
-        "stale_plan",
-        "stale_inputs",
-        "warnings",
-        "phase_gate",
-        "notifications",
-        "approval",
-    }
     pairs = [
-        ("execution", f"{text(s.get('execution', 0))} <span class='muted'>lease {text(s.get('lease'))}</span>"),
-        ("at", text(when(s.get("at")))),
-        ("phase", f"{text(s.get('phase'))} (active phase {text(s.get('active_phase'))})"),
-        ("branch", f"<b>{text(s.get('branch'))}</b>: {text(s.get('why'))}"),
-        ("state", text(s.get("state"))),
-        ("dry run", text("yes" if s.get("dry_run") else "no")),
-        ("triggered by", text(s.get("triggered_by"))),
-        ("planned deletes", text(s.get("deletes"))),
-        ("outcomes", text(", ".join(f"{k} {v}" for k, v in (s.get("outcomes") or {}).items()) or "none")),
+        ("execution", f"{text(s.execution)} <span class='muted'>lease {text(s.lease)}</span>"),
+        ("at", text(when(s.at))),
+        ("phase", f"{text(s.phase)} (active phase {text(s.active_phase)})"),
+        ("branch", f"<b>{text(s.branch)}</b>: {text(s.why)}"),
+        ("state", text(s.state)),
+        ("dry run", text("yes" if s.dry_run else "no")),
+        ("triggered by", text(s.triggered_by)),
+        ("planned deletes", text(s.deletes)),
+        ("outcomes", text(", ".join(f"{k} {v}" for k, v in (s.outcomes or {}).items()) or "none")),
         (
             "cap",
-            text(
-                ", ".join(f"{k}: {v} planned, over the cap" for k, v in (s.get("capped") or {}).items())
-                or "not reached"
-            ),
+            text(", ".join(f"{k}: {v} planned, over the cap" for k, v in (s.capped or {}).items()) or "not reached"),
         ),
     ]
-    told = s.get("notifications")
+    told = s.notifications
     if isinstance(told, dict):  # what the owners were told (docs/notifications.md), and what failed
         failed = [n for n in told.get("notices") or [] if isinstance(n, dict) and not n.get("ok")]
         why = "".join(f"<br>{text(n.get('channel'))} {text(n.get('event'))}: {text(n.get('error'))}" for n in failed)
@@ -327,58 +331,54 @@ def summary_facts(s: Stored, urls: Urls | None) -> str:
         pairs.append(
             ("notifications", f"sent {text(told.get('sent', 0))}, failed {text(told.get('failed', 0))}{why}{error}")
         )
-    gate = s.get("phase_gate")
+    gate = s.phase_gate
     if isinstance(gate, dict):
         confirmed = f"confirmed by {gate.get('user')}: {gate.get('reason')}"
         pairs.append(("phase gate", text(confirmed if gate.get("confirmed") else gate.get("why"))))
-    record = s.get("approval")
-    if isinstance(record, dict) and urls is not None:
-        pairs.append(("approval", approval_record(record, urls, str(s.get("dag_id")))))
-    if s.get("stale_plan"):
-        pairs.append(("stale plans refused", text(s["stale_plan"])))
-    if s.get("warnings"):
-        pairs.append(("warnings", "<br>".join(text(w) for w in s["warnings"])))
-    for key, value in s.items():
-        if key.startswith("override") and isinstance(value, dict):
-            # A budget override's scopes as a list of names, the scopes it lifted.
-            plain = {k: ", ".join(map(str, v)) if isinstance(v, list) else v for k, v in value.items()}
-            pairs.append((key, text("; ".join(f"{k}: {v}" for k, v in plain.items()))))
-        elif key not in shown and isinstance(value, str | int | float | bool) and not key.startswith("override"):
+    if isinstance(s.approval, dict) and urls is not None:
+        pairs.append(("approval", approval_record(s.approval, urls, s.dag_id)))
+    if s.stale_plan:
+        pairs.append(("stale plans refused", text(s.stale_plan)))
+    if s.warnings:
+        pairs.append(("warnings", "<br>".join(text(w) for w in s.warnings)))
+    if isinstance(s.override, dict):  # a budget override's scopes as a list of names, the scopes it lifted
+        plain = {k: ", ".join(map(str, v)) if isinstance(v, list) else v for k, v in s.override.items()}
+        pairs.append(("override", text("; ".join(f"{k}: {v}" for k, v in plain.items()))))
+    plain = {key: getattr(s, key) for key in SweepSummary.__struct_fields__ if key not in _SHOWN}
+    for key, value in {**plain, **(unknown or {})}.items():
+        if isinstance(value, str | int | float | bool):
             pairs.append((key, text(value)))
     if urls is not None:
-        dag_id, run_id = str(s.get("dag_id")), str(s.get("run_id"))
         pairs.append(
             (
                 "in Airflow",
-                link(urls.dag_run(dag_id, run_id), "DAG run", target="_top")
+                link(urls.dag_run(s.dag_id, s.run_id), "DAG run", target="_top")
                 + " · "
-                + link(urls.dag_run(dag_id, run_id, "delete"), "delete task logs", target="_top"),
+                + link(urls.dag_run(s.dag_id, s.run_id, "delete"), "delete task logs", target="_top"),
             )
         )
     return facts(pairs)
 
 
-def scopes_table(verdicts: list[Stored]) -> str:
+def scopes_table(verdicts: list[Verdict]) -> str:
     """Each scope's verdict: its holds, which of them block a delete, the budget's S and L, and why evidence
     there is unknown (a store that did not prove it is the right one, writer health with no series)."""
     rows = []
     for v in verdicts:
-        budget = ""
-        if "labeled" in v:
-            budget = f"S {v.get('stale')} / L {v.get('labeled')} ({float(v.get('stale_fraction') or 0):.0%})"
-        elif "managed_runs" in v:
-            budget = f"S {v.get('orphaned_runs')} / L {v.get('managed_runs')} runs"
-        writers = ", ".join(f"{w.get('manager')} {w.get('problem')}" for w in v.get("unhealthy_writers") or [])
+        budget = v.sides()
+        if v.stale_fraction is not UNSET:
+            budget += f" ({v.stale_fraction:.0%})"
+        writers = ", ".join(f"{w.manager} {w.problem}" for w in v.unhealthy_writers or [])
         rows.append(
             [
-                text(v.get("target")),
-                text(v.get("scope")),
-                text(", ".join(v.get("holds") or []) or "ok"),
-                text(", ".join(v.get("blocking") or [])),
-                text(", ".join(v.get("overridden") or [])),
+                text(v.target),
+                text(v.scope),
+                text(", ".join(v.holds) or "ok"),
+                text(", ".join(v.blocking)),
+                text(", ".join(v.overridden)),
                 text(budget),
                 text(writers),
-                "<br>".join(text(why) for why in v.get("unknown_evidence") or []),
+                "<br>".join(text(why) for why in v.unknown_evidence or []),
             ]
         )
     headers = ["target", "scope", "holds", "blocking deletes", "overridden", "budget S / L", "unhealthy writers"]
@@ -401,19 +401,18 @@ def _filter(name: str, chosen: str, values: list[str]) -> str:
     return _select(name, name, chosen, [("", "any"), *((v, v) for v in values)])
 
 
-def choices(executions: list[Stored]) -> dict[str, list[str]]:
+def choices(executions: list[SweepSummary]) -> dict[str, list[str]]:
     """The values each filter can take in this sweep, from its summaries: what its choices offer."""
     found: dict[str, set[str]] = {f: set() for f in FILTERS}
     for s in executions:
-        for d in s.get("decisions") or []:
-            if d.get("action") != "keep":
+        for d in s.decisions or []:
+            if d.action != "keep":
                 for f in ("scope", "rule", "reason", "action"):
-                    found[f].add(str(d.get(f) or ""))
-        found["outcome"] |= set(map(str, s.get("outcomes") or {}))
-        for scopes in (s.get("census") or {}).values():
-            for census in scopes.values():
-                found["kind"] |= set(map(str, census.get("by_kind") or {}))
-        if s.get("target") == "gce":
+                    found[f].add(str(getattr(d, f) or ""))
+        found["outcome"] |= set(s.outcomes or {})
+        for census in (s.census.k8s or {}).values() if s.census else ():
+            found["kind"] |= set(census.by_kind)
+        if s.target == "gce":
             found["kind"].add("instance")
     return {f: sorted(v - {""}) for f, v in found.items()}
 
@@ -431,7 +430,7 @@ class Page(NamedTuple):
 
 
 def sweep_page(
-    executions: list[Stored],
+    executions: list[Recorded],
     rows: list[Row],
     page: Page,
     params: dict[str, str],
@@ -446,9 +445,9 @@ def sweep_page(
     from it (``approvals``, with their items; ``now``: what is expired), the filter form, one page of rows, the
     exports."""
     parts = [f"<h1>{text(dag_id)} / {text(run_id)}</h1>"]
-    for s in executions:
-        parts.append(summary_facts(s, urls))
-        parts.append("<h3>scopes</h3>" + scopes_table(s.get("scopes") or []))
+    for s, unknown in executions:
+        parts.append(summary_facts(s, urls, unknown))
+        parts.append("<h3>scopes</h3>" + scopes_table(s.scopes or []))
     if held:
         parts.append(approval_form(held, urls.approve(dag_id, run_id)))
     if approvals:
@@ -460,10 +459,11 @@ def sweep_page(
     if not executions:
         parts.append('<p class="muted">No summary recorded (the run failed before its record task).</p>')
         parts.append(link(urls.dag_run(dag_id, run_id), "DAG run in Airflow", target="_top"))
-    lists = choices(executions)
+    summaries = [s for s, _ in executions]
+    lists = choices(summaries)
     inputs = "".join(_filter(f, params.get(f, ""), lists.get(f, [])) for f in FILTERS)
     kept = ["size"]
-    if any(s.get("target") == "k8s" for s in executions):  # a run's objects together, one row per run
+    if any(s.target == "k8s" for s in summaries):  # a run's objects together, one row per run
         inputs += _select("order", "rows", params.get("order", ""), [("", "one per object"), ("run", "one per run")])
     else:
         kept.append("order")
@@ -781,7 +781,7 @@ def whatif_page(plan: Plan, limits: Limits | None) -> str:
         chart_of(findings, "findings by rule"),
         chart_of(reports, "reports by reason"),
         "</div><h2>Scopes</h2>",
-        scopes_table([v.as_dict() for v in plan.scopes]),
+        scopes_table([verdict_record(v) for v in plan.scopes]),
         f"<h2>Resources reported or deleted ({len(acted)})</h2>",
         rows_table([plan_row(d, limits) for d in acted], None),
         "<h2>Kept without a finding</h2>",

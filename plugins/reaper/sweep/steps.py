@@ -37,7 +37,7 @@ from reaper.model import (
     SweepData,
     merge_use,
 )
-from reaper.records import Census, DecisionCount, DecisionRecord, PlanRef, SweepSummary
+from reaper.records import Census, DecisionCount, DecisionRecord, PlanRef, SweepSummary, Verdict, verdict_record
 from reaper.redact import error_for_log
 from reaper.sweep import approved, notices
 from reaper.sweep.deadline import fit_before_deadline, resolving_deadline, send_deadline
@@ -169,7 +169,7 @@ class Summary(msgspec.Struct, frozen=True):
     phase: str
     decisions: list[DecisionCount]
     kept: dict[str, int]
-    scopes: list[dict[str, object]]
+    scopes: list[Verdict]
     capped: dict[str, int]
     census: Census
     override: dict[str, object] | None
@@ -629,7 +629,7 @@ def summarize(
         phase=plan.phase.value,
         decisions=[DecisionCount(*key, count=n) for key, n in sorted(counts.items())],
         kept=dict(kept),
-        scopes=[v.as_dict() for v in plan.scopes],
+        scopes=[verdict_record(v) for v in plan.scopes],
         capped=plan.capped,
         census=msgspec.convert(plan.census, Census),
         override=overrides.record,
@@ -790,7 +790,7 @@ def push_metrics(
     from reaper.policy.modes import effective_modes
 
     config, target = sweep.config, sweep.target
-    swept = {str(v["scope"]) for v in summary.scopes or []}
+    swept = {v.scope for v in summary.scopes or []}
     resolution = summary.resolution or []
     # Every configured name was resolved this sweep, and each scope it resolved to swept: the groups
     # of any other scope (another name of a project, a project no longer configured) can be retired.
