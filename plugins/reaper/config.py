@@ -429,8 +429,9 @@ class K8sConfig(_Section):
     """A lease counts as held until this long after its expiry time; 0 when the lease writers' clocks are the
     reaper's."""
     results_sidecar: str = "results-egress"
-    """Container name of the results-egress sidecar; while it has not terminated for good, the run is kept.
-    ``none`` where the runners have no such sidecar (it silences the warning of a cluster whose Pods lack it)."""
+    """Container name of the results-egress sidecar; while it has not terminated for good, the run is kept. In a
+    cluster whose Pods have no container of this name, any container still running in a Pod of more than one is
+    taken for it. ``none`` where the runners have no such sidecar."""
     opt_out_label: LabelPair = ("reaper.io/keep", "true")
     """An object carrying it is always kept, and with it every object of its run."""
     protected_namespaces: list[str] = ["kube-system"]

@@ -286,6 +286,15 @@ class Reason(StrEnum):
         "results_egress_in_progress",
         lambda ev, lim: f"{_run(ev)}lease absent, {_store(ev)}, results-egress sidecar still running",
     )
+    RESULTS_SIDECAR_UNSEEN = (
+        "results_sidecar_unseen",
+        lambda ev, lim: (
+            f"{_run(ev)}lease absent, {_store(ev)}, but containers still run "
+            f"({', '.join(map(str, ev.get('running') or []))}) and no Pod of the cluster has a container named as "
+            "k8s.results_sidecar: one may be the results sidecar under another name (set k8s.results_sidecar, or "
+            "none where the runners have no sidecar)"
+        ),
+    )
     RESULTS_NOT_DURABLE = (
         "results_not_durable",
         lambda ev, lim: (

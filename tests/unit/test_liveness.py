@@ -155,6 +155,13 @@ def test_a_running_results_sidecar_is_alive() -> None:
     )
 
 
+def test_a_running_container_where_the_cluster_shows_no_sidecar_is_unknown() -> None:
+    assert _run(leases(), runs(), containers={"runner": True, "results-uploader": False}) == (
+        UNKNOWN,
+        "results_sidecar_unseen",
+    )
+
+
 def test_results_not_proven_durable_are_unknown() -> None:
     config = settings(k8s={"step_store": "postgres"})
     objects = sandbox("r1", labels={"iterion.io/step": "build", "iterion.io/attempt": "1"})

@@ -146,6 +146,30 @@ def test_row6_sidecar_name_follows_config() -> None:
     assert decide(res, ev(), config=cfg) == {"r1": {("report", "results_egress_in_progress")}}
 
 
+def test_row6_where_no_pod_of_the_cluster_has_the_sidecar_any_running_container_may_be_it() -> None:
+    """k8s.results_sidecar naming no container of the cluster's Pods (the runners' is results-uploader): row 6 cannot
+    see an upload, so a run whose containers still run is reported, not deleted; one whose containers all finished,
+    or where the config says there is no sidecar, goes as ever; so does one whose Pod has one container (no sidecar,
+    of any name). Another cluster's sidecar vouches for nothing."""
+    uploading = sandbox("r1", containers={"sandbox": True, "results-uploader": False})
+    done = sandbox("r2", containers={"sandbox": True, "results-uploader": True})
+    statuses = ev(statuses={"r1": "succeeded", "r2": "succeeded"})
+    got = decide([*uploading, *done], statuses)
+    assert got == {"r1": {("report", "results_sidecar_unseen")}, "r2": {("delete", "sandbox_orphan")}}
+    p = plan([*uploading, *done], evidence=statuses)
+    (pod,) = [d for d in p.decisions if d.resource.kind == "Pod" and d.resource.labels["iterion.io/run-id"] == "r1"]
+    assert pod.evidence["running"] == [f"{pod.resource.name}/results-uploader"]
+    assert decide(uploading, statuses, config=settings(k8s={"results_sidecar": "none"})) == {
+        "r1": {("delete", "sandbox_orphan")}
+    }
+    alone = sandbox("r4", containers={"sandbox": False})
+    assert decide(alone, ev(statuses={"r4": "succeeded"})) == {"r4": {("delete", "sandbox_orphan")}}
+    elsewhere = sandbox("r3", cluster="c2", containers={"sandbox": True, "results-egress": True})
+    assert decide([*uploading, *elsewhere], ev(statuses={"r1": "succeeded", "r3": "succeeded"}))["r1"] == {
+        ("report", "results_sidecar_unseen")
+    }
+
+
 STEP = {"iterion.io/step": "build", "iterion.io/attempt": "2"}
 STEP_CFG = {"k8s": {"step_store": "postgres"}}
 
@@ -590,7 +614,8 @@ def test_runs_no_store_knows_are_still_orphans_when_no_other_run_holds_a_lease()
 
 def test_a_results_sidecar_name_no_listed_pod_has_is_warned_of() -> None:
     """k8s.results_sidecar naming no container of the listed Pods (the runners' is results-uploader): row 6 cannot
-    see an upload in progress. A deployment without a sidecar looks the same, so the sweep warns, it does not hold."""
+    see an upload in progress. A deployment without a sidecar looks the same, so the sweep warns what to set (and
+    reports the runs whose containers still run, above)."""
     from reaper.k8s.evidence import unseen_sidecar
 
     uploader = sandbox("r1", containers={"sandbox": True, "results-uploader": False})

@@ -141,7 +141,10 @@ def k8s_fleets(draw) -> tuple[list[K8sObject], Evidence]:
                 labels.update({"iterion.io/step": "s", "iterion.io/attempt": "1"})
             if draw(one_in(30)):
                 labels["reaper.io/keep"] = "true"
-            containers = {"results-egress": draw(st.booleans())} if kind == "Pod" and draw(st.booleans()) else {}
+            sidecar = draw(st.sampled_from(["results-egress"] * 3 + ["results-uploader"]))  # one renamed
+            containers = {"sandbox": draw(st.booleans()), sidecar: draw(st.booleans())} if kind == "Pod" else {}
+            if kind == "Pod" and draw(st.booleans()):  # a Pod of one container has no sidecar
+                del containers[sidecar]
             objects.append(
                 K8sObject(
                     kind=kind,
@@ -324,6 +327,11 @@ def test_k8s_never_deletes_without_positive_evidence(fleet, config, phase) -> No
         assert not any(o.deleting for o in siblings if o.kind == "Pod")
         assert all(NOW - o.created >= 5 * M for o in siblings)
         assert not any(o.containers.get("results-egress") is False for o in siblings)
+        # Where no Pod of the cluster has the configured sidecar, any container still running may be it.
+        cluster_pods = [o for o in objects if o.kind == "Pod" and o.cluster == obj.cluster]
+        if not any("results-egress" in o.containers for o in cluster_pods):
+            several = [o for o in siblings if len(o.containers) > 1]
+            assert not any(done is False for o in several for done in o.containers.values())
         for sibling in siblings:  # no Pod outside the run uses its Secrets or is isolated by its policy
             strangers = [
                 o

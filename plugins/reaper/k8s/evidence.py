@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 
 from reaper.config import Settings
 from reaper.model import Evidence, K8sObject, Keyed, LeaseState, StoreState
-from reaper.policy.k8s import lease_state, run_state
+from reaper.policy.k8s import lease_state, run_state, sidecar_seen
 from reaper.stores.nats import read_timeout as nats_read_timeout
 
 LeaseReader = Callable[[list[str]], Keyed[float | None] | None]
@@ -92,24 +92,18 @@ def unguarded_step_pods(objects: Iterable[K8sObject], config: Settings) -> list[
 
 def unseen_sidecar(objects: Iterable[K8sObject], config: Settings) -> list[str]:
     """A warning per cluster whose listed Pods have no container named ``k8s.results_sidecar`` (docs/design.md §5,
-    row 6). A deployment without a results sidecar looks the same, so this is a warning, not a hold: but where the
-    runners' sidecar has another name (a typo, a renamed container), row 6 cannot see an upload in progress.
-    Per cluster, as one cluster's runners are no witness for another's; ``results_sidecar: none`` says there is
-    no sidecar to see."""
+    row 6, :func:`reaper.policy.k8s.sidecar_seen`). A deployment without a results sidecar looks the same: so its
+    runs whose Pod of several containers still runs one are reported (``results_sidecar_unseen``), not deleted,
+    and this says what to set. ``results_sidecar: none`` says there is no sidecar to see."""
+    clusters: dict[str, list[K8sObject]] = defaultdict(list)
+    for obj in objects:
+        if obj.kind == "Pod":
+            clusters[obj.cluster].append(obj)
     name = config.k8s.results_sidecar
-    if name == "none":
-        return []
-    pods: dict[str, int] = defaultdict(int)
-    seen: set[str] = set()
-    for pod in objects:
-        if pod.kind == "Pod":
-            pods[pod.cluster] += 1
-            if name in pod.containers:
-                seen.add(pod.cluster)
     return [
-        f"none of the {count} listed pods of cluster {cluster} has a container named {name} (k8s.results_sidecar): "
-        "if the runners' results sidecar is named otherwise, a run's upload in progress is not seen (row 6); set "
-        "k8s.results_sidecar (none: the runners have no results sidecar)"
-        for cluster, count in sorted(pods.items())
-        if cluster not in seen
+        f"none of the {len(pods)} listed pods of cluster {cluster} has a container named {name} (k8s.results_sidecar): "
+        "a run whose Pod of several containers still runs one is reported, not deleted (results_sidecar_unseen), as "
+        "it may be the results sidecar under another name; set k8s.results_sidecar (none: the runners have none)"
+        for cluster, pods in sorted(clusters.items())
+        if not sidecar_seen(pods, config)
     ]
