@@ -25,7 +25,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 
 from reaper.config import ConfigError, Settings, load_config
 from reaper.model import Phase, dag_id_of
-from reaper.records import SweepSummary, summary_of
+from reaper.records import SweepSummary
 from reaper.report import oncall, views
 from reaper.report.reasons import Limits
 from reaper.report.rows import COLUMNS, Row, ledger_rows
@@ -163,14 +163,14 @@ def overview(
         return RedirectResponse(urls.sweep(dag_id, run_id))
     if dag_id:
         _readable(dag_id, dags)
-    summaries = [summary_of(s) for s in _window(led, dags, days)]
+    summaries, unreadable = oncall.readable(_window(led, dags, days))
     by_dag: dict[str, list[SweepSummary]] = {}
     for s in summaries:  # oldest first
         by_dag.setdefault(s.dag_id, []).append(s)
     latest = {dag: sweeps[-1] for dag, sweeps in by_dag.items()}
     expected = _expected(config, dags)
     alerts, unknown = _alerts(config)
-    needs = [*oncall.needs(by_dag, expected), *alerts]
+    needs = [*unreadable, *oncall.needs(by_dag, expected), *alerts]
     charted = {t: views.charted_dag(t, latest, expected, dag_id) for t in ("gce", "k8s")}
     typed = {d: by_dag[d] for d in charted.values() if d}  # what the charts read
     hrefs = {(s.dag_id, s.run_id, s.execution): urls.sweep(s.dag_id, s.run_id) for d in typed for s in typed[d]}

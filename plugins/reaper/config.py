@@ -430,8 +430,8 @@ class K8sConfig(_Section):
     reaper's."""
     results_sidecar: str = "results-egress"
     """Container name of the results-egress sidecar; while it has not terminated for good, the run is kept. In a
-    cluster whose Pods have no container of this name, any container still running in a Pod of more than one is
-    taken for it. ``none`` where the runners have no such sidecar."""
+    Pod of several containers and none of this name, any container still running is taken for it. ``none`` where
+    the runners have no such sidecar."""
     opt_out_label: LabelPair = ("reaper.io/keep", "true")
     """An object carrying it is always kept, and with it every object of its run."""
     protected_namespaces: list[str] = ["kube-system"]

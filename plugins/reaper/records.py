@@ -203,7 +203,7 @@ class K8sCensus(msgspec.Struct, frozen=True):
 ScopeCensus = GceCensus | K8sCensus
 
 
-class WriterProblem(msgspec.Struct, frozen=True, omit_defaults=True):
+class WriterProblem(msgspec.Struct, frozen=True):
     """A manager whose writer health holds its project (``reaper.policy.gce.writer_hold``)."""
 
     manager: str = ""

@@ -129,3 +129,13 @@ def test_an_object_without_uid_or_resource_version_is_unreadable(missing: str) -
     del raw["metadata"][missing]
     with pytest.raises(ValueError, match=r"uid|resourceVersion"):  # msgspec's ValidationError is a ValueError
         normalize(raw)
+
+
+def test_a_pod_without_its_spec_is_unreadable() -> None:
+    """A metadata-only answer for Pods (PartialObjectMetadataList) has no container to read as running: row 6 would
+    see no upload at all, so such a Pod is unreadable (its listing incomplete), never a Pod with nothing running."""
+    meta = {"name": "p", "uid": "u", "resourceVersion": "1", "creationTimestamp": "2026-11-29T10:00:00Z"}
+    item = msgspec.convert({"metadata": meta}, KubeItem)
+    with pytest.raises(ValueError, match="expected its spec"):
+        k8s_object(item, "c1", "Pod")
+    assert k8s_object(item, "c1", "Secret").containers == {}  # Secrets are listed metadata-only on purpose

@@ -59,3 +59,16 @@ def test_skipped_runs_do_not_hide_a_missing_sweep() -> None:
 def test_a_failed_or_capped_sweep_needs_a_human() -> None:
     failed = _sweep("scheduled__5", 1, state="failed", why="list_inventory failed", capped={"gce": 900})
     assert [n.what for n in needs({DAG: [failed]}, EVERY, NOW)] == ["sweep failed", "cap reached"]
+
+
+def test_a_summary_that_does_not_decode_is_a_need_of_its_own() -> None:
+    """One summary of a type no version wrote (``blocking: null``) fails alone: the others are read, and it is
+    listed as a need, never the whole overview's error."""
+    from reaper.report.oncall import readable
+
+    good = {"dag_id": DAG, "run_id": "scheduled__1", "at": NOW, "state": "success"}
+    bad = {**good, "run_id": "scheduled__2", "scopes": [{"scope": "ci-a", "blocking": None}]}
+    typed, unreadable = readable([good, bad])
+    assert [s.run_id for s in typed] == ["scheduled__1"]
+    ((what, dag_id, run_id, *_),) = unreadable
+    assert (what, dag_id, run_id) == ("summary unreadable", DAG, "scheduled__2")

@@ -146,11 +146,12 @@ def test_row6_sidecar_name_follows_config() -> None:
     assert decide(res, ev(), config=cfg) == {"r1": {("report", "results_egress_in_progress")}}
 
 
-def test_row6_where_no_pod_of_the_cluster_has_the_sidecar_any_running_container_may_be_it() -> None:
-    """k8s.results_sidecar naming no container of the cluster's Pods (the runners' is results-uploader): row 6 cannot
-    see an upload, so a run whose containers still run is reported, not deleted; one whose containers all finished,
+def test_row6_a_pod_without_the_sidecars_name_may_run_it_under_another() -> None:
+    """k8s.results_sidecar naming no container of a Pod of several (the runners' is results-uploader): row 6 cannot
+    see its upload, so a run whose containers still run is reported, not deleted; one whose containers all finished,
     or where the config says there is no sidecar, goes as ever; so does one whose Pod has one container (no sidecar,
-    of any name). Another cluster's sidecar vouches for nothing."""
+    of any name). Per Pod: an older runner's Pod with the configured name, in the same cluster or another, vouches
+    for nothing."""
     uploading = sandbox("r1", containers={"sandbox": True, "results-uploader": False})
     done = sandbox("r2", containers={"sandbox": True, "results-uploader": True})
     statuses = ev(statuses={"r1": "succeeded", "r2": "succeeded"})
@@ -164,10 +165,13 @@ def test_row6_where_no_pod_of_the_cluster_has_the_sidecar_any_running_container_
     }
     alone = sandbox("r4", containers={"sandbox": False})
     assert decide(alone, ev(statuses={"r4": "succeeded"})) == {"r4": {("delete", "sandbox_orphan")}}
-    elsewhere = sandbox("r3", cluster="c2", containers={"sandbox": True, "results-egress": True})
-    assert decide([*uploading, *elsewhere], ev(statuses={"r1": "succeeded", "r3": "succeeded"}))["r1"] == {
-        ("report", "results_sidecar_unseen")
-    }
+    for cluster in ("c1", "c2"):
+        older = sandbox(
+            "r3", cluster=cluster, namespace="ci-legacy", containers={"sandbox": True, "results-egress": True}
+        )
+        assert decide([*uploading, *older], ev(statuses={"r1": "succeeded", "r3": "succeeded"}))["r1"] == {
+            ("report", "results_sidecar_unseen")
+        }
 
 
 STEP = {"iterion.io/step": "build", "iterion.io/attempt": "2"}

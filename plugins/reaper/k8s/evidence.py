@@ -92,8 +92,8 @@ def unguarded_step_pods(objects: Iterable[K8sObject], config: Settings) -> list[
 
 def unseen_sidecar(objects: Iterable[K8sObject], config: Settings) -> list[str]:
     """A warning per cluster whose listed Pods have no container named ``k8s.results_sidecar`` (docs/design.md §5,
-    row 6, :func:`reaper.policy.k8s.sidecar_seen`). A deployment without a results sidecar looks the same: so its
-    runs whose Pod of several containers still runs one are reported (``results_sidecar_unseen``), not deleted,
+    row 6, :func:`reaper.policy.k8s.sidecar_seen`). A deployment without a results sidecar looks the same: row 6
+    reports a run whose Pod of several containers, none of that name, still runs one (``results_sidecar_unseen``),
     and this says what to set. ``results_sidecar: none`` says there is no sidecar to see."""
     clusters: dict[str, list[K8sObject]] = defaultdict(list)
     for obj in objects:

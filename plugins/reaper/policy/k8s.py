@@ -116,25 +116,10 @@ def cross_checked(keys: Iterable[str], evidence: Evidence, config: Settings, now
     return Keyed(known=runs.known, failed=runs.failed, complete=False, problem=problem)
 
 
-class ClusterSeen(NamedTuple):
-    """What one cluster's listed Pods prove of the config's names (:func:`cluster_seen`): that its step labels are
-    the ones its Pods carry, and that its results sidecar is a container they have."""
-
-    step_labels: bool
-    sidecar: bool
-
-
-def cluster_seen(objects: Iterable[K8sObject], config: Settings) -> ClusterSeen:
-    """:class:`ClusterSeen` of one cluster's objects."""
-    objects = list(objects)
-    return ClusterSeen(step_labels_seen(objects, config), sidecar_seen(objects, config))
-
-
 def sidecar_seen(objects: Iterable[K8sObject], config: Settings) -> bool:
-    """Whether row 6 can see a results upload in one cluster: ``k8s.results_sidecar`` is ``none`` (the runners have
-    none), or a listed Pod of the cluster has a container of that name. A name no Pod has (a typo, a container
-    renamed) validates and makes row 6 see no upload at all (docs/design.md §5). Per cluster, as
-    :func:`step_labels_seen`."""
+    """Whether a listed Pod of one cluster has a container named ``k8s.results_sidecar`` (or it is ``none``: the
+    runners have none). A name no Pod has (a typo, a container renamed) validates and would make row 6 see no upload
+    at all (docs/design.md §5): the sweep warns of it; row 6 itself looks at each Pod (:func:`evidence_row`)."""
     name = config.k8s.results_sidecar
     return name == "none" or any(o.kind == "Pod" and name in o.containers for o in objects)
 
@@ -267,8 +252,8 @@ def _evaluate_cluster(cluster: str, objects: list[K8sObject], sweep: _Context) -
         else:
             unlabeled.append(obj)
 
-    seen = cluster_seen(objects, sweep.config)
-    rows = {key: _run_row(key, members, sweep, seen) for key, members in runs.items()}
+    step_labels = step_labels_seen(objects, sweep.config)
+    rows = {key: _run_row(key, members, sweep, step_labels) for key, members in runs.items()}
     pods = _PodIndex(obj for obj in objects if obj.kind == "Pod")  # who uses a run's Secrets and policy
     for key, (reason, facts) in rows.items():
         if reason == ORPHAN:
@@ -281,7 +266,7 @@ def _evaluate_cluster(cluster: str, objects: list[K8sObject], sweep: _Context) -
     incomplete = (TARGET, cluster) in sweep.evidence.incomplete or duplicated
     budget, overridden = budget_hold(orphans, managed, sweep.config, sweep.override, TARGET, cluster)
     # Step labels unseen: the runs row 7 reports say so; the hold stops the cluster's other deletes and pages.
-    unseen = not seen.step_labels and any(reason is Reason.RESULTS_NOT_DURABLE for reason, _ in rows.values())
+    unseen = not step_labels and any(reason is Reason.RESULTS_NOT_DURABLE for reason, _ in rows.values())
     holds = (
         *((Reason.INVENTORY_INCOMPLETE,) if incomplete else ()),
         *((Reason.STEP_LABELS_UNSEEN,) if unseen else ()),
@@ -434,7 +419,7 @@ def _used_outside_run(key: str, members: list[K8sObject], pods: _PodIndex, run_l
 
 
 def _run_row(
-    key: str, members: list[K8sObject], sweep: _Context, seen: ClusterSeen
+    key: str, members: list[K8sObject], sweep: _Context, step_labels: bool
 ) -> tuple[Reason, dict[str, object]]:
     """The first matching row of docs/design.md §5 for one run, and the evidence it used.
 
@@ -450,7 +435,7 @@ def _run_row(
     if any(pod.deleting for pod in pods):
         facts["terminating"] = [pod.name for pod in pods if pod.deleting]
         return Reason.POD_TERMINATING, facts
-    return evidence_row(key, members, sweep.evidence, sweep.config, sweep.now, seen)
+    return evidence_row(key, members, sweep.evidence, sweep.config, sweep.now, step_labels)
 
 
 def evidence_row(
@@ -459,13 +444,12 @@ def evidence_row(
     evidence: Evidence,
     config: Settings,
     now: float,
-    seen: ClusterSeen,
+    step_labels: bool,
 ) -> tuple[Reason, dict[str, object]]:
     """Rows 1 to 8 of docs/design.md §5 for one run (``evidence`` cross-checked), and the evidence they used:
     what the run's age, lease, run store, sidecar and step results say, whatever guards its objects carry.
-    ``seen``: :func:`cluster_seen` of the run's cluster (its step labels unseen: every Pod of the run is a step Pod
-    whose labels cannot be read, row 7; its sidecar unseen: any container still running may be the sidecar under
-    another name, row 6)."""
+    ``step_labels``: :func:`step_labels_seen` of the run's cluster (False: every Pod of the run is a step Pod whose
+    labels cannot be read, row 7)."""
     k8s = config.k8s
     facts: dict[str, object] = {"run": key}
     pods = [obj for obj in members if obj.kind == "Pod"]
@@ -491,11 +475,13 @@ def evidence_row(
         return Reason.STORE_UNKNOWN, facts  # row 5
     if any(pod.containers.get(k8s.results_sidecar) is False for pod in pods):
         return Reason.RESULTS_EGRESS_IN_PROGRESS, facts  # row 6: a container status always beats the phase
-    if not seen.sidecar:  # row 6 where the sidecar's name is no container of the cluster's Pods
+    if k8s.results_sidecar != "none":  # row 6 for a Pod without a container of the sidecar's name
         running = sorted(
             f"{pod.name}/{name}"
             for pod in pods
-            if len(pod.containers) > 1  # a Pod of one container has no sidecar, of any name
+            # Per Pod: another Pod with the name (an older runner's) vouches nothing for this one's; a Pod of one
+            # container has no sidecar, of any name.
+            if len(pod.containers) > 1 and k8s.results_sidecar not in pod.containers
             for name, done in pod.containers.items()
             if not done
         )
@@ -503,7 +489,7 @@ def evidence_row(
             facts["running"] = running[:6]
             return Reason.RESULTS_SIDECAR_UNSEEN, facts
     if k8s.step_store != "none":
-        if seen.step_labels:
+        if step_labels:
             pending = _undurable_steps(key, pods, evidence, config)
         else:
             pending = {pod.name: Reason.STEP_LABELS_UNSEEN for pod in pods}
@@ -571,7 +557,7 @@ def liveness(
             yield obj, Reading(Liveness.UNKNOWN, Reason.RUN_LABEL_MISSING, {"run_label": label})
     evidence = msgspec.structs.replace(evidence, runs=cross_checked({k for _, k in runs}, evidence, config, now))
     pods = {c: _PodIndex(o for o in members if o.kind == "Pod") for c, members in clusters.items()}
-    seen = {cluster: cluster_seen(members, config) for cluster, members in clusters.items()}
+    seen = {cluster: step_labels_seen(members, config) for cluster, members in clusters.items()}
     for (cluster, key), members in runs.items():
         reason, facts = evidence_row(key, members, evidence, config, now, seen[cluster])
         state = ROW_LIVENESS[reason]

@@ -13,11 +13,12 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
+import msgspec
 from msgspec import UnsetType
 
 from reaper.alerting import reapers
 from reaper.durations import duration
-from reaper.records import SweepSummary, Verdict
+from reaper.records import SweepSummary, Verdict, summary_of
 from reaper.vocabulary import Reason, Result
 
 
@@ -66,6 +67,11 @@ CAPPED = Runbook(
 )
 FAILED_RUN = Runbook("ReaperNotSweeping", "Read the failed task's log in Airflow, fix the cause, then clear the run.")
 MISSING = Runbook("ReaperNotSweeping", "Check that the DAG is unpaused, the scheduler runs, and its runs succeed.")
+UNREADABLE = Runbook(
+    "",
+    "A summary of this run does not decode as this version reads summaries: read it in the "
+    "ledger (GET /reaper/api/sweeps) and report it; the other sweeps are shown without it.",
+)
 LATE = 2  # a sweep is missing when none ended within this many schedule intervals
 
 
@@ -79,6 +85,20 @@ class Need(NamedTuple):
     why: str
     runbook: Runbook
     at: object = None
+
+
+def readable(docs: Iterable[Mapping[str, object]]) -> tuple[list[SweepSummary], list[Need]]:
+    """The summaries typed, each on its own: one that does not decode (a field of a type no version wrote) is a
+    need of its own, never the whole overview's failure."""
+    typed: list[SweepSummary] = []
+    unreadable: list[Need] = []
+    for doc in docs:
+        try:
+            typed.append(summary_of(doc))
+        except msgspec.ValidationError as exc:
+            dag_id, run_id = str(doc.get("dag_id", "")), str(doc.get("run_id", ""))
+            unreadable.append(Need("summary unreadable", dag_id, run_id, "", str(exc), UNREADABLE, doc.get("at")))
+    return typed, unreadable
 
 
 def _said(value: str | UnsetType) -> str:
