@@ -64,11 +64,20 @@ class UsedBy(msgspec.Struct, frozen=True):
     at: float = 0.0
 
 
+class Revoked(msgspec.Struct, frozen=True):
+    """Who revoked an approval, when (unix seconds) and why."""
+
+    user: str
+    reason: str
+    at: float
+
+
 class Approval(msgspec.Struct, frozen=True):
     """An approval as the ledger keeps it.
 
     ``dag_id``/``run_id``: the sweep it was made from (its candidates); only a run of that DAG may use it.
     ``created_at``/``expires_at``: unix seconds. ``used_by``: the execution that used it, once it has.
+    ``revoked``: once revoked, no run may claim it, and a run using it starts no delete batch after.
     """
 
     id: str
@@ -81,6 +90,7 @@ class Approval(msgspec.Struct, frozen=True):
     expires_at: float
     items: list[ApprovedItem]
     used_by: UsedBy | None = None
+    revoked: Revoked | None = None
 
     def scopes(self) -> frozenset[tuple[str, str]]:
         """(target, scope) of every approved item: the only scopes whose budget hold it lifts."""
@@ -234,6 +244,12 @@ def problem(approval: Approval | None, wanted: str, dag_id: str, target: str, no
             f"approval {wanted!r} was recorded before its items were pinned to their rule and status: expected an "
             "approval made since (approve the held candidates again)"
         )
+    if approval.revoked is not None:
+        by = approval.revoked
+        return (
+            f"approval {wanted!r} was revoked by {by.user} {duration(now - by.at)} ago: {by.reason}; expected an "
+            "approval not revoked (review the held candidates again and approve them anew)"
+        )
     if now >= approval.expires_at:
         return (
             f"approval {wanted!r} expired {duration(now - approval.expires_at)} ago; expected an unexpired approval "
@@ -251,6 +267,32 @@ def used_elsewhere(approval: Approval, dag_id: str, run_id: str, execution: int)
         f"approval {approval.id!r} was used by {used.dag_id}/{used.run_id} (execution {used.execution}); an approval "
         "is used by one execution only: expected a new approval of what is still held"
     )
+
+
+class Revocable(Protocol):
+    """What :func:`revoke` needs of the ledger (:class:`reaper.ledger.Ledger`)."""
+
+    def approval(self, approval_id: str) -> dict[str, object] | None: ...
+
+    def revoke_approval(self, approval_id: str, revoked: dict[str, object]) -> dict[str, object] | None: ...
+
+
+def revoke(ledger: Revocable, approval_id: str, user: str, reason: str, now: float) -> Approval:
+    """Revoke an approval, used or not, and record who did and why: no run claims it after, and a run already using
+    it starts no delete batch after (a batch under way sends on until its end). ``ValueError`` naming what was
+    expected: an approval that exists and is not revoked yet, and a reason."""
+    if not reason.strip():
+        raise ValueError("reason: expected why the approval is revoked, got nothing")
+    revoked = Revoked(user, reason.strip(), now)
+    after = ledger.revoke_approval(approval_id, msgspec.to_builtins(revoked))
+    if after is not None:
+        return msgspec.convert(after, Approval)
+    found = ledger.approval(approval_id)
+    if found is None:
+        raise ValueError(f"no approval {approval_id!r} in the ledger; expected the id `reaper approve` printed")
+    earlier = msgspec.convert(found, Approval).revoked
+    by = f" by {earlier.user}: {earlier.reason}" if earlier else ""
+    raise ValueError(f"approval {approval_id!r} is already revoked{by}; expected one not revoked yet")
 
 
 class ApprovalSource(Protocol):

@@ -125,6 +125,17 @@ def build_parser() -> argparse.ArgumentParser:
     ok.add_argument("--reason", required=True, help="why (an incident, a ticket); recorded")
     ok.add_argument("--expires", default="4h", help="how long the approval may be used: 1m to 7d (default: 4h)")
     ok.add_argument("--user", help="who approves (default: the login name, as cli:<name>)")
+    revoke = commands.add_parser(
+        "revoke",
+        help="revoke an approval: no run uses it after, and a run using it starts no delete batch after",
+        description="Record that an approval is revoked, used or not: a run triggered with it fails before it "
+        "deletes anything, and a run already using it starts no delete batch after (a batch under way sends on to "
+        "its end). See docs/cli.md.",
+    )
+    revoke.add_argument("approval", metavar="APPROVAL_ID", help="the id reaper approve (or the sweep page) printed")
+    revoke.add_argument("--config", help="config file (default: $REAPER_CONFIG, else include/reaper.yaml)")
+    revoke.add_argument("--reason", required=True, help="why (the review was wrong, the incident is over); recorded")
+    revoke.add_argument("--user", help="who revokes (default: the login name, as cli:<name>)")
     reference = commands.add_parser(
         "config-reference", help="every config key with its type, default and description, as a Markdown table"
     )
@@ -182,6 +193,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
             return _config_reference(args, out)
         if args.command == "approve":
             return _approve(args, out)
+        if args.command == "revoke":
+            return _revoke(args, out)
         config = load_config(config_path(args.config))
         data = _inputs(args, [config])
         plan = evaluate(data.resources, data.evidence, config, Phase(args.phase), data.now)
@@ -255,6 +268,32 @@ def _approve(args: argparse.Namespace, out: TextIO) -> int:
         f"{_iso(approval.expires_at)}; trigger {args.dag} with approval={approval.id}",
         file=sys.stderr,
     )
+    return 0
+
+
+def _revoke(args: argparse.Namespace, out: TextIO) -> int:
+    """Revoke an approval in the ledger (:func:`reaper.approvals.revoke`)."""
+    import getpass
+    import time
+
+    from pymongo.errors import PyMongoError
+
+    from reaper.approvals import revoke
+    from reaper.ledger import Ledger
+
+    config = load_config(config_path(args.config))
+    try:
+        user = args.user or f"cli:{getpass.getuser()}"
+        approval = revoke(Ledger.connect(config.ledger), args.approval, user, args.reason, time.time())
+    except ValueError as exc:
+        print(f"reaper: {exc}", file=sys.stderr)
+        return 2
+    except PyMongoError as exc:
+        print(f"reaper: the ledger ({config.ledger.conn_id}) did not answer: {type(exc).__name__}", file=sys.stderr)
+        return 1
+    used = approval.used_by
+    state = f"used by {used.dag_id}/{used.run_id}: it starts no delete batch from now" if used else "unused"
+    out.write(f"reaper: revoked approval {approval.id} ({state})\n")
     return 0
 
 

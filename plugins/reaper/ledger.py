@@ -352,6 +352,17 @@ class Ledger:
         cursor = self.approvals.find(query, {"_id": 0, "at": 0}).sort("created_at", -1).limit(limit)
         return [a if items else {**a, "items": len(a.get("items") or [])} for a in cursor]
 
+    def revoke_approval(self, approval_id: str, revoked: dict[str, object]) -> dict[str, object] | None:
+        """Mark an approval revoked (``revoked``: who, why, when), atomically with :meth:`claim_approval` (one
+        ``findAndModify`` each): after it, no claim succeeds. The approval after it, or None when there is none or it
+        was revoked already."""
+        return self.approvals.find_one_and_update(
+            {"_id": approval_id, "revoked": None},
+            {"$set": {"revoked": revoked}},
+            projection={"_id": 0, "at": 0},
+            return_document=ReturnDocument.AFTER,
+        )
+
     def claim_approval(self, approval_id: str, ids: Mapping[str, object]) -> dict[str, object] | None:
         """Mark an approval used by the execution ``ids`` (dag_id, run_id, execution, lease), atomically (one
         ``findAndModify``): only an unused one, or one this same execution claimed (a retried task). The approval
@@ -360,7 +371,7 @@ class Ledger:
         unused = {"used_by": None}  # absent or null: never used
         used_by = {**{f: ids[f] for f in EXECUTION}, "at": time.time()}
         return self.approvals.find_one_and_update(
-            {"_id": approval_id, "$or": [unused, mine]},
+            {"_id": approval_id, "revoked": None, "$or": [unused, mine]},  # a revoked one is claimed by no one
             {"$set": {"used_by": used_by}},  # a retry of the same execution rewrites its own claim
             projection={"_id": 0, "at": 0},
             return_document=ReturnDocument.AFTER,

@@ -175,6 +175,13 @@ def test_reaper_approve_prints_the_id_of_an_approval_of_the_named_items(tmp_path
     bad = main([*argv, "--reason", "INC-7", "--expires", "30d"], out=io.StringIO())
     none = main(["approve", "--dag", DAG, "--run", "manual__404", "--all", "--reason", "x"], out=io.StringIO())
     assert bad == none == 2
+    # reaper revoke: recorded with who and why; a second revoke of it, or of no approval, is refused.
+    said = io.StringIO()
+    assert main(["revoke", str(made["id"]), "--reason", "wrong set", "--user", "carol"], out=said) == 0
+    assert "revoked approval" in said.getvalue() and "(unused)" in said.getvalue()
+    assert (ledger.approval(str(made["id"])) or {})["revoked"]["user"] == "carol"  # type: ignore[index]  # a document
+    assert main(["revoke", str(made["id"]), "--reason", "again"], out=io.StringIO()) == 2
+    assert main(["revoke", "nope", "--reason", "typo"], out=io.StringIO()) == 2
 
 
 def test_no_send_after_the_approval_expires_and_a_retry_after_it_keeps_the_first_tries_outcomes(
@@ -215,3 +222,33 @@ def test_no_send_after_the_approval_expires_and_a_retry_after_it_keeps_the_first
     deleted = {uid for (_, uid), r in ledger.outcomes(ids).items() if r["result"] == "deleted"}
     steps.delete(s, msgspec.structs.replace(batch, approval_expires=time.time() - 1), lease, None)  # the retry
     assert {uid for (_, uid), r in ledger.outcomes(ids).items() if r["result"] == "deleted"} == deleted
+
+
+def test_a_revoked_approval_is_claimed_by_no_run_and_a_run_using_it_starts_no_batch_after(tmp_path, ledger) -> None:
+    """An operator who approved the wrong set revokes it (reaper revoke): a run triggered with it fails before it
+    records a decision, and a run that claimed it before the revocation sends nothing from its next batch on."""
+    from reaper.approvals import revoke
+
+    fleet = held_fleet()
+    plan_through(run(tmp_path, ledger, fleet, "manual__1"))
+    unused, claimed = approve_held(ledger, "manual__1"), approve_held(ledger, "manual__1")
+    s = run(tmp_path, ledger, fleet, "manual__3")
+    batch = plan_holding_the_lease(s, {"approval": claimed}).batches[0]  # claimed by manual__3, before the revoke
+    for name in (unused, claimed):
+        revoked = revoke(ledger, name, "bob", "reviewed the wrong sweep", time.time())
+        assert revoked.revoked is not None and revoked.revoked.user == "bob"
+    with pytest.raises(ValueError, match="already revoked by bob"):
+        revoke(ledger, unused, "carol", "again", time.time())
+    with pytest.raises(ValueError, match="no approval"):
+        revoke(ledger, "nope", "carol", "typo", time.time())
+
+    with pytest.raises(AirflowFailException, match=r"params.approval: approval .* was revoked by bob .*wrong sweep"):
+        plan_through(run(tmp_path, ledger, fleet, "manual__2"), {"approval": unused})
+    assert ledger.claim_approval(unused, {"dag_id": DAG, "run_id": "manual__2", "execution": 0, "lease": "t"}) is None
+
+    lease = steps.Lease(s.ids.holder, batch.plan.token, time.time() + 600)
+    sent: list[str] = []
+    object.__setattr__(s.target, "delete", lambda resources, guard: sent.extend(r.name for r in resources) or [])
+    left = steps.delete(s, batch, lease, None)
+    assert sent == [] and left.outcomes == {"not_attempted": len(batch.resources)}
+    steps.release_lease(s)

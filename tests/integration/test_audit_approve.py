@@ -135,6 +135,19 @@ def test_the_approvals_page_lists_each_approval_its_items_its_sweep_and_the_run_
     assert http.get(f"/approvals/{GCE_DAG}").status_code == 403
 
 
+def test_a_revoked_approval_says_who_revoked_it_and_offers_no_trigger(http, led) -> None:  # noqa: F811
+    import time
+
+    from reaper.approvals import revoke
+
+    _approval(led, "apr-live", time.time(), used=False)
+    assert "airflow dags trigger" in http.get(f"/approvals/{GCE_DAG}").text  # usable: how to use it
+    revoke(led, "apr-live", "dave", "INC-9 was a false alarm", time.time())
+    page = http.get(f"/approvals/{GCE_DAG}").text
+    row = page[page.index('id="approval-apr-live"') :]
+    assert "revoked</b> by dave: INC-9 was a false alarm" in row and "airflow dags trigger" not in page
+
+
 def test_the_sweep_that_used_an_approval_shows_per_item_what_came_of_it(http, led) -> None:  # noqa: F811
     results = [
         {"scope": "p2", "uid": "7", "fingerprint": "fp-7", "name": "runner-7", "kind": "instance", "state": "deleted"},

@@ -519,14 +519,23 @@ def trigger_help(dag_id: str, approval_id: str) -> str:
 
 
 def approval_use(a: Mapping[str, object], urls: Urls, now: float) -> str:
-    """Whether an approval was used, and by which run (a link to its sweep); how to use it while it may be."""
-    used = a.get("used_by")
+    """Whether an approval was used, and by which run (a link to its sweep), or revoked; how to use it while it
+    may be."""
+    used, revoked = a.get("used_by"), a.get("revoked")
+    gone = (
+        f"<b>revoked</b> by {text(revoked.get('user'))}: {text(revoked.get('reason'))} "
+        f'<span class="muted">at {text(when(revoked.get("at")))}</span>'
+        if isinstance(revoked, dict)
+        else ""
+    )
     if isinstance(used, dict):
         dag_id, run_id = str(used.get("dag_id")), str(used.get("run_id"))
         return (
             f"used by {link(urls.sweep(dag_id, run_id), run_id)} (execution {text(used.get('execution', 0))}) "
-            f'<span class="muted">at {text(when(used.get("at")))}</span>'
+            f'<span class="muted">at {text(when(used.get("at")))}</span>' + (f"; {gone}" if gone else "")
         )
+    if gone:
+        return gone
     if now >= float(a.get("expires_at") or 0):  # type: ignore[arg-type]  # a number, as the ledger wrote it
         return '<span class="muted">expired unused</span>'
     return "<b>unused</b>: " + trigger_help(str(a.get("dag_id")), str(a.get("id")))

@@ -84,13 +84,20 @@ def take(sweep: Execution, params: Mapping[str, object], ledger: Ledger, ids: Id
         return None
     approval = read(sweep, name, ledger, time.time())
     if claim and ledger.claim_approval(name, ids.fields()) is None:
-        used = msgspec.convert(ledger.approval(name), Approval)
-        why = used_elsewhere(used, ids.dag_id, ids.run_id, ids.execution) or (
+        read(sweep, name, ledger, time.time())  # revoked or used by another execution since: says so
+        why = (
             f"approval {name!r} was used by an earlier sweep lease of this execution (a cleared task); an approval is "
             "used by one execution only: expected a new approval of what is still held"
         )
         raise AirflowFailException(f"params.approval: {why}")
     return approval
+
+
+def revoked_at(name: str, ledger: Ledger) -> float | None:
+    """When the approval ``name`` was revoked, None if it was not (or is gone: its expiry still bounds the run)."""
+    found = ledger.approval(name)
+    revoked = msgspec.convert(found, Approval).revoked if found is not None else None
+    return revoked.at if revoked is not None else None
 
 
 def summary(approval: Approval, plan: Plan, configured_cap: int, claimed: bool) -> dict[str, object]:

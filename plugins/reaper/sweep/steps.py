@@ -692,14 +692,17 @@ def delete(sweep: Execution, batch: Batch[Resource], lease: Lease, started: date
     ids = sweep.under(lease).fields()
     # Under an approval, what is deleted is exactly what was approved, to the last label (docs/design.md §6: the
     # policy planned only approved items in their approved state, and every re-read requires the planned state), and
-    # nothing after its expiry: the guard's deadline, so every send and re-read stops there, a batch begun after it
-    # sends nothing, and a retried one leaves an earlier try's outcomes as they are.
-    target = sweep.target
+    # nothing after its expiry or its revocation: the guard's deadline, so every send and re-read stops there, a
+    # batch begun after it sends nothing, and a retried one leaves an earlier try's outcomes as they are.
+    target, ledger = sweep.target, sweep.ledger()
     expires = batch.approval_expires if batch.approval else None
+    if batch.approval and (revoked := approved.revoked_at(batch.approval, ledger)) is not None:
+        log.warning("approval %s was revoked: this batch sends nothing", batch.approval)
+        expires = min(batch.approval_expires, revoked)  # past: the batch records its deletes as left
     deadline = send_deadline(config, target.name, lease.expires_at, started, expires)
     terms = SendTerms(ids, sweep.ids.holder, lease.token, deadline)
     try:
-        outcomes = delete_batch(sweep.ledger(), target, terms, batch.resources, sweep.config.ledger)
+        outcomes = delete_batch(ledger, target, terms, batch.resources, sweep.config.ledger)
     finally:
         spent = target.quota_use()  # drained also when the batch halted: the next task's are its own
     return Deleted(outcomes, spent)
