@@ -252,3 +252,12 @@ def test_a_revoked_approval_is_claimed_by_no_run_and_a_run_using_it_starts_no_ba
     left = steps.delete(s, batch, lease, None)
     assert sent == [] and left.outcomes == {"not_attempted": len(batch.resources)}
     steps.release_lease(s)
+    # An approval gone from the ledger (deleted by hand, a short retention) proves nothing stands: no batch sends.
+    gone = approve_held(ledger, "manual__1")
+    g = run(tmp_path, ledger, fleet, "manual__4")
+    batch = plan_holding_the_lease(g, {"approval": gone}).batches[0]
+    ledger.approvals.delete_one({"_id": gone})
+    object.__setattr__(g.target, "delete", lambda resources, guard: sent.extend(r.name for r in resources) or [])
+    lease = steps.Lease(g.ids.holder, batch.plan.token, time.time() + 600)
+    assert steps.delete(g, batch, lease, None).outcomes == {"not_attempted": len(batch.resources)} and sent == []
+    steps.release_lease(g)

@@ -93,10 +93,13 @@ def take(sweep: Execution, params: Mapping[str, object], ledger: Ledger, ids: Id
     return approval
 
 
-def revoked_at(name: str, ledger: Ledger) -> float | None:
-    """When the approval ``name`` was revoked, None if it was not (or is gone: its expiry still bounds the run)."""
+def revoked_at(name: str, ledger: Ledger, now: float) -> float | None:
+    """When the approval ``name`` was revoked, None if it was not. One that is no longer in the ledger (deleted by
+    hand, or by a retention shorter than its expiry) counts as revoked ``now``: nothing proves it stands."""
     found = ledger.approval(name)
-    revoked = msgspec.convert(found, Approval).revoked if found is not None else None
+    if found is None:
+        return now
+    revoked = msgspec.convert(found, Approval).revoked
     return revoked.at if revoked is not None else None
 
 
