@@ -292,8 +292,13 @@ def _revoke(args: argparse.Namespace, out: TextIO) -> int:
         print(f"reaper: the ledger ({config.ledger.conn_id}) did not answer: {type(exc).__name__}", file=sys.stderr)
         return 1
     used = approval.used_by
-    state = f"used by {used.dag_id}/{used.run_id}: it starts no delete batch from now" if used else "unused"
-    out.write(f"reaper: revoked approval {approval.id} ({state})\n")
+    state = (
+        f"used by {used.dag_id}/{used.run_id}: it starts no delete batch from now; a batch already sending goes on "
+        "to its end unless its delete task is marked failed in Airflow (SIGTERM halts its sends at once)"
+        if used
+        else "unused: no run may use it"
+    )
+    out.write(f"reaper: revoked approval {approval.id} of {approval.dag_id}, from {approval.run_id} ({state})\n")
     return 0
 
 

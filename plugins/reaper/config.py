@@ -37,6 +37,9 @@ from reaper.rules import RULE
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "include" / "reaper.yaml"
 CONFIG_ENV = "REAPER_CONFIG"
 
+# The longest an approval may be used (reaper/approvals.py): the evidence it was given for is old by then.
+APPROVAL_MAX_EXPIRY = timedelta(days=7)
+
 
 class ConfigError(Exception):
     """Invalid configuration or input: the message names the file, the key and what was expected."""
@@ -549,7 +552,8 @@ class LedgerConfig(_Section):
     retention: Duration = timedelta(days=400)  # at least the longest run timeout + rerun_window: Settings._margins
     """How long ledger records, summaries, transitions and resource states are kept (a change is applied to the TTL
     indexes in place). At least the longest run timeout plus `ledger.rerun_window`: a retried or cleared task must
-    still find its intents, outcomes and override, or it re-sends and re-applies them."""
+    still find its intents, outcomes and override, or it re-sends and re-applies them; and at least 7 days (an
+    approval's longest expiry) plus the longest run timeout, so that no approval leaves the ledger while in use."""
     rerun_window: Annotated[Duration, _at_least(timedelta(days=1), "a run may be cleared at least the day it ran")] = (
         timedelta(days=7)
     )
@@ -928,6 +932,14 @@ class Settings(_Section):
                 f"expected at least {short(least)} (the longest run timeout {short(longest)} + ledger.rerun_window "
                 f"{short(self.ledger.rerun_window)}), got {short(self.ledger.retention)}: a run cleared or "
                 "retried within that window must find its intents, outcomes and override in the ledger",
+            )
+        approval_life = APPROVAL_MAX_EXPIRY + longest  # the retention index counts from the approval's recording
+        if self.ledger.retention < approval_life:
+            raise _CrossFieldError(
+                ("ledger", "retention"),
+                f"expected at least {short(approval_life)} (an approval's longest expiry "
+                f"{short(APPROVAL_MAX_EXPIRY)} + the longest run timeout {short(longest)}), got "
+                f"{short(self.ledger.retention)}: a run using an approval must still find it in the ledger",
             )
         return self
 

@@ -288,6 +288,7 @@ class _ContainerStatus(msgspec.Struct):
 
 
 class _Status(msgspec.Struct):
+    phase: str = ""
     containerStatuses: list[_ContainerStatus] = []
     initContainerStatuses: list[_ContainerStatus] = []
 
@@ -330,10 +331,15 @@ def _finished_for_good(status: _ContainerStatus | None, restarted_on_failure: bo
 
 def _containers(spec: _Spec, status: _Status) -> dict[str, bool]:
     statuses = {s.name: s for s in status.containerStatuses + status.initContainerStatuses}
-    pod_restarts = spec.restartPolicy in ("Always", "OnFailure")
+    # A Pod in a terminal phase restarts nothing: the kubelet stops its native sidecars (often exit 137 or 143) once
+    # its containers have ended, and never starts them again (kubernetes.io, Pod lifecycle and sidecar containers).
+    # A container that still reports running is still running, whatever the phase.
+    live = status.phase not in ("Succeeded", "Failed")
+    pod_restarts = live and spec.restartPolicy in ("Always", "OnFailure")
     found = {c.name: _finished_for_good(statuses.get(c.name), pod_restarts) for c in spec.containers}
     for c in spec.initContainers:
-        found[c.name] = _finished_for_good(statuses.get(c.name), pod_restarts or c.restartPolicy == "Always")
+        native = live and c.restartPolicy == "Always"
+        found[c.name] = _finished_for_good(statuses.get(c.name), pod_restarts or native)
     return found
 
 

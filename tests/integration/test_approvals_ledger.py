@@ -178,7 +178,7 @@ def test_reaper_approve_prints_the_id_of_an_approval_of_the_named_items(tmp_path
     # reaper revoke: recorded with who and why; a second revoke of it, or of no approval, is refused.
     said = io.StringIO()
     assert main(["revoke", str(made["id"]), "--reason", "wrong set", "--user", "carol"], out=said) == 0
-    assert "revoked approval" in said.getvalue() and "(unused)" in said.getvalue()
+    assert f"revoked approval {made['id']} of {DAG}, from manual__1 (unused" in said.getvalue()
     assert (ledger.approval(str(made["id"])) or {})["revoked"]["user"] == "carol"  # type: ignore[index]  # a document
     assert main(["revoke", str(made["id"]), "--reason", "again"], out=io.StringIO()) == 2
     assert main(["revoke", "nope", "--reason", "typo"], out=io.StringIO()) == 2
@@ -252,6 +252,17 @@ def test_a_revoked_approval_is_claimed_by_no_run_and_a_run_using_it_starts_no_ba
     left = steps.delete(s, batch, lease, None)
     assert sent == [] and left.outcomes == {"not_attempted": len(batch.resources)}
     steps.release_lease(s)
+    # Revoked is revoked, whatever time the revocation carries (an operator's clock ahead, a value no clock gives).
+    for at in (time.time() + 300, float("nan"), float("inf")):
+        odd = approve_held(ledger, "manual__1")
+        o = run(tmp_path, ledger, fleet, f"manual__odd-{at}")
+        odd_batch = plan_holding_the_lease(o, {"approval": odd}).batches[0]
+        ledger.approvals.update_one({"_id": odd}, {"$set": {"revoked": {"user": "eve", "reason": "x", "at": at}}})
+        object.__setattr__(o.target, "delete", lambda resources, guard: sent.extend(r.name for r in resources) or [])
+        odd_lease = steps.Lease(o.ids.holder, odd_batch.plan.token, time.time() + 600)
+        assert steps.delete(o, odd_batch, odd_lease, None).outcomes == {"not_attempted": len(odd_batch.resources)}
+        assert sent == [], at
+        steps.release_lease(o)
     # An approval gone from the ledger (deleted by hand, a short retention) proves nothing stands: no batch sends.
     gone = approve_held(ledger, "manual__1")
     g = run(tmp_path, ledger, fleet, "manual__4")

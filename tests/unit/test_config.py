@@ -285,8 +285,12 @@ def test_ledger_retention_outlives_the_longest_run_and_the_rerun_window() -> Non
     manual = {"airflow": {"gce_schedule": 0}, "ledger": {"retention": "P7DT30M"}}
     with pytest.raises(ConfigError, match="expected at least 7d 1h"):
         parse_settings(manual, "reaper.yaml")
-    config = parse_settings({"ledger": {"retention": "P2DT9M", "rerun_window": "2d"}}, "reaper.yaml")
-    assert config.ledger.retention == timedelta(days=2, minutes=9)
+    # An approval (up to 7 days of expiry) must outlive the run that uses it: the retention index counts from its
+    # recording, so a shorter retention could delete one a run still holds.
+    with pytest.raises(ConfigError, match=r"expected at least 7d 9m \(an approval's longest expiry 7d"):
+        parse_settings({"ledger": {"retention": "P2DT9M", "rerun_window": "2d"}}, "reaper.yaml")
+    config = parse_settings({"ledger": {"retention": "P7DT9M", "rerun_window": "2d"}}, "reaper.yaml")
+    assert config.ledger.retention == timedelta(days=7, minutes=9)
 
 
 def test_the_quota_share_is_at_most_half_and_the_window_is_no_config_key(monkeypatch) -> None:

@@ -54,6 +54,9 @@ def normalize(raw: dict):
         (pod(EXIT_1, restart_policy="Never"), True),  # failed for good: nothing will upload
         (pod(EXIT_0, restart_policy="OnFailure"), True),
         (pod(EXIT_0, native=True), True),
+        # A Pod in a terminal phase restarts nothing: the kubelet stopped its native sidecar when its containers ended.
+        (pod({"terminated": {"exitCode": 143, "reason": "Error"}}, phase="Succeeded", native=True), True),
+        (pod(EXIT_1, phase="Failed", restart_policy="Always"), True),
     ],
     ids=[
         "succeeded-pod-sidecar-running",
@@ -67,6 +70,8 @@ def normalize(raw: dict):
         "exit-1-never",
         "exit-0-onfailure",
         "native-sidecar-exit-0",
+        "succeeded-pod-native-sidecar-stopped",
+        "failed-pod-exit-1-always",
     ],
 )
 def test_sidecar_finished_for_good_only_when_terminated_and_never_restarted(raw: dict, finished: bool) -> None:

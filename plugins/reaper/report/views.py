@@ -532,7 +532,8 @@ def approval_use(a: Mapping[str, object], urls: Urls, now: float) -> str:
         dag_id, run_id = str(used.get("dag_id")), str(used.get("run_id"))
         return (
             f"used by {link(urls.sweep(dag_id, run_id), run_id)} (execution {text(used.get('execution', 0))}) "
-            f'<span class="muted">at {text(when(used.get("at")))}</span>' + (f"; {gone}" if gone else "")
+            f'<span class="muted">at {text(when(used.get("at")))}</span>'
+            + (f"; {gone} (its batches begun after that send nothing)" if gone else "")
         )
     if gone:
         return gone

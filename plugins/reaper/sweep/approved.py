@@ -93,14 +93,15 @@ def take(sweep: Execution, params: Mapping[str, object], ledger: Ledger, ids: Id
     return approval
 
 
-def revoked_at(name: str, ledger: Ledger, now: float) -> float | None:
-    """When the approval ``name`` was revoked, None if it was not. One that is no longer in the ledger (deleted by
-    hand, or by a retention shorter than its expiry) counts as revoked ``now``: nothing proves it stands."""
+def withdrawn(name: str, ledger: Ledger) -> str:
+    """Why the approval ``name`` no longer stands (revoked, or no longer in the ledger: deleted by hand, nothing
+    proves it stands), or empty while it does. Whatever time a revocation carries (an operator's clock ahead, a
+    value no clock gives), revoked is revoked."""
     found = ledger.approval(name)
     if found is None:
-        return now
+        return "gone from the ledger"
     revoked = msgspec.convert(found, Approval).revoked
-    return revoked.at if revoked is not None else None
+    return f"revoked by {revoked.user}: {revoked.reason}" if revoked is not None else ""
 
 
 def summary(approval: Approval, plan: Plan, configured_cap: int, claimed: bool) -> dict[str, object]:

@@ -696,9 +696,9 @@ def delete(sweep: Execution, batch: Batch[Resource], lease: Lease, started: date
     # batch begun after it sends nothing, and a retried one leaves an earlier try's outcomes as they are.
     target, ledger = sweep.target, sweep.ledger()
     expires = batch.approval_expires if batch.approval else None
-    if batch.approval and (revoked := approved.revoked_at(batch.approval, ledger, time.time())) is not None:
-        log.warning("approval %s was revoked (or is gone from the ledger): this batch sends nothing", batch.approval)
-        expires = min(batch.approval_expires, revoked)  # past: the batch records its deletes as left
+    if batch.approval and (why := approved.withdrawn(batch.approval, ledger)):
+        log.warning("approval %s is %s: this batch sends nothing", batch.approval, why)
+        expires = 0.0  # long past: the batch records its deletes as left
     deadline = send_deadline(config, target.name, lease.expires_at, started, expires)
     terms = SendTerms(ids, sweep.ids.holder, lease.token, deadline)
     try:
