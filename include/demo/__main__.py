@@ -313,7 +313,7 @@ def summarize(ledger, runs: list[tuple[str, str, str]]) -> dict[str, object]:
                 "reported": sum(d.count for d in decisions if d.action == "report"),
                 "deleted": (doc.outcomes or {}).get("deleted", 0),
                 "kept": sum((doc.kept or {}).values()) + sum(d.count for d in decisions if d.action == "keep"),
-                "holds": {s["scope"]: s["holds"] for s in doc.scopes or [] if s.get("holds")},
+                "holds": {s.scope: s.holds for s in doc.scopes or [] if s.holds},
             }
         )
     counts = ledger.tally()
