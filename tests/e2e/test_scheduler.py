@@ -170,6 +170,13 @@ def test_a_stopped_delete_task_stops_sending_at_once_and_records_what_it_saw(air
     assert halted, f"the task did not record why it stopped: {dict(seen)}"
     late = [t for t in arrivals if t > min(halted)]
     assert late == [], f"{len(late)} deletes sent after the task was told to stop"
+
+    def every_intent_answered() -> bool:  # the stopped process records the rest of what it saw in its last seconds
+        intents = {r["uid"] for r in airflow.ledger.ledger.find({"run_id": run_id, "action": "delete_intent"})}
+        answered = {r["uid"] for r in airflow.ledger.ledger.find({"run_id": run_id, "action": "outcome"})}
+        return intents <= answered
+
+    wait_until(every_intent_answered, "an outcome for every intent the stopped task wrote", 20)
     results = one_outcome_per_intent(airflow.ledger, run_id)
     assert results["deleted"] == len(airflow.fleet.deleted_ids) - before > 0
     assert run["state"] == "failed"
