@@ -360,8 +360,9 @@ def _evaluate_project(project: str, group: _Project, sweep: _Context) -> _Projec
 
 
 def _unix(raw: str | None) -> int | None:
-    """A label value as unix seconds, if it is ASCII decimal digits short enough to be a time (a label value may
-    hold 63 digits, which Python's ``int`` turns into a number fast, but nothing of ours compares)."""
+    """A label value as a number, if it is ASCII decimal digits short enough to be a time. More digits are no time
+    of any unit (a GCE label value holds up to 63; an export or emulator, any number, which ``int`` refuses past
+    4,300): such a value is malformed, never a crash of the plan."""
     if raw is None or not (raw.isdigit() and raw.isascii()) or len(raw) > _MAX_DIGITS:
         return None
     return int(raw)
