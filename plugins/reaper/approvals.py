@@ -20,13 +20,12 @@ from typing import Protocol, cast
 
 import msgspec
 
-from reaper.config import APPROVAL_MAX_EXPIRY
 from reaper.durations import duration
 from reaper.model import GceInstance, K8sObject, Override, Resource
 from reaper.vocabulary import Reason
 
 DEFAULT_EXPIRY = timedelta(hours=4)  # long enough to trigger the run after a review, short enough to stay current
-MAX_EXPIRY = APPROVAL_MAX_EXPIRY  # the evidence an approval was given for is old by then: review again
+MAX_EXPIRY = timedelta(days=7)  # the evidence an approval was given for is old by then: review again
 # The holds an approval can lift: the budget's, the global cap's, and those of an earlier approval's run
 # (its items changed or new since their review, or the approval expired): reviewed again, approved again.
 APPROVABLE = (

@@ -16,7 +16,7 @@ import json
 import os
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, NoReturn, TextIO
@@ -30,7 +30,9 @@ from reaper.policy import evaluate
 from reaper.report.reasons import Limits
 
 if TYPE_CHECKING:
+    from reaper.approvals import Approval
     from reaper.diff import Change, ConfigDiff
+    from reaper.ledger import Ledger
     from reaper.report.reasons import Limits
 
 
@@ -240,28 +242,16 @@ def _config_reference(args: argparse.Namespace, out: TextIO) -> int:
 def _approve(args: argparse.Namespace, out: TextIO) -> int:
     """Approve a held sweep's candidates from the ledger (:func:`reaper.approvals.approve`); the id on stdout, for
     scripts (``--conf '{"approval": "<id>"}'``), the rest on stderr."""
-    import getpass
-    import time
-
-    from pymongo.errors import PyMongoError
-
     from reaper.approvals import approve
     from reaper.durations import parse_duration
-    from reaper.ledger import Ledger
 
-    config = load_config(config_path(args.config))
-    try:
+    def made(ledger: Ledger, user: str, now: float) -> Approval:
         expires_in = parse_duration(args.expires)
-        user = args.user or f"cli:{getpass.getuser()}"
-        approval = approve(
-            Ledger.connect(config.ledger), args.dag, args.run, args.item, user, args.reason, expires_in, time.time()
-        )
-    except ValueError as exc:
-        print(f"reaper: {exc}", file=sys.stderr)
-        return 2
-    except PyMongoError as exc:
-        print(f"reaper: the ledger ({config.ledger.conn_id}) did not answer: {type(exc).__name__}", file=sys.stderr)
-        return 1
+        return approve(ledger, args.dag, args.run, args.item, user, args.reason, expires_in, now)
+
+    approval = _on_ledger(args, made)
+    if isinstance(approval, int):
+        return approval
     out.write(approval.id + "\n")
     print(
         f"reaper: approved {len(approval.items)} held deletes of {args.dag}/{args.run} until "
@@ -271,26 +261,34 @@ def _approve(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def _revoke(args: argparse.Namespace, out: TextIO) -> int:
-    """Revoke an approval in the ledger (:func:`reaper.approvals.revoke`)."""
+def _on_ledger(args: argparse.Namespace, call: Callable[[Ledger, str, float], Approval]) -> Approval | int:
+    """Run an approvals command on the config's ledger as the CLI's user (``--user``, else ``cli:<login>``), now;
+    the exit status when it fails: 2 for a bad argument, 1 when the ledger does not answer, one line on stderr."""
     import getpass
     import time
 
     from pymongo.errors import PyMongoError
 
-    from reaper.approvals import revoke
     from reaper.ledger import Ledger
 
     config = load_config(config_path(args.config))
     try:
-        user = args.user or f"cli:{getpass.getuser()}"
-        approval = revoke(Ledger.connect(config.ledger), args.approval, user, args.reason, time.time())
+        return call(Ledger.connect(config.ledger), args.user or f"cli:{getpass.getuser()}", time.time())
     except ValueError as exc:
         print(f"reaper: {exc}", file=sys.stderr)
         return 2
     except PyMongoError as exc:
         print(f"reaper: the ledger ({config.ledger.conn_id}) did not answer: {type(exc).__name__}", file=sys.stderr)
         return 1
+
+
+def _revoke(args: argparse.Namespace, out: TextIO) -> int:
+    """Revoke an approval in the ledger (:func:`reaper.approvals.revoke`)."""
+    from reaper.approvals import revoke
+
+    approval = _on_ledger(args, lambda ledger, user, now: revoke(ledger, args.approval, user, args.reason, now))
+    if isinstance(approval, int):
+        return approval
     used = approval.used_by
     state = (
         f"used by {used.dag_id}/{used.run_id}: it starts no delete batch from now; a batch already sending goes on "

@@ -30,15 +30,13 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
+from reaper.approvals import MAX_EXPIRY
 from reaper.durations import parse_duration, short
 from reaper.model import Mode
 from reaper.rules import RULE
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "include" / "reaper.yaml"
 CONFIG_ENV = "REAPER_CONFIG"
-
-# The longest an approval may be used (reaper/approvals.py): the evidence it was given for is old by then.
-APPROVAL_MAX_EXPIRY = timedelta(days=7)
 
 
 class ConfigError(Exception):
@@ -933,12 +931,12 @@ class Settings(_Section):
                 f"{short(self.ledger.rerun_window)}), got {short(self.ledger.retention)}: a run cleared or "
                 "retried within that window must find its intents, outcomes and override in the ledger",
             )
-        approval_life = APPROVAL_MAX_EXPIRY + longest  # the retention index counts from the approval's recording
+        approval_life = MAX_EXPIRY + longest  # the retention index counts from the approval's recording
         if self.ledger.retention < approval_life:
             raise _CrossFieldError(
                 ("ledger", "retention"),
                 f"expected at least {short(approval_life)} (an approval's longest expiry "
-                f"{short(APPROVAL_MAX_EXPIRY)} + the longest run timeout {short(longest)}), got "
+                f"{short(MAX_EXPIRY)} + the longest run timeout {short(longest)}), got "
                 f"{short(self.ledger.retention)}: a run using an approval must still find it in the ledger",
             )
         return self

@@ -378,9 +378,9 @@ def k8s_object(item: KubeItem, cluster: str, kind: str | None = None) -> K8sObje
     containers: dict[str, bool] = {}
     deadline = None
     uses: tuple[str, ...] = ()
-    if kind == "Pod" and item.spec is None:  # a metadata-only answer: no container a rule could read as running
-        raise ValueError(f"Pod {meta.namespace}/{meta.name}: expected its spec (containers, volumes), got none")
-    if kind == "Pod" and item.spec is not None:
+    if kind == "Pod":
+        if item.spec is None:  # a metadata-only answer: no container a rule could read as running
+            raise ValueError(f"Pod {meta.namespace}/{meta.name}: expected its spec (containers, volumes), got none")
         containers = _containers(item.spec, item.status or _Status())
         deadline = item.spec.activeDeadlineSeconds
         uses = _secrets_used(item.spec)
