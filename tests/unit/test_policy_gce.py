@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from reaper.model import Evidence, Override, Phase, WriterRecord
@@ -282,6 +283,18 @@ def test_only_a_fresh_beat_on_a_vm_not_opted_out_shows_the_label_is_stamped(witn
     # A group member's fresh beat is a stamp of the configured label all the same.
     stamped = plan([old, witness(), inst(hb_age=M, group_member=True)])
     assert by_name(stamped)[old.name] == ("delete", "unlabeled_age", "unlabeled_age")
+
+
+def test_a_fresh_beat_shows_the_label_is_stamped_whatever_else_its_vm_has() -> None:
+    """A VM stopped since its manager stamped it a minute ago is a witness of the label as much as a running one, and
+    as a group member is: a VM's other findings never decide whether another VM's missing label is evidence."""
+    old = inst(created_age=4 * D)
+    stopped = inst(hb_age=M, status="TERMINATED", stop_age=H, created_age=2 * H)
+    got = by_name(plan([old, stopped]))
+    assert got[old.name] == ("delete", "unlabeled_age", "unlabeled_age")
+    assert got[stopped.name] == ("delete", "terminated", "terminated")
+    as_member = by_name(plan([old, msgspec.structs.replace(stopped, group_member=True)]))
+    assert as_member[old.name] == got[old.name]
 
 
 def test_the_label_unseen_hold_is_per_project_and_only_where_an_unlabeled_vm_is_old() -> None:

@@ -331,11 +331,11 @@ def _evaluate_project(project: str, group: _Project, sweep: _Context) -> _Projec
     findings[Reason.GROUP_MEMBER] = len(members)
 
     stale = findings.get(Reason.HEARTBEAT_STALE, 0)
-    # The label's absence is evidence only where a manager is seen stamping it now: a fresh valid heartbeat on a VM
-    # that is not opted out (``fresh`` holds those the rules decide; a group member's counts too). A key present
-    # with a stale, malformed or placeholder value is a leftover (a label renamed since), not a writer
-    # (docs/design.md §4).
-    unseen = bool(findings.get(Reason.UNLABELED_AGE)) and not any(_stamped(i, t) for i in chain(fresh, members))
+    # The label's absence is evidence only where a manager is seen stamping it now: a fresh valid heartbeat on any
+    # in-scope VM that is not opted out, whatever else is found on it (TERMINATED since, a group member). A key
+    # present with a stale, malformed or placeholder value is a leftover (a label renamed since), not a writer
+    # (docs/design.md §4). Fresh VMs come first in ``instances``: a healthy project answers at its first.
+    unseen = bool(findings.get(Reason.UNLABELED_AGE)) and not any(_stamped(i, t) for i in instances)
     holds, overridden, details = _project_holds(project, len(beats), stale, duplicated, unseen, sweep)
     recorded: list[Decision] = []
     kept: list[tuple[str, Reason, list[GceInstance]]]
