@@ -18,6 +18,7 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "plugins"), str(ROOT)]
@@ -29,7 +30,7 @@ from include.emulators.http import start_secantusdb  # noqa: E402
 from reaper.audit import READ_RUNS, app, ledger, limits, readable_dags, settings  # noqa: E402
 from reaper.config import LedgerConfig, Settings  # noqa: E402
 from reaper.ledger import ROW_ORDER, Ledger  # noqa: E402
-from reaper.model import Evidence, GceInstance, Phase, Plan  # noqa: E402
+from reaper.model import Evidence, GceInstance, Phase, Plan, Resource  # noqa: E402
 from reaper.report.reasons import Limits  # noqa: E402
 
 DAG = "reaper_gce_enforcement"
@@ -169,7 +170,7 @@ def main() -> None:
 
     daemon = start_secantusdb()
     trips = RoundTrips()
-    client = MongoClient(f"mongodb://127.0.0.1:{daemon.port}/", event_listeners=[trips])
+    client: MongoClient[dict[str, Any]] = MongoClient(f"mongodb://127.0.0.1:{daemon.port}/", event_listeners=[trips])
     try:
         led = Ledger(client, LedgerConfig(database="bench_audit"))
         started = time.perf_counter()
@@ -227,7 +228,7 @@ def transitions(led: Ledger, trips: RoundTrips, ping: float, resources: int, sco
     """Recording each resource's transitions at scale: a first sweep (every resource first seen), a sweep that
     changes nothing (what nearly every sweep is), and one where 1% changed state."""
     now = time.time()
-    fleet = [
+    fleet: list[Resource] = [
         GceInstance(f"p-{i % scopes:03d}", "us-east1-b", f"vm-{i:06d}", str(9_000_000_000 + i), "RUNNING", {}, now)
         for i in range(resources)
     ]

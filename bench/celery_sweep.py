@@ -16,10 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import requests
 from pymongo import MongoClient
@@ -65,6 +66,7 @@ def idle(tis: list[dict], wall: float) -> float:
 def mongo_ops(port: int) -> Counter[str]:
     """SecantusDB's command counters (``serverStatus.opcounters``: find is ``query``; update and
     findAndModify are ``update``), for every client of the server, whatever process."""
+    client: MongoClient[dict[str, Any]]
     with MongoClient("127.0.0.1", port, directConnection=True) as client:
         return Counter(client.admin.command("serverStatus")["opcounters"])
 
@@ -76,7 +78,7 @@ def report(title: str, state: str, wall: float, tis: list[dict], calls: list[tup
     print(f"  run (start to end) {wall:8.2f} s, {len(tis)} task instances ({tasks['delete']} delete)")
     between = idle(tis, wall)
     print(f"  between tasks      {between:8.2f} s  {100 * between / wall:5.1f} % (no task running: Airflow's alone)")
-    took: Counter[str] = Counter()
+    took: defaultdict[str, float] = defaultdict(float)
     for t in tis:
         if t["start_date"] and t["end_date"]:
             took[str(t["task_id"])] += _ts(t["end_date"]) - _ts(t["start_date"])

@@ -20,6 +20,7 @@ import time
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import cast
 
 import requests
 
@@ -31,7 +32,7 @@ from reaper.config import parse_settings  # noqa: E402
 from reaper.gce.clients import compute_clients  # noqa: E402
 from reaper.gce.deleter import GceDeleter  # noqa: E402
 from reaper.gce.inventory import PAGE_SIZE, list_projects  # noqa: E402
-from reaper.model import Evidence, Phase, WriterRecord, incomplete_scopes  # noqa: E402
+from reaper.model import Evidence, GceInstance, Phase, WriterRecord, incomplete_scopes  # noqa: E402
 from reaper.policy import evaluate  # noqa: E402
 from reaper.retry import Backoff  # noqa: E402
 
@@ -91,7 +92,7 @@ def main() -> None:
         evidence = Evidence(writer_health=writers, incomplete=incomplete_scopes(listings))
         plan = evaluate(instances, evidence, config, Phase.ENFORCEMENT, datetime.fromtimestamp(now, UTC))
         evaluated = time.perf_counter()
-        doomed = [d.resource for d in plan.deletes()]
+        doomed = cast("list[GceInstance]", [d.resource for d in plan.deletes()])  # a fleet of instances only
         outcomes = GceDeleter(clients, config).delete(doomed)
         deleted = time.perf_counter()
         counts = requests.get(f"{endpoint}/_emulator/stats", timeout=10).json()["counters"]

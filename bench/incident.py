@@ -33,6 +33,11 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from airflow.models.dagrun import DagRun
+    from pymongo.database import Database
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "plugins"), str(Path(__file__).resolve().parents[1])]
 from bench.sweep import HOME, LEDGER_CALLS, ROOT, STEPS, Meter, configure, writers  # noqa: E402  (sets AIRFLOW_HOME: import it before Airflow)
@@ -86,10 +91,18 @@ def quota_spent(endpoint: str) -> tuple[dict[tuple[float, str, str], int], int]:
     return {(u["window"], u["project"], u["group"]): u["admitted"] for u in mine}, sum(u["refused"] for u in mine)
 
 
-def run(dag_id: str, **conf: object) -> object:
+def run(dag_id: str, **conf: object) -> DagRun:
     from airflow.dag_processing.dagbag import DagBag
 
-    return DagBag(dag_folder=str(ROOT / "dags")).dags[dag_id].test(run_conf=conf or None)
+    return cast("DagRun", DagBag(dag_folder=str(ROOT / "dags")).dags[dag_id].test(run_conf=conf or None))
+
+
+def stored_summary(db: Database[dict[str, Any]], run_id: str) -> dict[str, Any]:
+    """The sweep summary the run wrote to the ledger."""
+    summary = db.sweeps.find_one({"run_id": run_id})
+    if summary is None:
+        raise LookupError(f"run {run_id} wrote no sweep summary")
+    return summary
 
 
 def approve_all(dag_id: str, run_id: str) -> str:
@@ -128,6 +141,7 @@ def main() -> None:
     live, orphans = seed(HOME / "fleet.json", projects, crashed, args.live, args.abandoned // args.crashed)
     emulator, endpoint = start_emulator(HOME / "fleet.json", args.latency, args.quota_limit)
     mongo = start_secantusdb()
+    mongo_port = cast(int, mongo.port)  # started on a port of its own
     (HOME / "prometheus").mkdir()
     prometheus = Prometheus(HOME / "prometheus", [f"127.0.0.1:{writers(projects)}"])
     try:
@@ -143,7 +157,7 @@ def main() -> None:
         }
         configure(
             HOME,
-            mongo.port,
+            mongo_port,
             {
                 "gce": gce,
                 "k8s": {"enabled": False},
@@ -154,7 +168,7 @@ def main() -> None:
                 "ledger": {"timeout": "60s"},
             },
         )
-        db = MongoClient(f"mongodb://127.0.0.1:{mongo.port}/", tz_aware=True)["reaper"]
+        db: Database[dict[str, Any]] = MongoClient(f"mongodb://127.0.0.1:{mongo.port}/", tz_aware=True)["reaper"]
         print(
             f"# {live:,} live VMs in {len(projects)} projects; {orphans:,} orphans, "
             f"{args.abandoned:,} of them in {crashed}"
@@ -162,16 +176,17 @@ def main() -> None:
 
         started = time.perf_counter()
         held = run("reaper_gce_enforcement")
-        summary = db.sweeps.find_one({"run_id": held.run_id})  # type: ignore[attr-defined]  # a DagRun, typed object where it comes from
+        summary = stored_summary(db, held.run_id)
         holds = {s["scope"]: s["holds"] for s in summary["scopes"] if s["holds"]}
         print(
-            f"scheduled sweep: {time.perf_counter() - started:.1f} s, {held.state}; "  # type: ignore[attr-defined]  # a DagRun, typed object where it comes from
+            f"scheduled sweep: {time.perf_counter() - started:.1f} s, {held.state}; "
             f"holds {holds}; outcomes {summary['outcomes']}"
         )
 
         meter = Meter()  # from here: what each recovery run spent in the reaper's own steps
         triggered = time.time()
-        runs, left, reviewed = [], args.abandoned, held.run_id  # type: ignore[attr-defined]  # a DagRun, typed object where it comes from
+        runs: list[tuple[str | None, str, dict[str, int], Meter]] = []
+        left, reviewed = args.abandoned, held.run_id
         while left and len(runs) < 5:
             if args.recover == "approval":  # the operator approves the held set the sweep page lists, as reviewed
                 conf: dict[str, object] = {"approval": approve_all("reaper_gce_enforcement", reviewed)}
@@ -183,12 +198,12 @@ def main() -> None:
                     "max_deletions": args.abandoned,
                 }
             recovery = run("reaper_gce_enforcement", **conf, scopes=crashed)
-            summary = db.sweeps.find_one({"run_id": recovery.run_id})  # type: ignore[attr-defined]  # a DagRun, typed object where it comes from
-            outcomes = Counter(summary["outcomes"])
+            summary = stored_summary(db, recovery.run_id)
+            outcomes: Counter[str] = Counter(summary["outcomes"])
             taken = meter.take()
-            runs.append((recovery.state, summary["why"], dict(outcomes), taken))  # type: ignore[attr-defined]  # a DagRun, typed object where it comes from
+            runs.append((recovery.state, summary["why"], dict(outcomes), taken))
             left -= outcomes["deleted"]
-            reviewed = recovery.run_id  # type: ignore[attr-defined]  # a DagRun, typed object where it comes from; what a run left is held again: approved anew
+            reviewed = recovery.run_id  # what a run left is held again: approved anew
         last = db.ledger.find_one(
             {"action": "outcome", "result": "deleted", "scope": {"$in": crashed}}, sort=[("at", -1)]
         )
@@ -207,10 +222,14 @@ def main() -> None:
     rate_bound = args.abandoned / (args.crashed * args.rate)
     quota_bound = args.abandoned / (args.crashed * allowance / 60)
     bound = max(rate_bound, quota_bound)
-    for i, (state, why, outcomes, taken) in enumerate(runs, 1):
-        print(f"recovery run {i}: {state}; {why}; outcomes {outcomes}")
+    for i, (state, why, counts, taken) in enumerate(runs, 1):
+        print(f"recovery run {i}: {state}; {why}; outcomes {counts}")
         print("  its steps: " + ", ".join(f"{step} {taken.seconds[step]:.1f} s" for step in STEPS))
-        ledger = [f"{name} {seconds:.1f} s" for name, seconds in taken.by_call.most_common() if name in LEDGER_CALLS]
+        ledger = [
+            f"{name} {seconds:.1f} s"
+            for name, seconds in sorted(taken.by_call.items(), key=lambda call: -call[1])
+            if name in LEDGER_CALLS
+        ]
         print("  its ledger calls outside the deletes: " + ", ".join(ledger[:6]))
     first = min((at for _, at in sent), default=float("nan"))
     print(

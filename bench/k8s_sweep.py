@@ -23,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, cast
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "plugins"), str(ROOT)]
@@ -38,7 +39,7 @@ from reaper.config import parse_settings  # noqa: E402
 from reaper.k8s.deleter import K8sDeleter  # noqa: E402
 from reaper.k8s.evidence import gather  # noqa: E402
 from reaper.k8s.inventory import PAGE_SIZE, list_cluster  # noqa: E402
-from reaper.model import Phase, incomplete_scopes  # noqa: E402
+from reaper.model import K8sObject, Phase, incomplete_scopes  # noqa: E402
 from reaper.policy import evaluate  # noqa: E402
 from reaper.retry import Backoff  # noqa: E402
 from reaper.stores.mongo import MongoRunStore  # noqa: E402
@@ -120,7 +121,8 @@ def start_world(runs: list[str], orphans: set[str], latency: float) -> World:
         wait_until(lambda: listening(world.k8s_port), f"the emulator on port {world.k8s_port}", 60)
         asyncio.run(put_leases(world.nats_url, [r for r in runs if r not in orphans]))
         docs = [{"_id": r, "status": "failed" if r in orphans else "running"} for r in runs]
-        MongoClient(f"mongodb://127.0.0.1:{world.mongo_port}/")["iterion"]["runs"].insert_many(docs)
+        runs_store: MongoClient[dict[str, Any]] = MongoClient(f"mongodb://127.0.0.1:{world.mongo_port}/")
+        runs_store["iterion"]["runs"].insert_many(docs)
     except BaseException:
         world.stop()
         raise
@@ -141,7 +143,9 @@ def main() -> None:
     )
     world = start_world(runs, orphans, args.latency)
     try:
-        mongo = MongoClient(f"mongodb://127.0.0.1:{world.mongo_port}/", event_listeners=[Finds()])
+        mongo: MongoClient[dict[str, Any]] = MongoClient(
+            f"mongodb://127.0.0.1:{world.mongo_port}/", event_listeners=[Finds()]
+        )
         api = kconfig.new_client_from_config_dict(world.kubeconfig())
         nats_url = world.nats_url
         finds_before, nats_before = Finds.count, world.nats_messages()
@@ -163,8 +167,9 @@ def main() -> None:
 
             return run
 
+        objects = cast("list[K8sObject]", listing.resources)  # a cluster's listing holds only its objects
         evidence = gather(
-            listing.resources,
+            objects,
             config,
             timed("NATS leases", leases.read),
             timed("run store", store.read),
@@ -172,9 +177,11 @@ def main() -> None:
             incomplete_scopes([listing]),
         )
         gathered = time.perf_counter()
-        plan = evaluate(listing.resources, evidence, config, Phase.ENFORCEMENT, datetime.now(UTC))
+        plan = evaluate(objects, evidence, config, Phase.ENFORCEMENT, datetime.now(UTC))
         evaluated = time.perf_counter()
-        outcomes = K8sDeleter(lambda _: api, config).delete([d.resource for d in plan.deletes()])
+        outcomes = K8sDeleter(lambda _: api, config).delete(
+            cast("list[K8sObject]", [d.resource for d in plan.deletes()])
+        )
         deleted = time.perf_counter()
         finds = Finds.count - finds_before
         nats_msgs = world.nats_messages() - nats_before

@@ -29,7 +29,7 @@ def _by_value(value: object) -> bytes:
     return _encoder.encode(fields)
 
 
-plan_digest.msgspec = types.SimpleNamespace(  # type: ignore[assignment]  # the module's msgspec, its encoder swapped
+vars(plan_digest)["msgspec"] = types.SimpleNamespace(  # the module's msgspec, its encoder swapped
     msgpack=types.SimpleNamespace(encode=_by_value), structs=msgspec.structs
 )
 

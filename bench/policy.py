@@ -101,7 +101,7 @@ def synthetic_objects(runs: int, seed: int = 2) -> list[K8sObject]:
 def evidence_for(instances: list[GceInstance], objects: list[K8sObject]) -> Evidence:
     projects = {i.project for i in instances}
     run_keys = sorted({o.labels["iterion.io/run-id"] for o in objects})
-    held = {k: None for k in run_keys[: int(len(run_keys) * 0.95)]}
+    held: dict[str, float | None] = dict.fromkeys(run_keys[: int(len(run_keys) * 0.95)])
     return Evidence(
         writer_health=[WriterRecord(f"mgr-{p}", p, NOW - 120, False) for p in projects],
         leases=Keyed(known=held, complete=True),
@@ -135,7 +135,7 @@ def part_a(instances_n: int, projects: int, runs: int) -> dict[str, object]:
     evidence = evidence_for(instances, objects)
     floor_s, _ = best_of(3, minimal_loop, instances)
     gce_s, plan = best_of(3, lambda: evaluate(instances, evidence, CONFIG, Phase.ENFORCEMENT, NOW_DT))
-    both_s, both = best_of(3, lambda: evaluate(instances + objects, evidence, CONFIG, Phase.ENFORCEMENT, NOW_DT))
+    both_s, both = best_of(3, lambda: evaluate([*instances, *objects], evidence, CONFIG, Phase.ENFORCEMENT, NOW_DT))
     assert len(plan.decisions) == instances_n and len(both.decisions) == instances_n + len(objects)
     return {
         "instances": instances_n,

@@ -33,6 +33,10 @@ import time
 from collections import Counter, defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from airflow.models.dagrun import DagRun
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "plugins"), str(ROOT)]
@@ -56,18 +60,19 @@ from bench.k8s_sweep import start_world  # noqa: E402
 from reaper.gce.inventory import PAGE_SIZE as GCE_PAGE  # noqa: E402
 from reaper.k8s.inventory import PAGE_SIZE as K8S_PAGE  # noqa: E402
 from reaper.ledger import Ledger  # noqa: E402
+from reaper.model import Evidence, Plan  # noqa: E402
 from reaper.sweep_lease import SweepLease  # noqa: E402
 from tests.integration.prometheus import Prometheus  # noqa: E402
 
 # Every public method of the ledger and of its sweep lease (same database, same round trips as before the split).
-LEDGER_METHODS = [
+LEDGER_METHODS: list[tuple[str, str | None, str]] = [
     (module, cls.__name__, name)
     for module, cls in (("reaper.ledger", Ledger), ("reaper.sweep_lease", SweepLease))
     for name, member in vars(cls).items()
     if not name.startswith("_") and inspect.isfunction(member)
 ]
 LEDGER_CALLS = [name for _, _, name in LEDGER_METHODS]
-STEPS = {
+STEPS: dict[str, list[tuple[str, str | None, str]]] = {
     "listing": [("reaper.sweep.targets", "GceTarget", "list"), ("reaper.sweep.targets", "K8sTarget", "list")],
     "evidence": [("reaper.sweep.targets", "GceTarget", "evidence"), ("reaper.sweep.targets", "K8sTarget", "evidence")],
     "policy": [("reaper.policy", None, "evaluate")],
@@ -90,13 +95,15 @@ class Meter:
     """Wraps the reaper's own calls: time per step, peak RSS per step (the kernel's peak is reset before each)."""
 
     def __init__(self) -> None:
-        self.seconds: Counter[str] = Counter()
+        self.seconds: defaultdict[str, float] = defaultdict(float)
         # Calls made while another step runs (the ledger writes of the delete threads): already in
         # that step's wall time, and summed over threads, so reported apart and never added twice.
-        self.nested: Counter[tuple[str, str]] = Counter()
+        self.nested: defaultdict[tuple[str, str], float] = defaultdict(float)
         self.peak: dict[str, int] = defaultdict(int)
         self.growth: dict[str, int] = defaultdict(int)  # peak above the RSS the step started with
-        self.by_call: Counter[str] = Counter()  # seconds of each wrapped call outside another step's
+        self.by_call: defaultdict[str, float] = defaultdict(
+            float
+        )  # seconds of each wrapped call outside another step's
         self._running: Counter[str] = Counter()
         self._lock = threading.Lock()
         for step, places in STEPS.items():
@@ -143,8 +150,13 @@ class Meter:
         taken = Meter.__new__(Meter)
         taken.seconds, taken.nested, taken.peak, taken.growth = self.seconds, self.nested, self.peak, self.growth
         taken.by_call = self.by_call
-        self.seconds, self.nested, self.peak, self.growth = Counter(), Counter(), defaultdict(int), defaultdict(int)
-        self.by_call = Counter()
+        self.seconds, self.nested, self.peak, self.growth = (
+            defaultdict(float),
+            defaultdict(float),
+            defaultdict(int),
+            defaultdict(int),
+        )
+        self.by_call = defaultdict(float)
         return taken
 
 
@@ -160,16 +172,16 @@ class WarmStates:
         self.seconds = 0.0
         original = Ledger.record_transitions
 
-        def warmed(ledger: Ledger, ids: dict[str, object], plan, evidence, run_label: str) -> int:
+        def warmed(ledger: Ledger, ids: dict[str, object], plan: Plan, evidence: Evidence, run_label: str) -> int:
             started = time.perf_counter()
             self.write(ledger, str(ids["dag_id"]), plan, run_label)
             self.seconds += time.perf_counter() - started
             return original(ledger, ids, plan, evidence, run_label)
 
-        Ledger.record_transitions = warmed  # type: ignore[method-assign]  # the benchmark's wrapper, outside the meter's
+        Ledger.record_transitions = warmed  # type: ignore[method-assign, assignment]  # a wrapper outside the meter
 
     @staticmethod
-    def write(ledger: Ledger, dag_id: str, plan, run_label: str) -> None:
+    def write(ledger: Ledger, dag_id: str, plan: Plan, run_label: str) -> None:
         from reaper.model import Action
         from reaper.transitions import Seen, seen, split
 
@@ -253,7 +265,7 @@ class Cpu:
         return "CPU seconds: " + ", ".join(f"{name} {now[name] - start[name]:.1f}" for name in now)
 
 
-def run(dag_id: str, meter: Meter, mongo: MongoCommands, warm: WarmStates | None) -> tuple[float, object, float]:
+def run(dag_id: str, meter: Meter, mongo: MongoCommands, warm: WarmStates | None) -> tuple[float, DagRun, float]:
     """The DAG's sweep under ``dag.test()``: its wall time (the warm-up's writes taken off), its run, and the
     warm-up's seconds (inside its ``evaluate_policy`` task)."""
     from airflow.dag_processing.dagbag import DagBag
@@ -262,20 +274,20 @@ def run(dag_id: str, meter: Meter, mongo: MongoCommands, warm: WarmStates | None
     meter.take()
     mongo.counts.clear()
     started = time.perf_counter()
-    dag_run = bag.dags[dag_id].test()
+    dag_run = cast("DagRun", bag.dags[dag_id].test())
     warm_up = warm.take() if warm else 0.0
     return time.perf_counter() - started - warm_up, dag_run, warm_up
 
 
-def task_seconds(dag_run: object) -> tuple[float, Counter[str], Counter[str]]:
+def task_seconds(dag_run: DagRun) -> tuple[float, Counter[str], defaultdict[str, float]]:
     """The summed duration of the run's task instances as Airflow recorded them, their number by task, and
     their seconds by task."""
     from airflow.models import TaskInstance
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        tis = session.query(TaskInstance).filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id).all()  # type: ignore[attr-defined]  # a DagRun, typed object where it comes from
-        took: Counter[str] = Counter()
+        tis = session.query(TaskInstance).filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id).all()
+        took: defaultdict[str, float] = defaultdict(float)
         for ti in tis:
             if ti.end_date and ti.start_date:
                 took[ti.task_id] += (ti.end_date - ti.start_date).total_seconds()
@@ -306,7 +318,7 @@ def report(
     title: str,
     wall: float,
     meter: Meter,
-    dag_run: object,
+    dag_run: DagRun,
     calls: list[tuple[str, int, int]],
     notes: list[str],
     warm_up: float,
@@ -437,7 +449,7 @@ def main() -> None:
         emulator.terminate()
         world.stop()
 
-    def batches(dag_run: object) -> int:
+    def batches(dag_run: DagRun) -> int:
         """How many delete tasks ran (the batches ``cut_batches`` made): each reads its outcomes and intents once."""
         return task_seconds(dag_run)[1]["delete"]
 
@@ -451,8 +463,8 @@ def main() -> None:
     fixed = 1 + 1 + 3 + 2 * gce_batches + 1
     one_at_a_time = fixed + 4 * reaped
     gce_pages = args.projects * math.ceil(args.per_project / GCE_PAGE)
-    k8s_state = k8s_run.state if k8s_run else "not run"  # type: ignore[attr-defined]  # a DagRun, typed object where it comes from
-    print(f"# dag.test() sweeps; state {gce_run.state} (GCE), {k8s_state} (Kubernetes)")  # type: ignore[attr-defined]  # a DagRun, typed object where it comes from
+    k8s_state = k8s_run.state if k8s_run else "not run"
+    print(f"# dag.test() sweeps; state {gce_run.state} (GCE), {k8s_state} (Kubernetes)")
     report(
         f"reaper_gce_enforcement: {args.projects * args.per_project:,} instances, {args.projects} projects, "
         f"{args.latency * 1000:.0f} ms latency",

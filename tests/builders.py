@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from reaper.config import Settings, parse_settings
-from reaper.model import Evidence, GceGroup, GceInstance, K8sObject, Keyed, Phase, Plan, WriterRecord
+from reaper.model import Evidence, GceGroup, GceInstance, K8sObject, Keyed, Phase, Plan, Resource, WriterRecord
 from reaper.policy import evaluate
 
 NOW_DT = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -123,7 +124,7 @@ def runs(statuses: dict[str, str] | None = None, failed: list[str] | None = None
 
 
 def plan(
-    resources: list,
+    resources: Sequence[Resource],
     evidence: Evidence | None = None,
     config: Settings | None = None,
     phase: Phase = Phase.ENFORCEMENT,

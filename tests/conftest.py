@@ -13,7 +13,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -92,7 +92,9 @@ def mongo(mongo_server: Daemon):
     """A pymongo client and a database of this test's own, dropped afterwards."""
     from pymongo import MongoClient
 
-    client = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/", serverSelectionTimeoutMS=3000)
+    client: MongoClient[dict[str, Any]] = MongoClient(
+        f"mongodb://127.0.0.1:{mongo_server.port}/", serverSelectionTimeoutMS=3000
+    )
     name = f"reaper_test_{uuid.uuid4().hex[:12]}"
     yield client, name
     client.drop_database(name)

@@ -24,6 +24,7 @@ import threading
 import time
 import zlib
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from pymongo import MongoClient
@@ -60,7 +61,7 @@ MANAGERS = {
 }
 
 # K8s runs: run id -> (status in the run store or None, lease, what else).
-RUNS = {
+RUNS: dict[str, tuple[str | None, str | None, dict[str, Any]]] = {
     "live-1": ("running", "renewed", {}),
     "live-2": ("running", "renewed", {}),
     "crashed-3": ("running", "expires", {}),  # runner died mid-run; the run is not marked yet
@@ -116,7 +117,7 @@ def seed_k8s(emulator: K8sEmulator, now: float) -> None:
 
 
 def seed_stores(mongo_url: str, postgres_dsn: str) -> None:
-    client = MongoClient(mongo_url, serverSelectionTimeoutMS=10_000)
+    client: MongoClient[dict[str, Any]] = MongoClient(mongo_url, serverSelectionTimeoutMS=10_000)
     status = {run: status for run, (status, _, _) in RUNS.items()}
     write_runs(client, Runs({**status, "stepped-8": "succeeded"}, leased=[]))  # vanished-6: no record
     client.close()
@@ -225,7 +226,7 @@ def _mongo_leases(mongo_url: str) -> None:
     """Without NATS: leases as MongoDB documents with an expiry, renewed for the live runners."""
 
     def loop() -> None:
-        client = MongoClient(mongo_url, serverSelectionTimeoutMS=10_000)
+        client: MongoClient[dict[str, Any]] = MongoClient(mongo_url, serverSelectionTimeoutMS=10_000)
         leases = client["iterion"]["run_leases"]
         leases.delete_many({})
         first = True

@@ -27,7 +27,7 @@ from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from subprocess import Popen
-from typing import ClassVar, Literal, overload
+from typing import Any, ClassVar, Literal, overload
 from urllib.parse import parse_qs, urlsplit
 
 Route = tuple[str, re.Pattern[str], str]  # (method, path pattern, kind)
@@ -107,15 +107,19 @@ class Daemon:
         detach: bool = False,
     ) -> None:
         self.port, self.what, self.detach = port, what or argv[0], detach
-        if log is None:
-            out, err = subprocess.DEVNULL, subprocess.DEVNULL
-        else:
-            out, err = log.open("wb"), subprocess.STDOUT
+        sink = log.open("wb") if log is not None else None
         try:
-            self.process = Popen(argv, stdout=out, stderr=err, env=env, cwd=cwd, start_new_session=detach)
+            self.process = Popen(
+                argv,
+                stdout=sink or subprocess.DEVNULL,
+                stderr=subprocess.STDOUT if sink else subprocess.DEVNULL,
+                env=env,
+                cwd=cwd,
+                start_new_session=detach,
+            )
         finally:
-            if log is not None:
-                out.close()
+            if sink is not None:
+                sink.close()
         if ready is not None or port is not None:
             self.wait(ready, timeout)
 
@@ -129,6 +133,8 @@ class Daemon:
         A process that exits or is not ready in time is stopped, and the error raised.
         """
         if ready is None:
+            if self.port is None:
+                raise ValueError(f"{self.what}: nothing to wait for (no ready check and no port)")
             ready = partial(listening, self.port)
             what = what or f"{self.what} on port {self.port}"
         try:
@@ -274,7 +280,7 @@ class State:
         for hook in due:
             hook(args)
 
-    def stats(self) -> dict[str, object]:
+    def stats(self) -> dict[str, Any]:
         with self.lock:
             return {"counters": dict(self.counters), "max_inflight": dict(self.max_inflight)}
 
@@ -316,7 +322,7 @@ class Handler(BaseHTTPRequestHandler):
         """The response bytes; emulators override it to shape responses (e.g. partial responses)."""
         return json.dumps(body).encode()
 
-    def body(self) -> dict[str, object]:
+    def body(self) -> dict[str, Any]:
         """The request's JSON body (read by ``_dispatch`` before anything can fail)."""
         return json.loads(self._raw_body) if self._raw_body else {}
 

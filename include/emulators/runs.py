@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from pymongo import MongoClient
 
@@ -38,7 +39,7 @@ class Runs:
     status: dict[str, str | None]
     leased: list[str]
 
-    def records(self) -> list[dict[str, object]]:
+    def records(self) -> list[dict[str, Any]]:
         return [{"_id": run, "status": status} for run, status in self.status.items() if status]
 
 
@@ -48,7 +49,7 @@ def generated_runs(count: int) -> Runs:
     return Runs({run: STATUS[kind] for run, kind in kinds.items()}, [run for run, k in kinds.items() if k == "live"])
 
 
-def _replace(client: MongoClient, database: str, collection: str, documents: list[dict[str, object]]) -> None:
+def _replace(client: MongoClient, database: str, collection: str, documents: list[dict[str, Any]]) -> None:
     """The collection's documents, all of them replaced by ``documents``."""
     store = client[database][collection]
     store.delete_many({})
@@ -112,7 +113,7 @@ def main() -> None:
     args = parser.parse_args()
 
     runs = generated_runs(args.generate)
-    client = MongoClient(args.mongo_url, serverSelectionTimeoutMS=2000)
+    client: MongoClient[dict[str, Any]] = MongoClient(args.mongo_url, serverSelectionTimeoutMS=2000)
     _retry(lambda: write_runs(client, runs), "MongoDB", args.wait)
     if args.nats_url:
         _retry(lambda: asyncio.run(put_nats_leases(args.nats_url, runs, args.bucket)), "NATS", args.wait)

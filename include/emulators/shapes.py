@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
 COMPUTE = "https://www.googleapis.com/compute/v1"
 
@@ -34,10 +35,10 @@ def gcloud_instance(
     created: float,
     last_stop: float | None = None,
     offset_hours: int = -7,
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """One instance resource as the Compute API returns it (``labels`` None: no labels field at all)."""
     zone_url = f"{COMPUTE}/projects/{project}/zones/{zone}"
-    inst: dict[str, object] = {
+    inst: dict[str, Any] = {
         "canIpForward": False,
         "cpuPlatform": "Intel Cascade Lake",
         "creationTimestamp": rfc3339(created, offset_hours),
@@ -105,7 +106,7 @@ def gcloud_instance(
     return inst
 
 
-def _meta(name: str, namespace: str, uid: str, labels: dict[str, str], created: float) -> dict[str, object]:
+def _meta(name: str, namespace: str, uid: str, labels: dict[str, str], created: float) -> dict[str, Any]:
     return {
         "creationTimestamp": datetime.fromtimestamp(created, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "labels": labels,
@@ -126,14 +127,14 @@ def kube_pod(
     sidecar: str | None = None,
     sidecar_terminated: bool = True,
     deadline: int | None = 5400,
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """A sandbox Pod; ``sidecar`` adds a results-egress container in the given state."""
     containers = [{"name": "sandbox", "image": "registry.example/sandbox:1.4", "command": ["sleep", "infinity"]}]
     statuses = [_status("sandbox", "registry.example/sandbox:1.4", uid, phase != "Running")]
     if sidecar:
         containers.append({"name": sidecar, "image": "registry.example/egress:0.3"})
         statuses.append(_status(sidecar, "registry.example/egress:0.3", uid, sidecar_terminated))
-    spec: dict[str, object] = {"containers": containers, "restartPolicy": "Never", "serviceAccountName": "sandbox"}
+    spec: dict[str, Any] = {"containers": containers, "restartPolicy": "Never", "serviceAccountName": "sandbox"}
     if deadline is not None:
         spec["activeDeadlineSeconds"] = deadline
     return {
@@ -145,7 +146,7 @@ def kube_pod(
     }
 
 
-def _status(name: str, image: str, uid: str, terminated: bool) -> dict[str, object]:
+def _status(name: str, image: str, uid: str, terminated: bool) -> dict[str, Any]:
     """A containerStatus with every field the API always sets (typed clients refuse it otherwise)."""
     return {
         "name": name,
@@ -159,13 +160,13 @@ def _status(name: str, image: str, uid: str, terminated: bool) -> dict[str, obje
     }
 
 
-def _state(terminated: bool) -> dict[str, object]:
+def _state(terminated: bool) -> dict[str, Any]:
     if terminated:
         return {"terminated": {"exitCode": 0, "reason": "Completed"}}
     return {"running": {"startedAt": "2026-11-29T11:00:00Z"}}
 
 
-def kube_secret(name: str, namespace: str, uid: str, labels: dict[str, str], created: float) -> dict[str, object]:
+def kube_secret(name: str, namespace: str, uid: str, labels: dict[str, str], created: float) -> dict[str, Any]:
     """A Secret with ``data`` as kubectl prints it; the reaper must never read or print it."""
     return {
         "apiVersion": "v1",
@@ -176,7 +177,7 @@ def kube_secret(name: str, namespace: str, uid: str, labels: dict[str, str], cre
     }
 
 
-def kube_netpol(name: str, namespace: str, uid: str, labels: dict[str, str], created: float) -> dict[str, object]:
+def kube_netpol(name: str, namespace: str, uid: str, labels: dict[str, str], created: float) -> dict[str, Any]:
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -192,7 +193,7 @@ def kube_run(
     managed_labels: dict[str, str],
     run_label: str = "iterion.io/run-id",
     **pod_options: object,
-) -> list[dict[str, object]]:
+) -> list[dict[str, Any]]:
     """A run's sandbox footprint: the Pod, its two Secrets and its NetworkPolicy."""
     labels = {**managed_labels, run_label: run}
     return [

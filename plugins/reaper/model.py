@@ -181,6 +181,8 @@ class GceGroup(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="gro
 
 
 Resource = GceInstance | GceGroup | K8sObject
+# One kind of resource, for the helpers that take a target's resources and hand the same ones back.
+R = TypeVar("R", bound=Resource)
 
 
 def place(target: str, resource: Resource) -> tuple[str, str, str, str, str]:

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+from typing import cast
 from urllib.parse import quote
 
 import psycopg
@@ -63,7 +64,7 @@ class Rest:
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, object]]:
         path = f"/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}/taskInstances?limit=1000"
-        return list(self.api("GET", path)["task_instances"])
+        return cast("list[dict[str, object]]", self.api("GET", path)["task_instances"])
 
 
 class Site:

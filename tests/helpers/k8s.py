@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
+from typing import Any, cast
 
 import nats
 import psycopg
@@ -16,7 +17,7 @@ from reaper.config import Settings
 from reaper.k8s.deleter import K8sDeleter
 from reaper.k8s.evidence import gather
 from reaper.k8s.inventory import list_cluster
-from reaper.model import Outcome, Phase, Plan, incomplete_scopes
+from reaper.model import K8sObject, Outcome, Phase, Plan, incomplete_scopes
 from reaper.policy import evaluate
 from reaper.stores.mongo import MongoRunStore
 from reaper.stores.nats import NatsLeases
@@ -26,7 +27,7 @@ from tests.helpers import fast_backoff
 MANAGED = {"iterion.io/managed": "true"}
 
 
-def seed_run(cluster: Cluster, run: str, age: float = 3600, namespace: str = "ci", **pod: object) -> list[dict]:
+def seed_run(cluster: Cluster, run: str, age: float = 3600, namespace: str = "ci", **pod: Any) -> list[dict]:
     """A run's Pod, two Secrets and NetworkPolicy in the emulator; returns the stored objects."""
     return [
         cluster.create(RESOURCE_OF_KIND[obj["kind"]], namespace, obj)
@@ -34,7 +35,7 @@ def seed_run(cluster: Cluster, run: str, age: float = 3600, namespace: str = "ci
     ]
 
 
-def seed_pod(cluster: Cluster, name: str, labels: dict[str, str], age: float = 3600, **pod: object) -> dict:
+def seed_pod(cluster: Cluster, name: str, labels: dict[str, str], age: float = 3600, **pod: Any) -> dict:
     return cluster.create("pods", "ci", kube_pod(name, "ci", f"{name}-uid", labels, time.time() - age, **pod))
 
 
@@ -71,9 +72,12 @@ def sweep(
         if postgres_dsn
         else None
     )
+    objects = cast("list[K8sObject]", listing.resources)  # a cluster's listing holds only its objects
     evidence = gather(
-        listing.resources, config, leases.read, runs.read, steps.read if steps else None, incomplete_scopes([listing])
+        objects, config, leases.read, runs.read, steps.read if steps else None, incomplete_scopes([listing])
     )
-    plan = evaluate(listing.resources, evidence, config, Phase.ENFORCEMENT, datetime.now(UTC))
-    outcomes = K8sDeleter(lambda _: api, config, fast_backoff()).delete([d.resource for d in plan.deletes()])
+    plan = evaluate(objects, evidence, config, Phase.ENFORCEMENT, datetime.now(UTC))
+    outcomes = K8sDeleter(lambda _: api, config, fast_backoff()).delete(
+        cast("list[K8sObject]", [d.resource for d in plan.deletes()])
+    )
     return plan, outcomes

@@ -6,6 +6,8 @@ deletes; these pin the thresholds themselves, each on both sides of its edge.
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 
 from reaper.model import Override
@@ -82,4 +84,4 @@ def test_a_budget_not_tripped_neither_holds_nor_is_overridden(override: Override
 
 
 def test_the_hold_is_named_as_the_verdicts_and_alerts_know_it() -> None:
-    assert Reason.BUDGET_EXCEEDED == "budget_exceeded"
+    assert cast(str, Reason.BUDGET_EXCEEDED) == "budget_exceeded"

@@ -6,8 +6,9 @@ import io
 import json
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -77,7 +78,7 @@ def test_samples_give_the_right_answer_for_every_phase(index: int) -> None:
     result = evaluate_json(PHASES[index])
     gce = {d["name"]: d["action"] for d in result["decisions"] if d["target"] == "gce"}
     assert gce == {name: actions[index] for name, actions in GCE_EXPECTED.items()}
-    k8s = {}
+    k8s: dict[str, set[str]] = {}
     for d in result["decisions"]:
         if d["target"] == "k8s":
             run = next((r for r in RUN_EXPECTED if d["name"].startswith(f"sandbox-{r}")), d["name"])
@@ -278,12 +279,12 @@ def test_bad_now_is_one_line_and_exits_2(now: str, expected: str, capsys: pytest
 OID = "65a1f0c2e4b0a1b2c3d4e5f6"
 
 
-def _sample_items() -> list[dict[str, object]]:
+def _sample_items() -> list[dict[str, Any]]:
     return json.loads((SAMPLES / "k8s-objects.json").read_text())["items"]
 
 
 def _k8s_decisions(
-    tmp_path: Path, listings: Sequence[dict[str, object]], runs: object = None, leases: object = None
+    tmp_path: Path, listings: Sequence[Mapping[str, object]], runs: object = None, leases: object = None
 ) -> dict[str, tuple[str, str]]:
     """(action, reason) per ``kind/name`` in enforcement; the sample's runs and leases where not given."""
     inputs: list[str] = []
@@ -301,7 +302,7 @@ def _k8s_decisions(
     return {f"{d['kind']}/{d['name']}": (d["action"], d["reason"]) for d in decisions}
 
 
-def _dead_run(tmp_path: Path, runs: list[object], key: str = "run-dead") -> set[tuple[str, str]]:
+def _dead_run(tmp_path: Path, runs: Sequence[object], key: str = "run-dead") -> set[tuple[str, str]]:
     """The (action, reason)s of the sample's old run ``run-dead``, relabelled ``key``, with no lease held."""
     items = [i for i in _sample_items() if i["metadata"].get("labels", {}).get("iterion.io/run-id") == "run-dead"]
     for item in items:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -18,9 +19,9 @@ class Store:
 
     def __init__(self, fail_writes: int = 0) -> None:
         self.calls: list[tuple[str, object]] = []
-        self.docs: dict[object, dict[str, object]] = {}
+        self.docs: dict[Any, dict[str, object]] = {}  # by each record's "id"
         self.fail_writes = fail_writes
-        self.lease = None
+        self.lease: str | None = None
         self.lock = threading.Lock()
 
     def write(self, records: list[dict[str, object]]) -> int:

@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 
 from reaper.config import parse_settings
 from reaper.model import GceInstance, K8sObject
+from reaper.records import PlanRef
 from reaper.sweep.deadline import fit_before_deadline
-from reaper.sweep.deletes import PlanRef, config_digest, cut_batches, stale
+from reaper.sweep.deletes import config_digest, cut_batches, stale
 from tests.builders import D, inst, obj
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from reaper.config import Settings
 from reaper.diff import ConfigDiff, diff
 from reaper.model import Evidence, Liveness, Phase, Resource
@@ -16,7 +18,7 @@ def cfg(**overrides: object) -> Settings:
 
 
 def run_diff(
-    resources: list[Resource],
+    resources: Iterable[Resource],
     old: Settings,
     new: Settings,
     evidence: Evidence | None = None,
@@ -35,7 +37,7 @@ def changed(result: ConfigDiff) -> dict[str, tuple[str | None, str | None, bool]
 
 
 def test_identical_configs_change_nothing() -> None:
-    fleet = [inst("fresh", hb_age=5 * M), inst("stale", hb_age=5 * H), *sandbox("r1")]
+    fleet: list[Resource] = [inst("fresh", hb_age=5 * M), inst("stale", hb_age=5 * H), *sandbox("r1")]
     assert run_diff(fleet, cfg(), cfg()).changes == []
 
 
@@ -100,7 +102,7 @@ def test_a_rollout_step_is_a_change_in_the_active_phase() -> None:
 
 
 def test_each_target_is_evaluated_in_its_own_phase() -> None:
-    fleet = [inst("stale", hb_age=5 * H), *sandbox("r1")]
+    fleet: list[Resource] = [inst("stale", hb_age=5 * H), *sandbox("r1")]
     old = settings(rollout={"gce": "enforcement", "k8s": "report-only"})
     new = settings(rollout={"gce": "report-only", "k8s": "enforcement"})
     result = run_diff(fleet, old, new)

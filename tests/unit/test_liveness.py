@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import pytest
 
 from reaper.config import Settings
@@ -14,7 +17,7 @@ ELSEWHERE = {"runner_heartbeat": str(int(NOW - M))}  # a manager stamping anothe
 
 
 def read(
-    resources: list[Resource], evidence: Evidence | None = None, config: Settings | None = None
+    resources: Sequence[Resource], evidence: Evidence | None = None, config: Settings | None = None
 ) -> dict[str, tuple[Liveness, str]]:
     """name -> (state, reason), the holds taken from a plan of the same config on the same input."""
     config = config or settings()
@@ -109,7 +112,7 @@ def test_the_quarantine_is_the_configs() -> None:
 
 
 def _run(
-    lease: Keyed | None, store: Keyed | None, run: str = "r1", config: Settings | None = None, **pod: object
+    lease: Keyed | None, store: Keyed | None, run: str = "r1", config: Settings | None = None, **pod: Any
 ) -> tuple[Liveness, str]:
     objects = sandbox(run, **pod)
     readings = read(objects, Evidence(leases=lease, runs=store), config)

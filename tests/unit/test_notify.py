@@ -5,6 +5,7 @@ told again, and what a notice never quotes. Sending is tested against a local SM
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import msgspec
 import pytest
@@ -14,10 +15,10 @@ from reaper.config import ConfigError, NotificationsConfig, NotifyChannel, parse
 from reaper.model import Phase
 from reaper.notifiers import as_html, slack_text
 from reaper.notify import ChannelState, Event, Facts, Held, Row, Told
+from reaper.records import PlanRef
 from reaper.redact import text_for_log
 from reaper.report.reasons import Limits, explain_hold
 from reaper.sweep import steps
-from reaper.sweep.deletes import PlanRef
 from reaper.sweep.notices import time_left
 from reaper.sweep.overrides import Overrides
 from reaper.sweep.targets import GceTarget
@@ -29,7 +30,7 @@ RUN = "reaper_gce_enforcement run scheduled__1, execution 0, phase enforcement"
 BUDGET = Held("p1", ("budget_exceeded",), ("budget_exceeded: 3 of 4 valid heartbeats are stale",), 3)
 
 
-def facts(**fields: object) -> Facts:
+def facts(**fields: Any) -> Facts:
     swept = frozenset({"p1", "p2", notify.EVERY_SCOPE})
     return Facts(
         **{"target": "gce", "run": RUN, "key": "reaper_gce_enforcement/scheduled__1#0/tok", "swept": swept, **fields}
@@ -118,7 +119,12 @@ def test_a_plan_over_the_cap_is_a_hold_of_every_scope() -> None:
 
 def test_a_row_names_the_resource_and_its_reason_in_words_never_evidence_it_was_not_written_for() -> None:
     outcome = {"scope": "c1", "uid": "u1", "result": "failed", "detail": "403 at https://bob:hunter2@api.example/x?t=1"}
-    decision = {"resource_kind": "Pod", "location": "ci", "name": "sandbox-1", "reason": "sandbox_orphan"}
+    decision: dict[str, object] = {
+        "resource_kind": "Pod",
+        "location": "ci",
+        "name": "sandbox-1",
+        "reason": "sandbox_orphan",
+    }
     decision["evidence"] = {"run": "r-7", "lease": "absent", "store": "terminal", "status": "succeeded"}
     r = notify.row(outcome, decision, None)
     assert (r.what, r.why) == (
@@ -172,6 +178,7 @@ def test_a_hold_that_changes_is_told_at_once_and_one_that_ends_is_told_as_lifted
     (changed,) = notify.plan(MAIL, facts(held=(writers,)), state, NOW + M, CONFIG)[1]
     assert changed.subject == "[reaper] gce: deletes held in p1"
     # p3 was not swept this time (a run of some scopes only): its hold is not taken for lifted.
+    assert changed.held is not None
     assert "No longer held" not in changed.text and Told("p3", ("inventory_incomplete",), NOW) in changed.held
     (lifted,) = notify.plan(MAIL, facts(swept=frozenset({"p1", "p3"})), state, NOW + M, CONFIG)[1]
     assert lifted.subject == "[reaper] gce: holds lifted in p1, p3"

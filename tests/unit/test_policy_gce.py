@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import msgspec
 import pytest
 
@@ -217,7 +219,7 @@ def test_a_fresh_beat_under_another_label_is_a_heartbeat_all_the_same(labels, ru
     assert one(vm) == ("report", *reported)
     (decision,) = [d for d in plan([vm, inst(hb_age=M)]).decisions if d.resource.name == vm.name]
     assert decision.evidence["heartbeat_elsewhere"] == "runner_heartbeat"
-    assert Reason.HEARTBEAT_ELSEWHERE in decision.evidence["findings"]
+    assert Reason.HEARTBEAT_ELSEWHERE in cast(list[str], decision.evidence["findings"])
     # A stale value under the other name, or one older than the VM, is no beat: the finding stands.
     for stale in (str(int(NOW - Q - 60)), str(int(NOW - 5 * D))):
         assert one(inst(created_age=4 * D, labels={**labels, "runner_heartbeat": stale}))[2] == rule

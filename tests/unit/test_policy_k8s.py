@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import cast
 
 import pytest
 
@@ -44,13 +45,13 @@ def test_row2_lease_held_keeps() -> None:
 
 
 def test_row2_unexpired_lease_is_held_and_expired_is_absent() -> None:
-    live = Keyed(known={"r1": NOW + 10, "r2": NOW - 60}, complete=True)
+    live: Keyed[float | None] = Keyed(known={"r1": NOW + 10, "r2": NOW - 60}, complete=True)
     got = decide(sandbox("r1") + sandbox("r2"), Evidence(leases=live, runs=runs({"r1": "running"})))
     assert got == {"r1": {("keep", "lease_held")}, "r2": {("delete", "sandbox_orphan")}}
 
 
 def test_row2_lease_within_clock_skew_of_expiry_is_held() -> None:
-    live = Keyed(known={"r1": NOW - 29}, complete=True)
+    live: Keyed[float | None] = Keyed(known={"r1": NOW - 29}, complete=True)
     assert decide(sandbox("r1"), Evidence(leases=live, runs=runs())) == {"r1": {("keep", "lease_held")}}
 
 
@@ -108,7 +109,7 @@ def test_row5_a_live_lease_missing_from_the_run_store_makes_every_not_found_unkn
         "gone": {("report", "store_unknown")},  # was sandbox_orphan: its sandbox was deleted
         "done": {("delete", "sandbox_orphan")},  # a record it does hold is still evidence
     }
-    (why,) = plan(res, evidence=evidence).scopes[0].details["unknown_evidence"]
+    (why,) = cast(list[str], plan(res, evidence=evidence).scopes[0].details["unknown_evidence"])
     assert why.startswith("run store: 1 run holds a live lease but no record in it (r1)")
 
 
@@ -117,7 +118,7 @@ def test_the_cross_check_spans_clusters_and_ignores_expired_leases() -> None:
     # A live lease without a record in another cluster: the run store is one for every cluster.
     assert decide(res, Evidence(leases=leases(["live"]), runs=runs()))["gone"] == {("report", "store_unknown")}
     # An expired lease is no live run: a run gone from the store may have left it behind.
-    expired = Keyed(known={"live": NOW - 60}, complete=True)
+    expired: Keyed[float | None] = Keyed(known={"live": NOW - 60}, complete=True)
     assert decide(res, Evidence(leases=expired, runs=runs()))["gone"] == {("delete", "sandbox_orphan")}
 
 
@@ -573,7 +574,7 @@ def test_a_run_label_every_sandbox_shares_deletes_nothing_as_the_live_runs_lease
     assert not wrong.deletes()
     assert {d.reason for d in wrong.decisions} <= {"run_key_shared", "store_unknown", "run_label_missing"}
     (verdict,) = wrong.scopes
-    assert any("k8s.run_label (app)" in why for why in verdict.details["unknown_evidence"])
+    assert any("k8s.run_label (app)" in why for why in cast(list[str], verdict.details["unknown_evidence"]))
 
 
 def test_a_run_key_several_sandboxes_share_is_no_run_whatever_the_lease_source_and_the_other_runs() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from collections.abc import Iterable
+from typing import cast
 
 import msgspec
 import pytest
@@ -116,6 +118,7 @@ def k8s_fleets(draw) -> tuple[list[K8sObject], Evidence]:
     run_known: dict[str, str] = {}
     step_known: dict[str, tuple[str, bool]] = {}
     lease_failed, run_failed = set(), set()
+    run: str | None  # a run's id here; None below, for objects of no run
     for run in runs:
         lease = draw(st.sampled_from(["held", "expired", "absent", "absent", "absent", "failed"]))
         if lease == "held":
@@ -263,7 +266,7 @@ def test_gce_a_fresh_unix_time_under_any_label_is_only_ever_deleted_as_terminate
     healthy = [WriterRecord(f"m-{p}", p, NOW - 60, False) for p in ("p1", "p2", "p3")]
     plan = run([*fleet, *witnesses], Evidence(writer_health=healthy), config, Phase.ENFORCEMENT)
     for d in plan.deletes():
-        if any(_fresh(v, d.resource, config) for v in d.resource.labels.values()):
+        if any(_fresh(v, cast(GceInstance, d.resource), config) for v in d.resource.labels.values()):
             assert d.rule == "terminated" and d.resource.status == "TERMINATED", d
 
 
@@ -563,7 +566,14 @@ def test_every_reason_the_policy_gives_is_a_member_of_the_vocabulary(fleet, k8s,
     resources = [*fleet, *objects]
     plan = run(resources, evidence, config, phase)
     reasons = [d.reason for d in plan.recorded] + [reason for _, reason, _ in plan.kept]
-    reasons += [r for d in plan.recorded for r in (*d.evidence.get("findings", ()), *d.evidence.get("holds", ()))]
+    reasons += [
+        r
+        for d in plan.recorded
+        for r in (
+            *cast(Iterable[str], d.evidence.get("findings", ())),
+            *cast(Iterable[str], d.evidence.get("holds", ())),
+        )
+    ]
     reasons += [h for v in plan.scopes for h in (*v.holds, *v.overridden, *v.blocking)]
     reasons += [reading.reason for _, _, reading in liveness(resources, evidence, config, NOW_DT, plan.scopes)]
     assert {r for r in reasons if type(r) is not Reason} == set()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import cast
 
 import pytest
 from google.cloud import compute_v1
@@ -226,14 +227,14 @@ def test_a_repeated_key_refuses_a_listed_page_and_reads_as_its_last_value_in_an_
     """The one difference left (``reaper.decoders.load_gce``): an opt-out label written twice, "true" then "no"."""
     inst = LABELLED.replace('"labels": {', f'"labels": {{{OPT_OUT_TWICE}, ')
     assert listed(page_of(inst)) == "a key is repeated in one object of the answer"
-    (record,) = exported(tmp_path, f"[{inst}]".encode())
-    assert record.labels["reaper_keep"] == "no"  # type: ignore[union-attr]  # a str only for a refused page, not this one
+    (record,) = cast(list[GceInstance], exported(tmp_path, f"[{inst}]".encode()))  # a str only for a refused page
+    assert record.labels["reaper_keep"] == "no"
 
 
 def test_a_created_by_key_marks_a_group_member_in_both_readers(tmp_path: Path) -> None:
     inst = VARIANTS["created-by-key"][0]
     for records in (listed(page_of(inst)), exported(tmp_path, f"[{inst}]".encode())):
-        assert [r.group_member for r in records] == [True]  # type: ignore[union-attr]  # a str only for a refused page, not this one
+        assert [r.group_member for r in records] == [True]
 
 
 # --- Kubernetes ----------------------------------------------------------------------------------------------
@@ -323,7 +324,8 @@ def test_a_recorded_typed_podlist_is_an_export_too(tmp_path: Path) -> None:
 
 
 def test_a_recorded_secret_is_read_without_its_data() -> None:
-    (secret,) = k8s_listed(kubectl_list(recorded_object("k8s/secret.json")), "Secret")  # a full Secret in the answer
+    # A full Secret in the answer.
+    (secret,) = cast(list[K8sObject], k8s_listed(kubectl_list(recorded_object("k8s/secret.json")), "Secret"))
     assert "ZHVtbXk" not in repr(secret) and not hasattr(secret, "data")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 import pytest
 
@@ -29,7 +30,7 @@ def test_url_for_log_drops_credentials_and_query(url: str, shown: str) -> None:
 def test_a_failed_push_logs_no_credentials(caplog) -> None:
     caplog.set_level(logging.DEBUG)
     summary: dict[str, object] = {"scopes": [], "census": {}, "decisions": []}
-    sweep = PushedSweep("gce", summary, {}, (), full=False, completed=False, started_at=0.0, finished_at=0.0)
+    sweep = PushedSweep("gce", summary, {}, (), full=False, completed=False, started_at=0.0, finished_at=0.0)  # type: ignore[arg-type]  # a dict for the SweepSummary: a failed attempt's push reads none of it
     assert push_sweep(f"http://{USERINFO}@127.0.0.1:1", sweep, 1.0, []) == 1
     assert "s3cret" not in caplog.text and "metrics push to http://***@127.0.0.1:1 failed" in caplog.text
 
@@ -41,5 +42,5 @@ def test_a_failed_push_logs_no_credentials(caplog) -> None:
 )
 def test_unreadable_writer_health_logs_no_credentials(caplog, url: str) -> None:
     caplog.set_level(logging.DEBUG)
-    assert PrometheusWriterHealth(WriterHealthConfig(prometheus_url=url, timeout="1s")).read() is None
+    assert PrometheusWriterHealth(WriterHealthConfig(prometheus_url=url, timeout=timedelta(seconds=1))).read() is None
     assert "s3cret" not in caplog.text and "writer health from" in caplog.text

@@ -37,7 +37,7 @@ def test_sentences_quote_the_evidence_and_the_thresholds() -> None:
     stale = {"heartbeat": "1", "heartbeat_age_s": 5 * 3600 + 12 * 60 + 7, "status": "RUNNING"}
     assert explain("heartbeat_stale", stale, limits) == "heartbeat 5 h 12 min old, quarantine 4 h"
     assert explain("heartbeat_stale", stale) == "heartbeat 5 h 12 min old"  # no config: no threshold
-    failed = {"run": "r1", "lease": "absent", "store": "terminal", "status": "failed"}
+    failed: dict[str, object] = {"run": "r1", "lease": "absent", "store": "terminal", "status": "failed"}
     assert explain("sandbox_orphan", failed) == "run r1: lease absent, run store says terminal (failed): an orphan"
     young = {"run": "r2", "youngest_age_s": 61}
     assert explain("min_age", young, limits) == "run r2: youngest object 1 min 1 s old, minimum age 5 min"
@@ -128,7 +128,7 @@ def _summary(at: datetime, run: str, stale: int, deleted: int, holds: tuple[str,
 def test_overview_panels_chart_the_fleet_and_one_scope_on_demand_with_holds_marked() -> None:
     t0 = datetime(2026, 11, 30, tzinfo=UTC)
     sweeps = [_summary(t0, "r1", 2, 2), _summary(t0 + timedelta(minutes=10), "r2", 6, 0, ("budget_exceeded",))]
-    sweeps[1].scopes[0].blocking.append("budget_exceeded")  # type: ignore[union-attr]  # UNSET or a list: a list
+    sweeps[1].scopes[0].blocking.append("budget_exceeded")
     (fleet,) = panels(sweeps, {("reaper_gce_enforcement", "r2", 0): "/s/r2"})  # no scope asked for: the fleet only
     found, deleted, held = (columns for _, columns in fleet.charts)
     assert fleet.scope == "" and [c.values for c in deleted] == [{"deleted": 2}, {}]

@@ -12,7 +12,8 @@ from pydantic import BaseModel
 
 from reaper import alert_rules
 from reaper.config import DEFAULT_CONFIG, RulesConfig, Settings, load_config
-from reaper.sweep.factory import PHASES, dag_id_of
+from reaper.model import dag_id_of
+from reaper.sweep.factory import PHASES
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNBOOK = ROOT / "docs" / "runbook.md"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -67,7 +68,7 @@ def test_every_hold_a_scope_can_carry_has_a_sentence_of_the_scope() -> None:
 
 
 def test_a_string_that_is_both_a_reason_and_a_result_has_a_member_in_each() -> None:
-    assert Reason.TERMINATING == Result.STILL_TERMINATING == "terminating"
+    assert Reason.TERMINATING == cast(str, Result.STILL_TERMINATING) == "terminating"
     assert {r.value for r in Reason} & {r.value for r in Result} == {"terminating"}
     assert {"deleted", "already_gone"} == GONE and all(isinstance(r, Result) for r in GONE)
     assert [(a.value, a.kind) for a in RecordAction] == [("delete_intent", "intent"), ("outcome", "outcome")]

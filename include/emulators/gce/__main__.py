@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 from include.emulators.gce import Emulator, Fleet
 from include.emulators.gce.quota import GROUPS
@@ -73,7 +74,8 @@ def main() -> None:
     for path in args.seed:
         fleet.load_gcloud_json(path)
     if args.generate:
-        fleet.generate(*args.generate, now=time.time(), orphaned=args.orphaned)
+        projects, zones, per_project = args.generate
+        fleet.generate(projects, zones, per_project, now=time.time(), orphaned=args.orphaned)
     fleet.faults.latency = args.latency
     fleet.faults.slow.update(_pairs(args.slow, "--slow"))
     for spec in args.fault:
@@ -83,7 +85,7 @@ def main() -> None:
     for spec in args.unreachable:
         project, _, zone = spec.partition("/")
         fleet.faults.unreachable.add((project, zone))
-    quotas: dict[str, object] = {"documented": args.quotas, "limits": _pairs(args.quota, "--quota")}
+    quotas: dict[str, Any] = {"documented": args.quotas, "limits": _pairs(args.quota, "--quota")}
     if args.quota_window is not None:
         quotas["window"] = args.quota_window
     try:

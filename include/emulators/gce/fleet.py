@@ -34,6 +34,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from include.emulators.gce.quota import RateQuotas, Usage
 from include.emulators.http import ApiError, Faults, State
@@ -66,7 +67,7 @@ class GceFaults(Faults):
 class Operation:
     """A zone operation: its resource as the API answers it (``op``), what it is about, and when it is DONE."""
 
-    op: dict[str, object]
+    op: dict[str, Any]
     project: str
     zone: str
     instance: str  # the target's name
@@ -100,13 +101,13 @@ class Fleet(State):
 
     def __init__(self) -> None:
         super().__init__()
-        self.projects: dict[str, dict[str, dict[str, dict[str, object]]]] = defaultdict(dict)
+        self.projects: dict[str, dict[str, dict[str, dict[str, Any]]]] = defaultdict(dict)
         self.operations: dict[str, Operation] = {}
         self.faults: GceFaults = GceFaults()
         self.mutations: list[tuple[float, str, str]] = []  # (time, project, kind)
         self.deleted_ids: list[str] = []  # the instance ids delete calls were accepted for, in order
         # Managed instance groups: project -> scope ("zones/Z", "regions/R") -> name -> (resource, members).
-        self.groups: dict[str, dict[str, dict[str, tuple[dict[str, object], list[tuple[str, str]]]]]] = {}
+        self.groups: dict[str, dict[str, dict[str, tuple[dict[str, Any], list[tuple[str, str]]]]]] = {}
         # Project id -> project number; a project not named here has a number derived from its id.
         self.numbers: dict[str, str] = {}
         self.quotas = RateQuotas()
@@ -117,13 +118,13 @@ class Fleet(State):
 
     # --- seeding ---------------------------------------------------------------------------
 
-    def add(self, instance: dict[str, object]) -> None:
+    def add(self, instance: dict[str, Any]) -> None:
         """Add one instance resource; project and zone come from its URLs."""
         zone_url = str(instance["zone"])
         project = zone_url.split("/projects/")[1].split("/")[0]
         zone = zone_url.rstrip("/").split("/")[-1]
         instance.setdefault("labels", {})
-        instance["labelFingerprint"] = fingerprint(instance["labels"])  # type: ignore[arg-type]  # JSON data typed object: its shape is this code's own
+        instance["labelFingerprint"] = fingerprint(instance["labels"])
         with self.lock:
             self.projects[project].setdefault(zone, {})[str(instance["name"])] = instance
 
@@ -175,9 +176,9 @@ class Fleet(State):
         scope: str,
         name: str,
         group_id: int,
-        members: list[dict[str, object]],
+        members: list[dict[str, Any]],
         target_size: int | None = None,
-    ) -> dict[str, object]:
+    ) -> dict[str, Any]:
         """A managed instance group in ``scope`` (``zones/Z`` or ``regions/R``) holding ``members``.
 
         Each member is added as an instance carrying the ``created-by`` metadata a group stamps on
@@ -185,7 +186,7 @@ class Fleet(State):
         still present when it is listed (all ``none``: running, nothing scheduled).
         """
         url = f"{COMPUTE}/projects/{project}/{scope}/instanceGroupManagers/{name}"
-        resource: dict[str, object] = {
+        resource: dict[str, Any] = {
             "kind": "compute#instanceGroupManager",
             "id": str(group_id),
             "name": name,
@@ -201,7 +202,7 @@ class Fleet(State):
         placed = []
         for member in members:
             items = [{"key": "created-by", "value": url}]
-            member["metadata"] = {**member.get("metadata", {}), "items": items}  # type: ignore[dict-item]  # JSON data typed object: its shape is this code's own
+            member["metadata"] = {**member.get("metadata", {}), "items": items}
             self.add(member)
             placed.append((str(member["zone"]).rstrip("/").split("/")[-1], str(member["name"])))
         with self.lock:
@@ -209,7 +210,7 @@ class Fleet(State):
             self.groups.setdefault(project, {}).setdefault(scope, {})[name] = (resource, placed)
         return resource
 
-    def group(self, project: str, scope: str, name: str) -> dict[str, object]:
+    def group(self, project: str, scope: str, name: str) -> dict[str, Any]:
         """A group resource as listed now (lock held): its members still present are its instances."""
         resource, members = self.groups[project][scope][name]
         present = sum(1 for zone, member in members if member in self.projects[project].get(zone, {}))
@@ -237,7 +238,7 @@ class Fleet(State):
         with self.lock:
             return next((p for p in self.projects if self.number(p) == name), name)
 
-    def project(self, project: str) -> dict[str, object]:
+    def project(self, project: str) -> dict[str, Any]:
         """``projects.get``: the Project resource as compute.v1.json's schema defines it (``quotas`` left empty).
 
         ``name`` is the project id. ``id`` is no project number ("This is *not* the project ID, and is
@@ -265,12 +266,12 @@ class Fleet(State):
 
     # --- reads and mutations used by the HTTP layer ------------------------------------------
 
-    def zones(self, project: str) -> dict[str, dict[str, dict[str, object]]]:
+    def zones(self, project: str) -> dict[str, dict[str, dict[str, Any]]]:
         if project not in self.projects:
             raise ApiError(404, "notFound", f"The resource 'projects/{project}' was not found")
         return self.projects[project]
 
-    def instance(self, project: str, zone: str, name: str) -> dict[str, object]:
+    def instance(self, project: str, zone: str, name: str) -> dict[str, Any]:
         """An instance by name, or by its numeric id: the API takes either in the ``instance`` path
         segment (pattern ``[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?|[1-9][0-9]{0,19}``; names start with a letter)."""
         instances = self.zones(project).get(zone, {})
@@ -284,7 +285,7 @@ class Fleet(State):
             )
         return found
 
-    def set_labels(self, project: str, zone: str, name: str, body: dict[str, object]) -> dict[str, object]:
+    def set_labels(self, project: str, zone: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
         with self.lock:
             if project in self.faults.deny_set_labels:
                 raise ApiError(403, "forbidden", f"Required 'compute.instances.setLabels' permission for '{name}'")
@@ -296,13 +297,13 @@ class Fleet(State):
             if body.get("labelFingerprint") != instance["labelFingerprint"]:
                 message = "Labels fingerprint either invalid or resource labels have changed"
                 raise ApiError(412, "conditionNotMet", message, more={"location": "If-Match", "locationType": "header"})
-            labels = dict(body.get("labels") or {})  # type: ignore[call-overload]  # JSON data typed object: its shape is this code's own
+            labels = dict(body.get("labels") or {})
             instance["labels"] = labels
             instance["labelFingerprint"] = fingerprint(labels)
             self.mutations.append((time.monotonic(), project, "setLabels"))
             return self._operation(project, zone, instance, "setLabels")
 
-    def insert(self, project: str, zone: str, body: dict[str, object]) -> dict[str, object]:
+    def insert(self, project: str, zone: str, body: dict[str, Any]) -> dict[str, Any]:
         """Create a RUNNING instance from the request's ``name`` and ``labels``, refused as the API refuses it
         when the name is taken (409) or the project's instance quota is used up (403 quotaExceeded)."""
         name = str(body.get("name") or "")
@@ -318,13 +319,13 @@ class Fleet(State):
                 where = f"projects/{project}/zones/{zone}/instances/{name}"
                 raise ApiError(409, "alreadyExists", f"The resource '{where}' already exists")
             instance_id = int(hashlib.sha1(f"{project}/{zone}/{name}/{time.time()}".encode()).hexdigest()[:15], 16)
-            labels = {str(k): str(v) for k, v in dict(body.get("labels") or {}).items()}  # type: ignore[call-overload]  # JSON data typed object: its shape is this code's own
+            labels = {str(k): str(v) for k, v in dict(body.get("labels") or {}).items()}
             instance = gcloud_instance(project, zone, name, instance_id + 1, "RUNNING", labels, time.time())
             self.add(instance)
             self.mutations.append((time.monotonic(), project, "insert"))
             return self._operation(project, zone, instance, "insert")
 
-    def delete(self, project: str, zone: str, name: str) -> dict[str, object]:
+    def delete(self, project: str, zone: str, name: str) -> dict[str, Any]:
         with self.lock:
             instance = self.instance(project, zone, name)
             if instance.get("deletionProtection"):
@@ -340,12 +341,12 @@ class Fleet(State):
 
     # --- operations ------------------------------------------------------------------------
 
-    def _operation(self, project: str, zone: str, instance: dict[str, object], kind: str) -> dict[str, object]:
+    def _operation(self, project: str, zone: str, instance: dict[str, Any], kind: str) -> dict[str, Any]:
         """Start the operation of a mutation (lock held); the answer is the operation as created, PENDING."""
         op_name = f"operation-{next(self._op_ids)}-{kind}"
         zone_url = f"{COMPUTE}/projects/{project}/zones/{zone}"
         name = str(instance["name"])
-        op: dict[str, object] = {
+        op: dict[str, Any] = {
             "kind": "compute#operation",
             "id": str(abs(hash(op_name)) % 10**18),
             "name": op_name,
@@ -386,7 +387,7 @@ class Fleet(State):
                     self._tick.wait(self._due[0][0] - time.monotonic())
             self._settler = None
 
-    def poll_operation(self, project: str, zone: str, op_name: str, wait: bool) -> dict[str, object]:
+    def poll_operation(self, project: str, zone: str, op_name: str, wait: bool) -> dict[str, Any]:
         """``zoneOperations.get``: the operation as it stands. ``wait``: the same once it is DONE or
         ``faults.operation_wait_cap`` seconds have passed, whichever comes first (the documented 2 minutes)."""
         give_up = time.monotonic() + self.faults.operation_wait_cap
@@ -435,7 +436,7 @@ class Fleet(State):
         """What each caller spent of each project's rate quotas, and was refused, per window."""
         return self.quotas.usage()
 
-    def stats(self) -> dict[str, object]:
+    def stats(self) -> dict[str, Any]:
         with self.lock:
             return {**super().stats(), "mutations": len(self.mutations), "quota_usage": self.quotas.stats()}
 

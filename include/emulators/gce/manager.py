@@ -33,6 +33,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from wsgiref.simple_server import WSGIServer
 
 from google.cloud import compute_v1
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
@@ -114,18 +115,24 @@ class ManagerSimulator:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._crash_loop: threading.Thread | None = None
-        self._metrics_server = None
+        self._metrics_server: WSGIServer | None = None
 
     def write(self, zone: str, instance: str) -> bool:
         """Stamp the current time on one instance; True only when the write was accepted."""
-        target = {"project": self.project, "zone": zone, "instance": instance}
         try:
-            current = self.clients.instances.get(**target, retry=None, timeout=10)
+            current = self.clients.instances.get(
+                project=self.project, zone=zone, instance=instance, retry=None, timeout=10
+            )
             labels = dict(current.labels)
             labels[self.heartbeat_label] = str(int(self.clock()))
             request = compute_v1.InstancesSetLabelsRequest(labels=labels, label_fingerprint=current.label_fingerprint)
             self.clients.instances.set_labels_unary(
-                **target, instances_set_labels_request_resource=request, retry=None, timeout=10
+                project=self.project,
+                zone=zone,
+                instance=instance,
+                instances_set_labels_request_resource=request,
+                retry=None,
+                timeout=10,
             )
             return True
         except Exception as exc:

@@ -39,6 +39,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from include.emulators.http import ApiError
 
@@ -123,19 +124,19 @@ class RateQuotas:
             self.window = MINUTE
         return self
 
-    def configure(self, settings: Mapping[str, object]) -> None:
+    def configure(self, settings: Mapping[str, Any]) -> None:
         """From JSON (``/_emulator/faults``' ``quotas``, the command line): ``documented`` (true: the documented
         limits first), ``limits`` {group: n}, ``projects`` {project: {group: n}}, ``window`` (seconds)."""
         if settings.get("documented"):
             self.documented()
         with self._lock:
-            for group, limit in dict(settings.get("limits") or {}).items():  # type: ignore[call-overload]  # JSON data typed object: its shape is this code's own
+            for group, limit in dict(settings.get("limits") or {}).items():
                 self.limits[_group(group)] = int(limit)
-            for project, limits in dict(settings.get("projects") or {}).items():  # type: ignore[call-overload]  # JSON data typed object: its shape is this code's own
+            for project, limits in dict(settings.get("projects") or {}).items():
                 own = self.projects.setdefault(str(project), {})
                 own.update({_group(group): int(limit) for group, limit in dict(limits).items()})
             if "window" in settings:
-                self.window = float(settings["window"])  # type: ignore[arg-type]  # JSON data typed object: its shape is this code's own
+                self.window = float(settings["window"])
 
     def limit(self, project: str, group: str) -> int | None:
         return self.projects.get(project, {}).get(group, self.limits.get(group))
@@ -166,7 +167,7 @@ class RateQuotas:
         with self._lock:
             return [Usage(*key, *counts) for key, counts in sorted(self._usage.items())]
 
-    def stats(self) -> list[dict[str, object]]:
+    def stats(self) -> list[dict[str, Any]]:
         return [asdict(u) for u in self.usage()]
 
 

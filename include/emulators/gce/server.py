@@ -41,6 +41,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from typing import Any
 
 from include.emulators.gce import fieldmask
 from include.emulators.gce.fleet import Fleet
@@ -101,7 +102,7 @@ def _page_args(query: dict[str, list[str]]) -> tuple[dict[str, str], int, int]:
     return wanted, size, offset
 
 
-def _matches(instance: dict[str, object], wanted: dict[str, str]) -> bool:
+def _matches(instance: dict[str, Any], wanted: dict[str, str]) -> bool:
     labels = instance.get("labels") or {}
     return all(labels.get(k) == v for k, v in wanted.items())
 
@@ -118,7 +119,7 @@ class GceHandler(Handler):
         return kind, args
 
     def error_body(self, error: ApiError) -> object:
-        body: dict[str, object] = {
+        body: dict[str, Any] = {
             "code": error.code,
             "message": error.message,
             "errors": [{"message": error.message, "domain": error.domain, "reason": error.reason, **error.more}],
@@ -130,7 +131,7 @@ class GceHandler(Handler):
     def admit(self, kind: str, args: tuple[str, ...]) -> None:
         """The project's rate quota for the request's group (every API path starts with its project)."""
         if args:
-            self.state.quotas.admit(kind, args[0], caller(self.headers), self.state.number(args[0]))
+            self.state.quotas.admit(kind, args[0], caller(dict(self.headers)), self.state.number(args[0]))
 
     def render(self, kind: str, body: object, query: dict[str, list[str]]) -> bytes:
         """Partial responses: the ``X-Goog-FieldMask`` header or ``fields`` parameter, as the real API."""
@@ -164,20 +165,22 @@ class GceHandler(Handler):
             return self._aggregated(args[0], query)
         if kind == "group_list":
             return self._groups(args[0], query)
-        if kind == "list":
-            return self._list(*args, query)
-        if kind == "get":
-            with fleet.lock:
-                return fleet.instance(*args)
-        if kind == "delete":
-            return fleet.delete(*args)
-        if kind == "insert":
-            return fleet.insert(*args, self.body())
-        if kind == "set_labels":
-            return fleet.set_labels(*args, self.body())
         if kind == "emulator_faults":
             return self._set_faults(self.body())
-        return fleet.poll_operation(*args, wait=kind == "operation_wait")
+        project, zone, *rest = args  # every other route is zonal (_ROUTES); `rest`: the instance or operation
+        if kind == "list":
+            return self._list(project, zone, query)
+        if kind == "insert":
+            return fleet.insert(project, zone, self.body())
+        (name,) = rest
+        if kind == "get":
+            with fleet.lock:
+                return fleet.instance(project, zone, name)
+        if kind == "delete":
+            return fleet.delete(project, zone, name)
+        if kind == "set_labels":
+            return fleet.set_labels(project, zone, name, self.body())
+        return fleet.poll_operation(project, zone, name, wait=kind == "operation_wait")
 
     def _aggregated(self, project: str, query: dict[str, list[str]]) -> object:
         fleet = self.state
@@ -197,7 +200,7 @@ class GceHandler(Handler):
                 if _matches(inst, wanted)
             )
             page = rows[offset : offset + size]
-            items: dict[str, object] = {}
+            items: dict[str, Any] = {}
             for zone in sorted(zones):
                 on_page = [inst for z, _, inst in page if z == zone]
                 if zone in unreachable:
@@ -209,7 +212,7 @@ class GceHandler(Handler):
                     items[f"zones/{zone}"] = {"instances": json.loads(json.dumps(served))}
                 else:
                     items[f"zones/{zone}"] = _warning("NO_RESULTS_ON_PAGE", "There are no results for scope", zone)
-        body: dict[str, object] = {
+        body: dict[str, Any] = {
             "kind": "compute#instanceAggregatedList",
             "id": f"projects/{project}/aggregated/instances",
             "items": items,
@@ -231,14 +234,14 @@ class GceHandler(Handler):
             scopes = fleet.groups.get(project, {})
             rows = sorted((scope, name) for scope, groups in scopes.items() for name in groups)
             page = rows[offset : offset + size]
-            items: dict[str, object] = {}
+            items: dict[str, Any] = {}
             for scope in sorted(scopes):
                 on_page = [fleet.group(project, scope, name) for s, name in page if s == scope]
                 if on_page:
                     items[scope] = {"instanceGroupManagers": on_page}
                 else:
                     items[scope] = _warning("NO_RESULTS_ON_PAGE", "There are no results for scope", scope)
-        body: dict[str, object] = {
+        body: dict[str, Any] = {
             "kind": "compute#instanceGroupManagerAggregatedList",
             "id": f"projects/{project}/aggregated/instanceGroupManagers",
             "items": items,
@@ -254,7 +257,7 @@ class GceHandler(Handler):
             if (project, zone) in fleet.faults.unreachable:
                 raise ApiError(503, "backendError", f"Zone {zone} is unreachable")
             rows = sorted((n, i) for n, i in fleet.zones(project).get(zone, {}).items() if _matches(i, wanted))
-            body: dict[str, object] = {
+            body: dict[str, Any] = {
                 "kind": "compute#instanceList",
                 "items": json.loads(json.dumps([i for _, i in rows[offset : offset + size]])),
             }
@@ -262,30 +265,30 @@ class GceHandler(Handler):
             body["nextPageToken"] = _token(offset + size)
         return body
 
-    def _set_faults(self, body: dict[str, object]) -> object:
+    def _set_faults(self, body: dict[str, Any]) -> object:
         """``latency`` (s), ``slow`` {kind: s}, ``rates`` {kind: {fault: p}}, ``unreachable`` [[project, zone]],
         ``deny_set_labels`` [project], ``operation_seconds`` {operationType: s}, ``instance_operation_seconds``
         {name: s}, ``operation_wait_cap`` (s), ``quotas`` (see :meth:`RateQuotas.configure`)."""
         fleet = self.state
         with fleet.lock:
             faults = fleet.faults
-            faults.latency = float(body.get("latency", faults.latency))  # type: ignore[arg-type]  # JSON data typed object: its shape is this code's own
+            faults.latency = float(body.get("latency", faults.latency))
             faults.slow.update(body.get("slow", {}))
             faults.rates.update(body.get("rates", {}))
-            faults.unreachable |= {tuple(pz) for pz in body.get("unreachable", [])}  # type: ignore[attr-defined]  # JSON data typed object: its shape is this code's own
+            faults.unreachable |= {tuple(pz) for pz in body.get("unreachable", [])}
             faults.deny_set_labels |= set(body.get("deny_set_labels", []))
             faults.deny_project_get |= set(body.get("deny_project_get", []))
             faults.operation_seconds.update(body.get("operation_seconds", {}))
             faults.instance_operation_seconds.update(body.get("instance_operation_seconds", {}))
-            faults.operation_wait_cap = float(body.get("operation_wait_cap", faults.operation_wait_cap))  # type: ignore[arg-type]  # JSON data typed object: its shape is this code's own
+            faults.operation_wait_cap = float(body.get("operation_wait_cap", faults.operation_wait_cap))
         try:
-            fleet.quotas.configure(body.get("quotas", {}))  # type: ignore[arg-type]  # JSON data typed object: its shape is this code's own
+            fleet.quotas.configure(body.get("quotas", {}))
         except (TypeError, ValueError) as exc:
             raise ApiError(400, "invalid", str(exc)) from None
         return {"ok": True}
 
 
-def _warning(code: str, message: str, zone: str) -> dict[str, object]:
+def _warning(code: str, message: str, zone: str) -> dict[str, Any]:
     """A scope's (or the page's) ``warning``: "[Output Only] Informational warning which replaces the list of
     instances when the list is empty", its ``code`` from the schema's enum and a ``scope`` data entry."""
     scope = zone if "/" in zone else f"zones/{zone}"  # a zone name, or a scope (zones/Z, regions/R)

@@ -21,6 +21,7 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from include.emulators.http import ApiError, Faults, State
 from include.emulators.k8s.rbac import Subject, subject
@@ -57,7 +58,7 @@ class Cluster(State):
     def __init__(self) -> None:
         super().__init__()
         self.faults: K8sFaults = K8sFaults()
-        self.objects: dict[tuple[str, str, str], dict[str, object]] = {}  # (resource, namespace, name)
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # (resource, namespace, name)
         self.secret_data_served = False
         self.deletes: list[tuple[float, str, str, str]] = []  # (time, resource, namespace, name)
         self._versions = itertools.count(1000)
@@ -72,9 +73,9 @@ class Cluster(State):
 
     # --- API operations ----------------------------------------------------------------------
 
-    def create(self, resource: str, namespace: str, obj: dict[str, object]) -> dict[str, object]:
+    def create(self, resource: str, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
         kind, api_version = RESOURCES[resource]
-        meta = dict(obj.get("metadata") or {})  # type: ignore[call-overload]  # JSON data typed object: its shape is this code's own
+        meta = dict(obj.get("metadata") or {})
         name = meta.get("name")
         if not name:
             raise ApiError(422, "Invalid", f"{kind} is invalid: metadata.name: Required value")
@@ -98,27 +99,27 @@ class Cluster(State):
             meta.setdefault("ownerReferences", []).append({"uid": owner_uid})
             self._dependents.setdefault(owner_uid, set()).add(key)
 
-    def get(self, resource: str, namespace: str, name: str) -> dict[str, object]:
+    def get(self, resource: str, namespace: str, name: str) -> dict[str, Any]:
         with self.lock:
             found = self.objects.get((resource, namespace, name))
             if found is None:
                 raise ApiError(404, "NotFound", f'{resource} "{name}" not found')
             return found
 
-    def delete(self, resource: str, namespace: str, name: str, options: dict[str, object]) -> dict[str, object]:
+    def delete(self, resource: str, namespace: str, name: str, options: dict[str, Any]) -> dict[str, Any]:
         """Delete as the API server does; the answer is the object as deleted (or now terminating)."""
         with self.lock:
             obj = self.get(resource, namespace, name)
-            meta: dict[str, object] = obj["metadata"]  # type: ignore[assignment]  # JSON data typed object: its shape is this code's own
+            meta: dict[str, Any] = obj["metadata"]
             pre = options.get("preconditions") or {}
-            if pre.get("uid") and pre["uid"] != meta["uid"]:  # type: ignore[index]  # JSON data typed object: its shape is this code's own
+            if pre.get("uid") and pre["uid"] != meta["uid"]:
                 raise ApiError(
                     409,
                     "Conflict",
                     f"Operation cannot be fulfilled on {resource} {name!r}: Precondition failed: "
-                    f"UID in precondition: {pre['uid']}, UID in object meta: {meta['uid']}",  # type: ignore[index]  # JSON data typed object: its shape is this code's own
+                    f"UID in precondition: {pre['uid']}, UID in object meta: {meta['uid']}",
                 )
-            if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:  # type: ignore[index]  # JSON data typed object: its shape is this code's own
+            if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:
                 raise ApiError(409, "Conflict", f"Precondition failed: resourceVersion of {resource} {name!r}")
             self.deletes.append((time.monotonic(), resource, namespace, name))
             if resource == "pods" or meta.get("finalizers"):
@@ -128,9 +129,9 @@ class Cluster(State):
             self._cascade(self._dependents.pop(str(meta["uid"]), set()))
         return obj
 
-    def _begin_graceful_delete(self, key: tuple[str, str, str], obj: dict[str, object]) -> dict[str, object]:
+    def _begin_graceful_delete(self, key: tuple[str, str, str], obj: dict[str, Any]) -> dict[str, Any]:
         """Mark the object terminating; the kubelet (a timer here) and the finalizers remove it later."""
-        meta: dict[str, object] = obj["metadata"]  # type: ignore[assignment]  # JSON data typed object: its shape is this code's own
+        meta: dict[str, Any] = obj["metadata"]
         if "deletionTimestamp" not in meta:
             grace = float((obj.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
             meta["deletionTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -149,9 +150,9 @@ class Cluster(State):
         """The kubelet has stopped the Pod: it goes once no finalizer holds it."""
         with self.lock:
             obj = self.objects.get(key)
-            if obj is None or obj["metadata"]["uid"] != uid:  # type: ignore[index]  # JSON data typed object: its shape is this code's own
+            if obj is None or obj["metadata"]["uid"] != uid:
                 return  # gone already, or recreated under the same name: another object
-            meta: dict[str, object] = obj["metadata"]  # type: ignore[assignment]  # JSON data typed object: its shape is this code's own
+            meta: dict[str, Any] = obj["metadata"]
             self._stopped.add(key)
             if meta.get("finalizers"):
                 return
@@ -162,7 +163,7 @@ class Cluster(State):
     def remove_finalizers(self, key: tuple[str, str, str]) -> None:
         """What the controller owning a finalizer does when it is done (tests call it)."""
         with self.lock:
-            meta: dict[str, object] = self.objects[key]["metadata"]  # type: ignore[assignment]  # JSON data typed object: its shape is this code's own
+            meta: dict[str, Any] = self.objects[key]["metadata"]
             meta["finalizers"] = []
             meta["resourceVersion"] = self._version()
             done = "deletionTimestamp" in meta and (key[0] != "pods" or key in self._stopped)
@@ -192,17 +193,17 @@ class Cluster(State):
         self,
         resource: str,
         namespace: str | None,
-        matches: Callable[[dict[str, object]], bool],
+        matches: Callable[[dict[str, Any]], bool],
         after: tuple[str, str] | None,
         limit: int,
-    ) -> tuple[list[dict[str, object]], tuple[str, str] | None]:
+    ) -> tuple[list[dict[str, Any]], tuple[str, str] | None]:
         """One page in list order (namespace, name) after ``after``: (objects, key to continue after or None)."""
         with self.lock:
             keys = self._sorted.get(resource)
             if keys is None:
                 keys = self._sorted[resource] = sorted(k for k in self.objects if k[0] == resource)
             start = bisect_right(keys, (resource, *after)) if after else 0
-            page: list[dict[str, object]] = []
+            page: list[dict[str, Any]] = []
             for key in itertools.islice(keys, start, None):
                 if namespace is not None and key[1] != namespace:
                     continue
@@ -211,7 +212,7 @@ class Cluster(State):
                     continue
                 if limit and len(page) == limit:
                     last = page[-1]["metadata"]
-                    return page, (last["namespace"], last["name"])  # type: ignore[index]  # JSON data typed object: its shape is this code's own
+                    return page, (last["namespace"], last["name"])
                 page.append(obj)
             return page, None
 
@@ -237,6 +238,6 @@ class Cluster(State):
         with self.lock:
             return {name for (res, _, name) in self.objects if resource is None or res == resource}
 
-    def stats(self) -> dict[str, object]:
+    def stats(self) -> dict[str, Any]:
         with self.lock:
             return {**super().stats(), "deletes": len(self.deletes), "secret_data_served": self.secret_data_served}

@@ -15,7 +15,8 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from include.emulators.http import ApiError, Handler, Route, Server
@@ -43,49 +44,54 @@ _FIELDS = ("metadata.name", "metadata.namespace")  # the field selectors every r
 _VERBS = {"list": "list", "list_namespaced": "list", "list_named": "list", "get": "get", "create": "create"}
 
 
+def _equals(key: str, value: str, want: bool) -> Callable[[Mapping[str, object]], bool]:
+    """``key`` holds ``value`` (``want`` False: it does not)."""
+    return lambda fields: (fields.get(key) == value) == want
+
+
+def _within(key: str, values: set[str], want: bool) -> Callable[[Mapping[str, object]], bool]:
+    """``key`` holds one of ``values`` (``want`` False: it does not, or is absent)."""
+    return lambda fields: (fields.get(key) in values) == want
+
+
+def _present(key: str, want: bool) -> Callable[[Mapping[str, object]], bool]:
+    return lambda fields: (key in fields) == want
+
+
 def parse_selector(text: str) -> Callable[[dict[str, str]], bool]:
     """A label selector (``a=b,c!=d,e in (x,y),f notin (z),g,!h``) as a predicate over labels."""
     terms = [t.strip() for t in re.split(r",(?![^()]*\))", text) if t.strip()]
-    tests: list[Callable[[dict[str, str]], bool]] = []
+    tests: list[Callable[[Mapping[str, object]], bool]] = []
     for term in terms:
         if m := re.fullmatch(r"([\w./-]+)\s+(in|notin)\s+\(([^)]*)\)", term):
-            key, op, values = m.group(1), m.group(2), {v.strip() for v in m.group(3).split(",")}
-            if op == "in":
-                tests.append(lambda labels, k=key, vs=values: labels.get(k) in vs)
-            else:
-                tests.append(lambda labels, k=key, vs=values: labels.get(k) not in vs)
+            values = {v.strip() for v in m.group(3).split(",")}
+            tests.append(_within(m.group(1), values, m.group(2) == "in"))
         elif m := re.fullmatch(r"([\w./-]+)\s*(==|=|!=)\s*([\w./-]*)", term):
             key, op, value = m.groups()
-            if op == "!=":
-                tests.append(lambda labels, k=key, v=value: labels.get(k) != v)
-            else:
-                tests.append(lambda labels, k=key, v=value: labels.get(k) == v)
+            tests.append(_equals(key, value, op != "!="))
         elif m := re.fullmatch(r"(!?)([\w./-]+)", term):
-            negate, key = m.group(1) == "!", m.group(2)
-            tests.append(lambda labels, k=key, n=negate: (k in labels) != n)
+            tests.append(_present(m.group(2), m.group(1) != "!"))
         else:
             raise ApiError(400, "BadRequest", f"unable to parse requirement: {term!r}")
     return lambda labels: all(test(labels) for test in tests)
 
 
-def parse_field_selector(text: str) -> tuple[Callable[[dict[str, object]], bool], str | None]:
+def parse_field_selector(text: str) -> tuple[Callable[[dict[str, Any]], bool], str | None]:
     """A field selector as a predicate over an object's metadata, and the one name it requires, if any.
 
     Only ``metadata.name`` and ``metadata.namespace`` with ``=``, ``==`` or ``!=``, as the API
     server supports for every resource; any other field is a 400, as there.
     """
-    tests: list[Callable[[dict[str, object]], bool]] = []
+    tests: list[Callable[[Mapping[str, object]], bool]] = []
     name = None
     for term in (t.strip() for t in text.split(",") if t.strip()):
         m = re.fullmatch(r"([\w.]+)\s*(==|=|!=)\s*(.*)", term)
         if not m or m.group(1) not in _FIELDS:
             raise ApiError(400, "BadRequest", f'"{term}" is not a known field selector: only {", ".join(_FIELDS)}')
         field, op, value = m.group(1).split(".")[1], m.group(2), m.group(3)
-        if op == "!=":
-            tests.append(lambda meta, f=field, v=value: meta.get(f) != v)
-        else:
-            tests.append(lambda meta, f=field, v=value: meta.get(f) == v)
-            name = value if field == "name" else name
+        tests.append(_equals(field, value, op != "!="))
+        if op != "!=" and field == "name":
+            name = value
     return (lambda meta: all(test(meta) for test in tests)), name
 
 
@@ -94,7 +100,7 @@ def _continue_token(after: tuple[str, str], version: str) -> str:
     return base64.urlsafe_b64encode(json.dumps({"after": after, "rv": version}).encode()).decode()
 
 
-def _metadata_only(obj: dict[str, object]) -> dict[str, object]:
+def _metadata_only(obj: dict[str, Any]) -> dict[str, Any]:
     return {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]}
 
 
@@ -143,7 +149,7 @@ class K8sHandler(Handler):
             namespace, resource = (None, args[0]) if kind == "list" else (args[0], args[1])
             granted.authorize(_VERBS.get(kind, kind), resource, namespace)
 
-    def _serve_objects(self, resource: str, objects: list[dict[str, object]]) -> list[dict[str, object]]:
+    def _serve_objects(self, resource: str, objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if _METADATA_ONLY in (self.headers.get("Accept") or ""):
             return [_metadata_only(o) for o in objects]
         if resource == "secrets" and any("data" in o or "stringData" in o for o in objects):
@@ -156,7 +162,7 @@ class K8sHandler(Handler):
         labels = parse_selector(query.get("labelSelector", [""])[0])
         fields, name = parse_field_selector(query.get("fieldSelector", [""])[0])
 
-        def matches(obj: dict[str, object]) -> bool:
+        def matches(obj: dict[str, Any]) -> bool:
             return labels(obj["metadata"].get("labels") or {}) and fields(obj["metadata"])
 
         limit = int(query.get("limit", ["0"])[0] or 0)
@@ -189,14 +195,14 @@ class K8sHandler(Handler):
         version = str(next(cluster._versions))
         kind, api_version = RESOURCES[resource]
         metadata_only = _METADATA_ONLY in (self.headers.get("Accept") or "")
-        body: dict[str, object] = {
+        body: dict[str, Any] = {
             "kind": "PartialObjectMetadataList" if metadata_only else f"{kind}List",
             "apiVersion": "meta.k8s.io/v1" if metadata_only else api_version,
             "metadata": {"resourceVersion": version},
             "items": self._serve_objects(resource, page),
         }
         if resume:
-            body["metadata"]["continue"] = token if resume == after else _continue_token(resume, version)  # type: ignore[index]  # JSON data typed object: its shape is this code's own
+            body["metadata"]["continue"] = token if resume == after else _continue_token(resume, version)
         return body
 
 
@@ -207,7 +213,7 @@ class K8sEmulator(Server):
         super().__init__(K8sHandler, cluster or Cluster(), host, port)
         self.cluster: Cluster = self.state  # type: ignore[assignment]  # this server's state is always its own emulator's
 
-    def kubeconfig(self, name: str = "emulator") -> dict[str, object]:
+    def kubeconfig(self, name: str = "emulator") -> dict[str, Any]:
         return {
             "apiVersion": "v1",
             "kind": "Config",

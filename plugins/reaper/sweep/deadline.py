@@ -14,7 +14,7 @@ from collections.abc import Callable, Hashable, Iterable
 from datetime import datetime
 
 from reaper.config import Settings
-from reaper.model import Resource
+from reaper.model import R
 from reaper.sweep.deletes import units_of
 
 
@@ -43,8 +43,8 @@ def resolving_deadline(deadline: float, now: float) -> float:
 
 
 def fit_before_deadline(
-    resources: Iterable[Resource], unit: Callable[[Resource], Hashable], rate: float, seconds: float
-) -> tuple[list[Resource], list[Resource]]:
+    resources: Iterable[R], unit: Callable[[R], Hashable], rate: float, seconds: float
+) -> tuple[list[R], list[R]]:
     """The deletes that can be sent in ``seconds`` at ``rate`` per scope, whole units in plan order; the rest.
 
     A bound, not an estimate: every send takes a token of its scope's bucket (one banked, then
@@ -58,8 +58,8 @@ def fit_before_deadline(
     most = 1 + rate * seconds if seconds > 0 else 0  # past the deadline the guard sends nothing
     taken: Counter[str] = Counter()
     full: set[str] = set()  # units stay in plan order: none of a full scope's later ones jumps the queue
-    fits: list[Resource] = []
-    left: list[Resource] = []
+    fits: list[R] = []
+    left: list[R] = []
     for members in units_of(resources, unit).values():
         scope = members[0].scope
         if scope not in full and taken[scope] + len(members) <= most:

@@ -13,14 +13,14 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from reaper.commits import GroupCommit, wait_bound
 from reaper.config import LedgerConfig, Settings
 from reaper.fence import SendGuard, halt_on_sigterm
-from reaper.model import Resource
+from reaper.model import R, Resource
 from reaper.ratelimit import round_robin
 from reaper.records import RECORD_KEY, Intent, LedgerRecord, Outcome, PlanRef
 from reaper.sweep.targets import Target
@@ -45,17 +45,17 @@ def stale(plan: PlanRef, current: PlanRef) -> str | None:
     return None
 
 
-def units_of(resources: Iterable[Resource], unit: Callable[[Resource], Hashable]) -> dict[Hashable, list[Resource]]:
+def units_of(resources: Iterable[R], unit: Callable[[R], Hashable]) -> dict[Hashable, list[R]]:
     """Resources by the unit they are deleted in (a Kubernetes run, a GCE instance), in plan order."""
-    grouped: dict[Hashable, list[Resource]] = {}
+    grouped: dict[Hashable, list[R]] = {}
     for resource in resources:
         grouped.setdefault(unit(resource), []).append(resource)
     return grouped
 
 
 def cut_batches(
-    resources: Iterable[Resource], size: int, unit: Callable[[Resource], Hashable], most: int | None = None
-) -> list[list[Resource]]:
+    resources: Iterable[R], size: int, unit: Callable[[R], Hashable], most: int | None = None
+) -> list[list[R]]:
     """Batches that never split a unit (a Kubernetes run: docs/design.md §6), each with at most ``size`` resources
     of any one scope.
 
@@ -75,7 +75,7 @@ def cut_batches(
     incident-scale plan cut at ``size`` would queue dozens (slow operations make that likely: the
     deadline fit bounds the sends by the rate, not by how long each delete takes).
     """
-    batches: list[list[Resource]] = []
+    batches: list[list[R]] = []
     counts: Counter[str] = Counter()  # the last batch's resources per scope
     for members in round_robin(units_of(resources, unit).values(), key=lambda members: members[0].scope):
         scope = members[0].scope
@@ -148,7 +148,7 @@ def delete_batch(
     ledger: LedgerLike,
     target: Target[Any],
     terms: SendTerms,
-    resources: list[Resource],
+    resources: Sequence[Resource],
     pace: LedgerConfig | None = None,
 ) -> dict[str, int]:
     """Delete one batch, safely under task retries, timeouts and SIGTERM; the counts of this try's outcomes.
