@@ -104,17 +104,6 @@ class Approval(msgspec.Struct, frozen=True):
     def by_key(self) -> dict[tuple[str, str], ApprovedItem]:
         return {(i.scope, i.uid): i for i in self.items}
 
-    def record(self) -> dict[str, object]:
-        """The approval as a summary and its decisions mention it (without its items: the summary lists them)."""
-        return {
-            "id": self.id,
-            "user": self.user,
-            "reason": self.reason,
-            "expires_at": self.expires_at,
-            "from_run": self.run_id,
-            "items": len(self.items),
-        }
-
 
 def fingerprint_of(resource: Resource) -> str:
     """The state a resource is reviewed in: a GCE instance's ``labelFingerprint``, a Kubernetes object's

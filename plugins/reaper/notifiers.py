@@ -20,10 +20,9 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import msgspec
-
 from reaper.config import NotifyChannel
 from reaper.notify import Notice
+from reaper.records import Sent
 from reaper.redact import error_for_log
 
 if TYPE_CHECKING:
@@ -31,15 +30,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 SLACK_TEXT_CHARS = 39_000  # Slack truncates a message's text past 40,000 characters
-
-
-class Sent(msgspec.Struct, frozen=True):
-    """What became of one notice: the channel (:attr:`NotifyChannel.key`), its event, and why it failed."""
-
-    channel: str
-    event: str
-    ok: bool
-    error: str = ""
 
 
 def notifier(channel: NotifyChannel, notice: Notice, timeout: float) -> BaseNotifier:

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from reaper.approvals import ApprovedItem
 from reaper.model import Action, QuotaUse, Resolved, ScopeVerdict
 from reaper.vocabulary import RecordAction
 
@@ -76,8 +77,8 @@ class DecisionRecord(LedgerRecord, kw_only=True, frozen=True):
     approval: str = ""
     group: str = ""
     evidence: dict[str, Any] | None  # None: a decision the policy gave no evidence
-    override: dict[str, Any] | None = None
-    phase_gate: dict[str, Any] | None = None
+    override: OverrideRecord | None = None
+    phase_gate: PhaseGate | None = None
 
     @staticmethod
     def of(action: Action) -> type[DecisionRecord]:
@@ -270,6 +271,79 @@ class Census(msgspec.Struct, frozen=True):
         return scopes.get(scope)
 
 
+class OverrideRecord(msgspec.Struct, kw_only=True, frozen=True):
+    """A manual trigger's override (docs/design.md §6): who asked, why, and what it lifts. ``scopes``: the scopes
+    whose budget hold a budget override lifts (summaries written before they were recorded lack them);
+    ``max_deletions``: a raised cap; ``applied``: False, and ``why``, for a cleared or re-run run."""
+
+    reason: str = ""
+    user: str = ""
+    budget: bool = False
+    scopes: list[str] | UnsetType = UNSET
+    max_deletions: int | UnsetType = UNSET
+    applied: bool = True
+    why: str | UnsetType = UNSET
+
+    @property
+    def raises_cap(self) -> bool:
+        return not isinstance(self.max_deletions, UnsetType)
+
+
+class PhaseGate(msgspec.Struct, kw_only=True, frozen=True):
+    """A run of a phase other than its target's active one (docs/design.md §8): ``confirmed``: its trigger named
+    the phase in ``confirm_phase`` with a ``reason`` (the run deletes); else ``why`` it is a dry run."""
+
+    phase: str = ""
+    active: str = ""
+    user: str = ""
+    reason: str | UnsetType = UNSET
+    confirmed: bool = False
+    why: str = ""
+
+
+class Sent(msgspec.Struct, frozen=True):
+    """What became of one notice: the channel (``NotifyChannel.key``), its event, and why it failed."""
+
+    channel: str
+    event: str
+    ok: bool
+    error: str = ""
+
+
+class Notices(msgspec.Struct, kw_only=True, frozen=True):
+    """What ``record`` told the owners (docs/notifications.md): how many notices were sent and failed, and each
+    one's channel, event and error; ``error``: why none was sent, when sending failed as a whole."""
+
+    sent: int = 0
+    failed: int = 0
+    notices: list[Sent] | UnsetType = UNSET
+    error: str | UnsetType = UNSET
+
+
+class ItemResult(ApprovedItem, frozen=True):
+    """An approved item and what came of it in the run that used the approval (``docs/audit-view.md``): planned,
+    then its outcome; or why the plan kept it (a reason), or ``not_listed``."""
+
+    state: str = ""
+
+
+class ApprovalUse(msgspec.Struct, kw_only=True, frozen=True):
+    """The approval a run deleted under (docs/design.md §6): who gave it and why, from which sweep (``from_run``),
+    its cap (its item count; ``above_cap``: above ``max_deletions_per_sweep``), whether this execution claimed it,
+    and per approved item what came of it."""
+
+    id: str = ""
+    user: str = ""
+    reason: str = ""
+    expires_at: float = 0.0
+    from_run: str = ""
+    items: int = 0
+    max_deletions: int = 0
+    above_cap: bool = False
+    claimed: bool = True
+    results: list[ItemResult] = []
+
+
 class SweepSummary(msgspec.Struct, frozen=True):
     """One execution's summary (docs/design.md §7, §8): its ids, branch and outcomes, the plan in numbers and the
     terms it was made under (the fields of :class:`reaper.sweep.steps.Summary`), and how ``record`` ended.
@@ -296,7 +370,7 @@ class SweepSummary(msgspec.Struct, frozen=True):
     scopes: list[Verdict] | UnsetType = UNSET
     capped: dict[str, int] | UnsetType = UNSET
     census: Census | UnsetType = UNSET
-    override: dict[str, Any] | UnsetType | None = UNSET
+    override: OverrideRecord | UnsetType | None = UNSET
     triggered_by: str | UnsetType = UNSET
     dry_run: bool | UnsetType = UNSET
     stale_inputs: bool | UnsetType = UNSET
@@ -309,13 +383,13 @@ class SweepSummary(msgspec.Struct, frozen=True):
     left: int | UnsetType = UNSET
     resolution: list[Resolved] | UnsetType = UNSET
     quota: dict[str, QuotaUse] | UnsetType = UNSET
-    phase_gate: dict[str, Any] | UnsetType | None = UNSET
-    approval: dict[str, Any] | UnsetType | None = UNSET
+    phase_gate: PhaseGate | UnsetType | None = UNSET
+    approval: ApprovalUse | UnsetType | None = UNSET
     # how ``record`` ended
     stale_plan: int | UnsetType = UNSET
     state: str = ""
     metrics_push_failures: int | UnsetType = UNSET
-    notifications: dict[str, Any] | UnsetType = UNSET
+    notifications: Notices | UnsetType = UNSET
     at: datetime | UnsetType = UNSET  # when the ledger wrote it (its own stamp, never the writer's)
 
     def verdict(self, scope: str) -> Verdict:

@@ -8,6 +8,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from include.emulators.gce import Fleet
 from include.emulators.gce.manager import ManagerSimulator, manager_clients
@@ -31,7 +32,7 @@ def add_instance(
     instance_id: int | None = None,
     labels: dict[str, str] | None = None,
     created_age: float = 86400,
-) -> dict[str, object]:
+) -> dict[str, Any]:
     all_labels = {"ci_ephemeral": "true", **(labels or {})}
     if heartbeat_age is not None:
         all_labels[HB] = str(int(STARTED - heartbeat_age))

@@ -45,7 +45,7 @@ def held_fleet() -> list[GceInstance]:
 
 
 def run(tmp_path: Path, ledger: Ledger, fleet: list[GceInstance], run_id: str, execution: int = 0):
-    s = sweep(tmp_path / run_id / str(execution), fleet, execution)
+    s: steps.Execution = sweep(tmp_path / run_id / str(execution), fleet, execution)
     s = steps.Execution(s.config, s.target, s.phase, steps.Ids(DAG, run_id, execution))
     object.__setattr__(s, "ledger", lambda: ledger)
     return s
@@ -74,8 +74,8 @@ def test_the_held_candidates_carry_their_state_and_an_approval_deletes_those_app
     assert [r.name for b in planned.batches for r in b.resources] == [fleet[0].name]
     assert {b.approval for b in planned.batches} == {approval}
     record = planned.summary.approval
-    assert record and record["user"] == "alice" and record["claimed"] is True
-    states = {r["name"]: r["state"] for r in record["results"]}
+    assert record and record.user == "alice" and record.claimed is True
+    states = {r.name: r.state for r in record.results}
     assert states == {fleet[0].name: "planned", fleet[1].name: "approval_changed"}
     used = ledger.approval(approval)
     assert used and used["used_by"]["run_id"] == "manual__2"
@@ -86,7 +86,8 @@ def test_the_held_candidates_carry_their_state_and_an_approval_deletes_those_app
     summary = steps.record(s, planned.summary, steps.budget_check(planned.summary), 1, [deleted], lease)
     assert summary["outcomes"] == {"deleted": 1}
     recorded = AuditQueries(ledger).executions(DAG, "manual__2")[-1].summary.approval
-    assert {r["name"]: r["state"] for r in recorded["results"]} == {
+    assert recorded
+    assert {r.name: r.state for r in recorded.results} == {
         fleet[0].name: "deleted",
         fleet[1].name: "approval_changed",
     }
@@ -179,7 +180,7 @@ def test_reaper_approve_prints_the_id_of_an_approval_of_the_named_items(tmp_path
     said = io.StringIO()
     assert main(["revoke", str(made["id"]), "--reason", "wrong set", "--user", "carol"], out=said) == 0
     assert f"revoked approval {made['id']} of {DAG}, from manual__1 (unused" in said.getvalue()
-    assert (ledger.approval(str(made["id"])) or {})["revoked"]["user"] == "carol"  # type: ignore[index]  # a document
+    assert (ledger.approval(str(made["id"])) or {})["revoked"]["user"] == "carol"
     assert main(["revoke", str(made["id"]), "--reason", "again"], out=io.StringIO()) == 2
     assert main(["revoke", "nope", "--reason", "typo"], out=io.StringIO()) == 2
 
@@ -248,7 +249,7 @@ def test_a_revoked_approval_is_claimed_by_no_run_and_a_run_using_it_starts_no_ba
 
     lease = steps.Lease(s.ids.holder, batch.plan.token, time.time() + 600)
     sent: list[str] = []
-    object.__setattr__(s.target, "delete", lambda resources, guard: sent.extend(r.name for r in resources) or [])
+    object.__setattr__(s.target, "delete", lambda resources, guard: sent.extend(r.name for r in resources) or [])  # type: ignore[func-returns-value]  # the fake records the names, then returns no outcomes
     left = steps.delete(s, batch, lease, None)
     assert sent == [] and left.outcomes == {"not_attempted": len(batch.resources)}
     steps.release_lease(s)
@@ -258,7 +259,7 @@ def test_a_revoked_approval_is_claimed_by_no_run_and_a_run_using_it_starts_no_ba
         o = run(tmp_path, ledger, fleet, f"manual__odd-{at}")
         odd_batch = plan_holding_the_lease(o, {"approval": odd}).batches[0]
         ledger.approvals.update_one({"_id": odd}, {"$set": {"revoked": {"user": "eve", "reason": "x", "at": at}}})
-        object.__setattr__(o.target, "delete", lambda resources, guard: sent.extend(r.name for r in resources) or [])
+        object.__setattr__(o.target, "delete", lambda resources, guard: sent.extend(r.name for r in resources) or [])  # type: ignore[func-returns-value]  # the fake records the names, then returns no outcomes
         odd_lease = steps.Lease(o.ids.holder, odd_batch.plan.token, time.time() + 600)
         assert steps.delete(o, odd_batch, odd_lease, None).outcomes == {"not_attempted": len(odd_batch.resources)}
         assert sent == [], at
@@ -268,7 +269,7 @@ def test_a_revoked_approval_is_claimed_by_no_run_and_a_run_using_it_starts_no_ba
     g = run(tmp_path, ledger, fleet, "manual__4")
     batch = plan_holding_the_lease(g, {"approval": gone}).batches[0]
     ledger.approvals.delete_one({"_id": gone})
-    object.__setattr__(g.target, "delete", lambda resources, guard: sent.extend(r.name for r in resources) or [])
+    object.__setattr__(g.target, "delete", lambda resources, guard: sent.extend(r.name for r in resources) or [])  # type: ignore[func-returns-value]  # the fake records the names, then returns no outcomes
     lease = steps.Lease(g.ids.holder, batch.plan.token, time.time() + 600)
     assert steps.delete(g, batch, lease, None).outcomes == {"not_attempted": len(batch.resources)} and sent == []
     steps.release_lease(g)

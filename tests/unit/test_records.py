@@ -8,6 +8,7 @@ document the ledger holds, older ones included (docs/design.md §7).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import bson
 import msgspec
@@ -19,6 +20,8 @@ from reaper.records import (
     DeleteDecision,
     Intent,
     Outcome,
+    OverrideRecord,
+    PhaseGate,
     ReportDecision,
     SweepSummary,
     document,
@@ -37,7 +40,7 @@ Record = DeleteDecision | ReportDecision | Intent | Outcome
 IDS = {"dag_id": "reaper_gce_enforcement", "run_id": "manual__1", "execution": 0, "lease": "tok"}
 
 
-def same_bytes(written: dict[str, object], before: dict[str, object]) -> bool:
+def same_bytes(written: dict[str, Any], before: dict[str, Any]) -> bool:
     return bson.encode(written) == bson.encode(before)
 
 
@@ -47,9 +50,10 @@ def stored(doc: dict[str, object]) -> dict[str, object]:
 
 
 def decisions_before(
-    ids: dict[str, object], p: Plan, overrides: Overrides, gate: dict[str, object] | None, run_label: str
+    ids: dict[str, object], p: Plan, raised: dict[str, object] | None, gate: dict[str, object] | None, run_label: str
 ) -> list[dict[str, object]]:
-    """The decision records as ``record_decisions`` built them as dicts, with no approval."""
+    """The decision records as ``record_decisions`` built them as dicts, with no approval; ``raised``: a raised
+    cap's override record, which every decision carried."""
     from reaper.approvals import fingerprint_of
 
     return [
@@ -68,7 +72,7 @@ def decisions_before(
             **({"fingerprint": fp} if (fp := fingerprint_of(d.resource)) else {}),
             **({"group": run} if (run := group_of(d.resource, run_label)) else {}),
             "evidence": d.evidence,
-            **({"override": stamp} if (stamp := overrides.stamp(d.target, d.scope)) else {}),
+            **({"override": raised} if raised else {}),
             **({"phase_gate": gate} if gate else {}),
         }
         for d in p.recorded
@@ -79,17 +83,21 @@ def decisions_before(
 def test_decision_records_are_the_documents_written_before_and_round_trip() -> None:
     gce = plan([inst(hb_age=D), inst(hb_age=D, project="p2"), inst(hb="soon")])
     k8s = plan([*sandbox("r1"), obj("Secret", None)])
-    raised = {"applied": True, "max_deletions": 9, "reason": "INC-1", "user": "sre"}
-    gate = {"phase": "enforcement", "active": "report-only", "confirmed": True, "user": "sre", "reason": "INC-1"}
+    # The override and phase gate records as the dict writers before them wrote them, key for key.
+    raised = {"reason": "INC-1", "user": "sre", "budget": False, "max_deletions": 9, "applied": True}
+    gate = {"phase": "enforcement", "active": "report-only", "user": "sre", "reason": "INC-1", "confirmed": True}
+    gate["why"] = "enforcement confirmed by sre"
     config = settings()
     for p, overrides, confirmed in (
         (gce, Overrides(budget=None, max_deletions=500, record=None), False),
-        (k8s, Overrides(budget=None, max_deletions=9, record=raised), True),
+        (k8s, Overrides(budget=None, max_deletions=9, record=msgspec.convert(raised, OverrideRecord)), True),
     ):
-        terms = steps.Terms(overrides, gate if confirmed else None, confirmed, False, False)
+        terms = steps.Terms(overrides, msgspec.convert(gate, PhaseGate) if confirmed else None, confirmed, False, False)
         ledger = FakeLedger()
         steps.record_decisions(ledger, steps.Ids(**IDS), p, config, terms)  # type: ignore[arg-type]  # the fake
-        before = decisions_before(IDS, p, overrides, gate if confirmed else None, config.k8s.run_label)
+        before = decisions_before(
+            IDS, p, raised if confirmed else None, gate if confirmed else None, config.k8s.run_label
+        )
         assert {r["action"] for r in before} == {"delete", "report"}
         assert len(ledger.records) == len(before)
         for written, old in zip(ledger.records, before, strict=True):
@@ -142,7 +150,7 @@ def test_a_summary_is_the_document_written_before_and_round_trips(tmp_path: Path
     assert same_bytes(written, before)
     typed = summary_of(stored(before))
     assert same_bytes(document(typed), before)
-    assert typed.census_of("p1") is not None and typed.census_of("p1").counts == {"RUNNING": 2}  # type: ignore[union-attr]
+    assert typed.census_of("p1") is not None and typed.census_of("p1").counts == {"RUNNING": 2}
 
 
 def test_a_skipped_summary_has_the_keys_and_values_written_before(tmp_path: Path) -> None:
@@ -159,8 +167,8 @@ def test_every_census_round_trips_typed() -> None:
     for p in (gce, k8s):
         census = msgspec.convert(p.census, Census)
         assert same_bytes(msgspec.to_builtins(census), p.census)
-    assert msgspec.convert(gce.census, Census).of("gce", "p1").groups.listed == 1  # type: ignore[union-attr]
-    assert msgspec.convert(k8s.census, Census).of("k8s", "c1").counts == {"Pod": 2, "Secret": 4, "NetworkPolicy": 2}  # type: ignore[union-attr]
+    assert msgspec.convert(gce.census, Census).of("gce", "p1").groups.listed == 1
+    assert msgspec.convert(k8s.census, Census).of("k8s", "c1").counts == {"Pod": 2, "Secret": 4, "NetworkPolicy": 2}
     assert msgspec.convert(k8s.census, Census).of("gce", "c1") is None
 
 
@@ -197,3 +205,38 @@ def test_a_summary_written_before_the_newer_fields_still_reads() -> None:
     census = typed.census_of("p1")
     assert census is not None and census.findings == {} and census.counts["TERMINATED"] == 1
     assert typed.verdict("p1").verdict == "ok" and typed.verdict("p9").holds == [] and typed.verdict("p9").scope == "p9"
+
+
+def test_a_summarys_override_gate_approval_and_notices_are_the_documents_the_dict_writers_wrote() -> None:
+    """Each sub-record as ``run_overrides``, ``phase_gate``, ``approved.summary`` and ``notices.send`` wrote it
+    when they built dicts, in their key order: read typed, written again byte for byte; and what the views read."""
+    item = {"scope": "p1", "uid": "9", "fingerprint": "fp", "name": "vm", "kind": "instance", "group": ""}
+    item |= {"rule": "heartbeat_stale", "status": "RUNNING", "state": "deleted"}
+    approval = {"id": "ap-1", "user": "alice", "reason": "INC-7", "expires_at": 1.7e9, "from_run": "scheduled__1"}
+    approval |= {"items": 1, "max_deletions": 1, "above_cap": False, "claimed": True, "results": [item]}
+    sent = {"channel": "mail-0", "event": "failed", "ok": False, "error": "refused"}
+    variants = [
+        {
+            "override": {"reason": "INC-7", "user": "sre", "budget": True, "scopes": ["p1"], "applied": True},
+            "phase_gate": {"phase": "enforcement", "active": "report-only", "user": "sre", "confirmed": False},
+            "approval": approval,
+            "notifications": {"sent": 1, "failed": 1, "notices": [sent, {**sent, "ok": True, "error": ""}]},
+        },
+        {
+            "override": {"reason": "r", "user": "u", "budget": False, "max_deletions": 9, "applied": False, "why": "w"},
+            "phase_gate": {"phase": "p", "active": "a", "user": "u", "reason": "r", "confirmed": True, "why": "w"},
+            "notifications": {"sent": 0, "failed": 0, "error": "TimeoutError"},
+        },
+    ]
+    variants[0]["phase_gate"]["why"] = "not the active phase"
+    for parts in variants:
+        told = parts.pop("notifications")  # written after the state, by record's last summary write
+        doc = {**IDS, "target": "gce", "phase": "enforcement", **parts, "state": "success", "notifications": told}
+        typed = summary_of(stored(doc))
+        assert same_bytes(document(typed), doc)
+        parts["notifications"] = told
+    first = summary_of(stored({**IDS, **variants[0]}))
+    assert first.override and first.override.scopes == ["p1"] and not first.override.raises_cap
+    assert first.phase_gate and first.phase_gate.confirmed is False and first.phase_gate.reason is msgspec.UNSET
+    assert first.approval and first.approval.results[0].state == "deleted" and first.approval.from_run == "scheduled__1"
+    assert first.notifications and [n.ok for n in first.notifications.notices or []] == [False, True]

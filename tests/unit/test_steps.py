@@ -6,12 +6,14 @@ refuses, what it hands on, which plans it runs, and what the summary says.
 
 from __future__ import annotations
 
+import builtins
 import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -28,12 +30,13 @@ from reaper.model import (
     Resolved,
     Resource,
     ScopeListing,
+    SweepData,
     WriterRecord,
 )
-from reaper.records import document
+from reaper.records import Census, PlanRef, document
 from reaper.retry import Stop
 from reaper.sweep import steps
-from reaper.sweep.deletes import PlanRef, config_digest
+from reaper.sweep.deletes import config_digest
 from reaper.sweep.gate import pushes_metrics
 from reaper.sweep.overrides import run_overrides
 from reaper.sweep.targets import GceTarget
@@ -105,6 +108,8 @@ class FakeLedger:
 class FakeGce(GceTarget):
     """A GCE target whose fleet is a list and whose deletes only record the guard they were sent under."""
 
+    guards: builtins.list[SendGuard]
+
     def __init__(self, config: Settings, fleet: list[GceInstance], incomplete: dict[str, list[str]] | None = None):
         super().__init__(config)
         self.fleet, self.incomplete, self.guards = fleet, incomplete or {}, []
@@ -118,11 +123,11 @@ class FakeGce(GceTarget):
             for s in scopes
         ]
 
-    def evidence(self, resources: list[Resource], incomplete: list[str]) -> Evidence:
+    def evidence(self, resources: builtins.list[Resource], incomplete: builtins.list[str]) -> Evidence:
         writers = [WriterRecord(f"mgr-{p}", p, time.time() - 60, False) for p in ("p1", "p2")]
         return Evidence(writer_health=writers, incomplete=frozenset(("gce", s) for s in incomplete))
 
-    def delete(self, resources: list[Resource], guard: SendGuard) -> list[Outcome]:
+    def delete(self, resources: builtins.list[GceInstance], guard: SendGuard) -> builtins.list[Outcome]:
         self.guards.append(guard)
         outcomes = []
         for r in resources:
@@ -133,6 +138,8 @@ class FakeGce(GceTarget):
 
 
 class Execution(steps.Execution):
+    _ledger: FakeLedger  # set by sweep() with object.__setattr__: the dataclass is frozen
+
     def ledger(self):
         return self._ledger
 
@@ -153,7 +160,7 @@ def sweep(tmp_path: Path, fleet: list[GceInstance], execution: int = 0, **config
     return made
 
 
-def plan_through(s: Execution, params: dict[str, object] | None = None) -> steps.Planned:
+def plan_through(s: steps.Execution, params: dict[str, object] | None = None) -> steps.Planned:
     """resolve_scopes -> list_inventory per shard -> gather_evidence -> evaluate_policy, as the DAG wires them."""
     params = params or {}
     setup = steps.resolve_scopes(s, params)
@@ -223,7 +230,7 @@ def test_a_budget_override_lifts_and_records_only_the_scopes_it_names(tmp_path: 
     planned = plan_through(s, {**OVERRIDE, "override_scopes": ["p1"]})
     assert {r.project for b in planned.batches for r in b.resources} == {"p1"} and planned.summary.deletes == 3
     record = {"reason": "INC-42", "user": "sre", "budget": True, "scopes": ["p1"], "applied": True}
-    assert planned.summary.override == record
+    assert msgspec.to_builtins(planned.summary.override) == record  # as the summary and the decisions store it
     verdicts = {v.scope: v for v in planned.summary.scopes}
     assert (verdicts["p1"].holds, verdicts["p1"].overridden) == ([], ["budget_exceeded"])
     assert (verdicts["p2"].holds, verdicts["p2"].overridden) == (["budget_exceeded"], [])
@@ -283,7 +290,7 @@ def test_the_sweep_input_carries_every_listing_fact_and_decisions_go_to_the_ledg
     s = sweep(tmp_path, fleet)
     s.target.incomplete = {"p2": ["page 2: 503"]}  # type: ignore[attr-defined]  # the test's fake target; Execution.target is typed Target
     planned = plan_through(s)
-    data = msgspec.msgpack.decode(s.path("sweep-input.msgpack").read_bytes(), type=steps.SweepData[GceInstance])
+    data = msgspec.msgpack.decode(s.path("sweep-input.msgpack").read_bytes(), type=SweepData[GceInstance])
     assert data.resources == fleet
     assert data.evidence.swept == {("gce", "p1"), ("gce", "p2")}
     assert data.evidence.incomplete == {("gce", "p2")} and data.evidence.observed_until is not None
@@ -379,7 +386,7 @@ def test_budget_check_reports_for_each_sweep_wide_reason(changes: dict[str, obje
         kept={},
         scopes=[],
         capped={},
-        census={},
+        census=Census(),
         override=None,
         triggered_by="sre",
         dry_run=False,
@@ -423,7 +430,7 @@ def test_what_a_first_execution_lifts_and_records(
     params: dict[str, object], budget: bool, limit: int, record: dict[str, object] | None
 ) -> None:
     got = run_overrides(params, FIRST, "sre", rerun=False, configured=500, target="gce")
-    assert (got.budget is not None, got.max_deletions, got.record) == (budget, limit, record)
+    assert (got.budget is not None, got.max_deletions, msgspec.to_builtins(got.record)) == (budget, limit, record)
     assert got.budget is None or (got.budget.user, got.budget.reason) == ("sre", params["override_reason"])
     assert got.budget is None or got.budget.scopes == {("gce", "p1"), ("gce", "p2")}
 
@@ -435,7 +442,7 @@ def test_an_override_applies_to_the_first_execution_only_and_a_lower_cap_to_ever
     params = {"override_budget": True, "max_deletions": 9000, "override_reason": "INC-42", "override_scopes": ["p1"]}
     got = run_overrides(params, ids, "sre", rerun, configured=500, target="gce")
     assert got.budget is None and got.max_deletions == 500
-    assert got.record is not None and got.record["applied"] is False and "first execution" in str(got.record["why"])
+    assert got.record is not None and got.record.applied is False and "first execution" in str(got.record.why)
     assert run_overrides({"max_deletions": 3}, ids, "sre", rerun, configured=500, target="gce").max_deletions == 3
     # A lower cap beside a budget override is still a limit: the re-run drops the override, not the limit.
     with_budget = {"override_budget": True, "override_reason": "INC-42", "override_scopes": ["p1"], "max_deletions": 2}
@@ -449,7 +456,7 @@ def test_an_override_names_projects_as_configured_and_lifts_them_under_their_ids
     resolution = [Resolved("ci-a", ("123456789012",), ("123456789012",)), Resolved("ci-b", ("ci-b",))]
     got = run_overrides(params, FIRST, "sre", rerun=False, configured=500, target="gce", resolution=resolution)
     assert got.budget is not None and got.budget.scopes == {("gce", "ci-a")}
-    assert got.record is not None and got.record["scopes"] == ["ci-a"]
+    assert got.record is not None and got.record.scopes == ["ci-a"]
 
 
 def test_a_raise_is_checked_against_the_config_the_plan_is_made_under() -> None:
@@ -460,7 +467,9 @@ def test_a_raise_is_checked_against_the_config_the_plan_is_made_under() -> None:
 
 def test_a_summary_planned_before_max_deletions_and_left_existed_still_reads() -> None:
     summary = msgspec.to_builtins(
-        steps.Summary("enforcement", [], {}, [], {}, {}, None, "sre", False, False, [], {}, {}, 3, PlanRef(0, "t", "c"))
+        steps.Summary(
+            "enforcement", [], {}, [], {}, Census(), None, "sre", False, False, [], {}, {}, 3, PlanRef(0, "t", "c")
+        )
     )
     del summary["max_deletions"], summary["left"]
     assert steps.budget_check(msgspec.convert(summary, steps.Summary)).branch == steps.DELETE
@@ -542,7 +551,7 @@ def test_a_dry_run_whose_plan_another_execution_made_pushes_no_metrics(tmp_path:
     s = sweep(tmp_path, stale_fleet(), metrics={"pushgateway_url": "http://127.0.0.1:1"})
     planned = plan_through(s, {"dry_run": True})
     pushed: list[object] = []
-    monkeypatch.setattr(steps, "push_metrics", lambda *args: pushed.append(args) or 0)
+    monkeypatch.setattr(steps, "push_metrics", lambda *args: pushed.append(args) or 0)  # type: ignore[func-returns-value]  # append returns None: the lambda records, then returns 0
     relet = msgspec.structs.replace(LEASE, token="another")
     with pytest.raises(AirflowFailException, match="no plan of its own"):
         steps.record(s, planned.summary, steps.budget_check(planned.summary), 0, [], relet)
@@ -627,7 +636,7 @@ def test_a_batch_that_begins_after_the_deadline_sends_nothing_and_records_it_in_
     (batch,) = plan_through(s).batches
     writes: list[int] = []
     write = s.ledger().write
-    s.ledger().write = lambda records: writes.append(write(records)) or writes[-1]
+    s.ledger().write = lambda records: writes.append(write(records)) or writes[-1]  # type: ignore[func-returns-value]  # append returns None: the lambda records, then returns the count
     late = datetime.now(UTC) - s.config.run_timeout("gce")
     assert steps.delete(s, batch, LEASE, late).outcomes == {Result.NOT_ATTEMPTED: len(batch.resources)}
     assert s.target.guards == [] and writes == [len(batch.resources)]  # type: ignore[attr-defined]  # the test's fake target; Execution.target is typed Target
@@ -673,7 +682,7 @@ def test_unknown_evidence_stays_unknown_through_the_sweep_store(tmp_path: Path) 
 
     object.__setattr__(s, "target", Ambiguous(s.config, fleet))
     planned = plan_through(s)
-    data = msgspec.msgpack.decode(s.path("sweep-input.msgpack").read_bytes(), type=steps.SweepData[GceInstance])
+    data = msgspec.msgpack.decode(s.path("sweep-input.msgpack").read_bytes(), type=SweepData[GceInstance])
     assert math.isnan(data.evidence.writer_health[0].last_pass)
     assert data.evidence.leases is not None and data.evidence.leases.known == {"r1": math.inf}
     p1 = next(v for v in planned.summary.scopes if v.scope == "p1")
@@ -701,7 +710,10 @@ def test_record_never_files_an_earlier_executions_plan_as_its_own(tmp_path: Path
     assert [doc["stale_plan"] for doc in again.ledger().summaries] == [0, 2]
 
 
-CONFIRMED = {"confirm_phase": "enforcement", "override_reason": "INC-7: enforce ahead of the rollout"}
+CONFIRMED: dict[str, object] = {
+    "confirm_phase": "enforcement",
+    "override_reason": "INC-7: enforce ahead of the rollout",
+}
 
 
 def test_a_manual_run_of_a_phase_above_the_active_one_deletes_only_when_its_trigger_confirms_the_phase(
@@ -714,7 +726,7 @@ def test_a_manual_run_of_a_phase_above_the_active_one_deletes_only_when_its_trig
     what_if = plan_through(ahead)
     assert what_if.batches == [] and what_if.summary.dry_run and what_if.summary.deletes > 0
     gate = what_if.summary.phase_gate
-    assert gate is not None and gate["confirmed"] is False and gate["active"] == "report-only"
+    assert gate is not None and gate.confirmed is False and gate.active == "report-only"
     branch = steps.budget_check(what_if.summary)
     assert branch.branch == steps.REPORT_ONLY and "not the active phase (report-only)" in branch.why
     assert "confirm_phase" in branch.why and not pushes_metrics(ahead, what_if.summary)
@@ -724,7 +736,7 @@ def test_a_manual_run_of_a_phase_above_the_active_one_deletes_only_when_its_trig
     later = sweep(tmp_path / "c", stale_fleet(), metrics=url, rollout={"gce": "report-only"})
     confirmed = plan_through(later, CONFIRMED)
     assert confirmed.batches and not confirmed.summary.dry_run
-    assert confirmed.summary.phase_gate == {
+    gated = {
         "phase": "enforcement",
         "active": "report-only",
         "user": "sre",
@@ -732,6 +744,7 @@ def test_a_manual_run_of_a_phase_above_the_active_one_deletes_only_when_its_trig
         "confirmed": True,
         "why": "enforcement confirmed by sre",
     }
+    assert msgspec.to_builtins(confirmed.summary.phase_gate) == gated  # as the summary and the decisions store it
     assert steps.budget_check(confirmed.summary).branch == steps.DELETE
     assert pushes_metrics(ahead, confirmed.summary)  # what it deletes reaches the alerts
 
@@ -739,14 +752,14 @@ def test_a_manual_run_of_a_phase_above_the_active_one_deletes_only_when_its_trig
     cleared = sweep(tmp_path / "r", stale_fleet(), execution=1, rollout={"gce": "report-only"})
     again = plan_through(cleared, CONFIRMED)
     assert again.batches == [] and again.summary.phase_gate is not None
-    assert again.summary.phase_gate["confirmed"] is False and "first execution" in str(again.summary.phase_gate["why"])
+    assert again.summary.phase_gate.confirmed is False and "first execution" in again.summary.phase_gate.why
 
     # The active phase is not gated, and its decisions carry no gate stamp; a confirmed phase's do.
     active = sweep(tmp_path / "e", stale_fleet())
     assert plan_through(active).summary.phase_gate is None
     assert all("phase_gate" not in r for r in active.ledger().records)
     stamped = [r for r in later.ledger().records if r.get("kind") == "decision" and r.get("action") == "delete"]
-    assert stamped and all(r["phase_gate"] == confirmed.summary.phase_gate for r in stamped)
+    assert stamped and all(r["phase_gate"] == gated for r in stamped)
 
 
 @pytest.mark.parametrize(
@@ -774,19 +787,18 @@ def test_an_earlier_phase_run_by_hand_is_a_dry_run_too_as_the_active_phases_cap_
     fleet = [inst(name=f"t{i}", status="TERMINATED", hb=str(int(time.time() - D)), stop_age=D) for i in range(2)]
     fleet += [inst(name=f"u{i}", created_age=4 * D) for i in range(4)]  # no heartbeat, past unlabeled_age
     fleet.append(inst(name="live", hb=str(int(time.time() - 60))))  # a fresh beat: the label's absence is evidence
-    common: dict[str, object] = {"max_deletions_per_sweep": 3, "rollout": {"gce": "enforcement"}}
+    common: dict[str, Any] = {"max_deletions_per_sweep": 3, "rollout": {"gce": "enforcement"}}
     active = plan_through(sweep(tmp_path / "a", fleet, **common))
     assert active.summary.capped and active.batches == []
     earlier = sweep(tmp_path / "b", fleet, **common)
     object.__setattr__(earlier, "phase", Phase.TERMINATED_CLEANUP)
     what_if = plan_through(earlier)
     assert what_if.batches == [] and what_if.summary.deletes == 2 and what_if.summary.dry_run
-    assert what_if.summary.phase_gate is not None and "not the active phase (enforcement)" in str(
-        what_if.summary.phase_gate["why"]
-    )
+    assert what_if.summary.phase_gate is not None
+    assert "not the active phase (enforcement)" in what_if.summary.phase_gate.why
     confirmed = plan_through(earlier, {"confirm_phase": "terminated-cleanup", "override_reason": "INC-9"})
     assert confirmed.batches and confirmed.summary.phase_gate is not None
-    assert confirmed.summary.phase_gate["confirmed"] is True
+    assert confirmed.summary.phase_gate.confirmed is True
 
 
 def test_only_the_active_phases_sweeps_that_are_no_dry_run_push_metrics(tmp_path: Path) -> None:

@@ -58,17 +58,17 @@ def marks(summary: SweepSummary, scope: str | None) -> tuple[str, ...]:
             blocks = " (blocks deletes)" if hold in verdict.blocking else ""
             found.append(f"hold {hold} on {verdict.scope}{blocks}{sides}")
     override = summary.override
-    if isinstance(override, dict):
-        applied = "" if override.get("applied", True) else " (not applied)"
-        lifted = override.get("scopes")  # the scopes whose budget hold it lifts (none recorded before they were)
-        on = f" on {', '.join(map(str, lifted))}" if isinstance(lifted, list) and lifted else ""
-        found.append(f"override by {override.get('user', '?')}{on}: {override.get('reason', '')}{applied}")
+    if override:
+        applied = "" if override.applied else " (not applied)"
+        lifted = override.scopes  # the scopes whose budget hold it lifts (none recorded before they were)
+        on = f" on {', '.join(lifted)}" if lifted else ""
+        found.append(f"override by {override.user or '?'}{on}: {override.reason}{applied}")
     gate = summary.phase_gate
-    if isinstance(gate, dict):
-        if gate.get("confirmed"):
-            found.append(f"phase {gate.get('phase')} confirmed by {gate.get('user', '?')}: {gate.get('reason', '')}")
+    if gate:
+        if gate.confirmed:
+            found.append(f"phase {gate.phase} confirmed by {gate.user or '?'}: {gate.reason or ''}")
         else:
-            found.append(f"what-if of {gate.get('phase')} (active phase {gate.get('active')}): deleted nothing")
+            found.append(f"what-if of {gate.phase} (active phase {gate.active}): deleted nothing")
     for target, planned in (summary.capped or {}).items():
         found.append(f"cap: {target} planned {planned} deletes, over max_deletions_per_sweep")
     return tuple(found)

@@ -16,7 +16,7 @@ import msgspec
 from msgspec import UNSET
 
 from reaper.model import Action, place
-from reaper.records import Census, Stored, SweepSummary, Verdict, verdict_record
+from reaper.records import ApprovalUse, Census, Stored, SweepSummary, Verdict, verdict_record
 from reaper.report.charts import Column, stacked_bars
 from reaper.report.html import action, document, facts, link, query, table, text
 from reaper.report.oncall import Need
@@ -324,25 +324,24 @@ def summary_facts(s: SweepSummary, urls: Urls | None, unknown: Mapping[str, obje
         ),
     ]
     told = s.notifications
-    if isinstance(told, dict):  # what the owners were told (docs/notifications.md), and what failed
-        failed = [n for n in told.get("notices") or [] if isinstance(n, dict) and not n.get("ok")]
-        why = "".join(f"<br>{text(n.get('channel'))} {text(n.get('event'))}: {text(n.get('error'))}" for n in failed)
-        error = f"<br>{text(told['error'])}" if told.get("error") else ""
-        pairs.append(
-            ("notifications", f"sent {text(told.get('sent', 0))}, failed {text(told.get('failed', 0))}{why}{error}")
-        )
+    if told:  # what the owners were told (docs/notifications.md), and what failed
+        failed = [n for n in told.notices or [] if not n.ok]
+        why = "".join(f"<br>{text(n.channel)} {text(n.event)}: {text(n.error)}" for n in failed)
+        error = f"<br>{text(told.error)}" if told.error else ""
+        pairs.append(("notifications", f"sent {text(told.sent)}, failed {text(told.failed)}{why}{error}"))
     gate = s.phase_gate
-    if isinstance(gate, dict):
-        confirmed = f"confirmed by {gate.get('user')}: {gate.get('reason')}"
-        pairs.append(("phase gate", text(confirmed if gate.get("confirmed") else gate.get("why"))))
-    if isinstance(s.approval, dict) and urls is not None:
+    if gate:
+        confirmed = f"confirmed by {gate.user}: {gate.reason or ''}"
+        pairs.append(("phase gate", text(confirmed if gate.confirmed else gate.why)))
+    if s.approval and urls is not None:
         pairs.append(("approval", approval_record(s.approval, urls, s.dag_id)))
     if s.stale_plan:
         pairs.append(("stale plans refused", text(s.stale_plan)))
     if s.warnings:
         pairs.append(("warnings", "<br>".join(text(w) for w in s.warnings)))
-    if isinstance(s.override, dict):  # a budget override's scopes as a list of names, the scopes it lifted
-        plain = {k: ", ".join(map(str, v)) if isinstance(v, list) else v for k, v in s.override.items()}
+    if s.override:  # a budget override's scopes as a list of names, the scopes it lifted
+        fields = msgspec.structs.asdict(s.override).items()
+        plain = {k: ", ".join(v) if isinstance(v, list) else v for k, v in fields if v is not UNSET}
         pairs.append(("override", text("; ".join(f"{k}: {v}" for k, v in plain.items()))))
     plain = {key: getattr(s, key) for key in SweepSummary.__struct_fields__ if key not in _SHOWN}
     for key, value in {**plain, **(unknown or {})}.items():
@@ -598,29 +597,29 @@ ITEM_STATES = {
 }
 
 
-def approval_record(record: Stored, urls: Urls, dag_id: str) -> str:
+def approval_record(record: ApprovalUse, urls: Urls, dag_id: str) -> str:
     """A sweep's ``approval`` (the approval it ran under, :func:`reaper.sweep.approved.summary`): who gave it and
     why, from which sweep, and per approved item what came of it (deleted, approval_changed, not_listed, ...)."""
-    approval_id = str(record.get("id"))
-    results = [r for r in record.get("results") or [] if isinstance(r, dict)]
-    counts = ", ".join(f"{n} {state}" for state, n in Counter(str(r.get("state")) for r in results).items())
-    source = str(record.get("from_run"))
+    approval_id, results, source = record.id, record.results, record.from_run
+    counts = ", ".join(f"{n} {state}" for state, n in Counter(r.state for r in results).items())
     head = (
-        f"{link(urls.approvals(dag_id, approval_id), approval_id)} by {text(record.get('user'))}: "
-        f"{text(record.get('reason'))} · from {link(urls.sweep(dag_id, source), source)}"
-        f" · expires {text(when(record.get('expires_at')))} · {text(record.get('items'))} items"
-        + ("" if record.get("claimed", True) else " · <b>not used</b> (a dry run, or another execution's inputs)")
-        + (" · above max_deletions_per_sweep" if record.get("above_cap") else "")
+        f"{link(urls.approvals(dag_id, approval_id), approval_id)} by {text(record.user)}: "
+        f"{text(record.reason)} · from {link(urls.sweep(dag_id, source), source)}"
+        f" · expires {text(when(record.expires_at))} · {text(record.items)} items"
+        + ("" if record.claimed else " · <b>not used</b> (a dry run, or another execution's inputs)")
+        + (" · above max_deletions_per_sweep" if record.above_cap else "")
     )
     inner = table(
         ["scope", "kind", "name", "run", "uid", "approved fingerprint", "what came of it"],
         (
-            [text(r.get(k)) for k in ("scope", "kind", "name", "group")]
-            + [
-                f"<code>{text(r.get('uid'))}</code>",
-                f"<code>{text(r.get('fingerprint'))}</code>",
-                f"<b>{text(r.get('state'))}</b> <span class='muted'>{text(ITEM_STATES.get(str(r.get('state')), ''))}"
-                "</span>",
+            [
+                text(r.scope),
+                text(r.kind),
+                text(r.name),
+                text(r.group),
+                f"<code>{text(r.uid)}</code>",
+                f"<code>{text(r.fingerprint)}</code>",
+                f"<b>{text(r.state)}</b> <span class='muted'>{text(ITEM_STATES.get(r.state, ''))}</span>",
             ]
             for r in results
         ),

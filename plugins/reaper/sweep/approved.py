@@ -19,6 +19,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from reaper.approvals import Approval, problem, used_elsewhere
 from reaper.model import Action, Plan
+from reaper.records import ApprovalUse, ItemResult
 from reaper.sweep.params import param_text
 
 if TYPE_CHECKING:
@@ -104,30 +105,35 @@ def withdrawn(name: str, ledger: Ledger) -> str:
     return f"revoked by {revoked.user}: {revoked.reason}" if revoked is not None else ""
 
 
-def summary(approval: Approval, plan: Plan, configured_cap: int, claimed: bool) -> dict[str, object]:
+def summary(approval: Approval, plan: Plan, configured_cap: int, claimed: bool) -> ApprovalUse:
     """The summary's record of the approval: who gave it and why, its cap (its item count; above
     ``max_deletions_per_sweep`` is recorded), and per approved item what the plan made of it."""
     decided = {(d.scope, d.resource.uid): PLANNED if d.action is Action.DELETE else d.reason for d in plan.recorded}
     for _, reason, group in plan.kept:  # plain keeps (a fresh heartbeat, a protected scope), without a Decision each
         decided.update({(r.scope, r.uid): reason for r in group})
     results = [
-        {**msgspec.to_builtins(item), "state": decided.get((item.scope, item.uid), NOT_LISTED)}
+        ItemResult(**msgspec.structs.asdict(item), state=decided.get((item.scope, item.uid), NOT_LISTED))
         for item in approval.items
     ]
-    return {
-        **approval.record(),
-        "max_deletions": len(approval.items),
-        "above_cap": len(approval.items) > configured_cap,
-        "claimed": claimed,
-        "results": results,
-    }
+    return ApprovalUse(
+        id=approval.id,
+        user=approval.user,
+        reason=approval.reason,
+        expires_at=approval.expires_at,
+        from_run=approval.run_id,
+        items=len(approval.items),
+        max_deletions=len(approval.items),
+        above_cap=len(approval.items) > configured_cap,
+        claimed=claimed,
+        results=results,
+    )
 
 
-def with_outcomes(record: Mapping[str, object], outcomes: Iterable[Mapping[str, object]]) -> dict[str, object]:
+def with_outcomes(record: ApprovalUse, outcomes: Iterable[Mapping[str, object]]) -> ApprovalUse:
     """The approval's record with each planned item's outcome (deleted, changed_since_plan, ...) in its state."""
     result = {(str(o["scope"]), str(o["uid"])): str(o["result"]) for o in outcomes}
     items = [
-        {**r, "state": result.get((str(r["scope"]), str(r["uid"])), r["state"])} if r["state"] == PLANNED else r
-        for r in record.get("results") or []  # type: ignore[attr-defined]  # a list, as the ledger wrote it
+        msgspec.structs.replace(r, state=result.get((r.scope, r.uid), r.state)) if r.state == PLANNED else r
+        for r in record.results
     ]
-    return {**record, "results": items}
+    return msgspec.structs.replace(record, results=items)

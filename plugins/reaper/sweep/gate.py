@@ -8,11 +8,13 @@ and the owners hear of: the metrics' series are read as the target's, so a what-
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 from airflow.sdk.exceptions import AirflowFailException
 
 from reaper.model import Phase
+from reaper.records import PhaseGate
 from reaper.sweep.params import param_text
 
 if TYPE_CHECKING:
@@ -37,7 +39,7 @@ def check_confirmation(params: dict[str, object], phase: Phase) -> None:
         raise AirflowFailException("params.override_reason: expected a non-empty reason with confirm_phase")
 
 
-def phase_gate(sweep: Execution, params: dict[str, object], triggered_by: str, rerun: bool) -> dict[str, object] | None:
+def phase_gate(sweep: Execution, params: dict[str, object], triggered_by: str, rerun: bool) -> PhaseGate | None:
     """The ledger's record of the phase gate (docs/design.md §8), or None for the active phase (and telemetry,
     which deletes nothing).
 
@@ -52,18 +54,18 @@ def phase_gate(sweep: Execution, params: dict[str, object], triggered_by: str, r
     active = sweep.target.active_phase
     if not gated(sweep.phase, active):
         return None
-    record: dict[str, object] = {"phase": sweep.phase.value, "active": active.value, "user": triggered_by}
+    gate = partial(PhaseGate, phase=sweep.phase.value, active=active.value, user=triggered_by)
     if param_text(params, "confirm_phase") != sweep.phase.value:
         why = (
             f"{sweep.phase.value} is not the active phase ({active.value}): a dry run, unless the trigger sets "
             f"confirm_phase to {sweep.phase.value} with an override_reason"
         )
-        return {**record, "confirmed": False, "why": why}
-    record["reason"] = param_text(params, "override_reason")
+        return gate(confirmed=False, why=why)
+    reason = param_text(params, "override_reason")
     if rerun:
         why = "the run was cleared or re-run: a phase confirmation applies to its first execution only"
-        return {**record, "confirmed": False, "why": why}
-    return {**record, "confirmed": True, "why": f"{sweep.phase.value} confirmed by {triggered_by}"}
+        return gate(reason=reason, confirmed=False, why=why)
+    return gate(reason=reason, confirmed=True, why=f"{sweep.phase.value} confirmed by {triggered_by}")
 
 
 def pushes_metrics(sweep: Execution, summary: Summary | None) -> bool:
@@ -81,4 +83,4 @@ def acts(sweep: Execution, summary: Summary | None) -> bool:
     if summary is not None and summary.dry_run:
         return False
     gate = summary.phase_gate if summary is not None else None  # no summary: the sweep failed before its plan
-    return sweep.phase is sweep.target.active_phase or (gate is not None and bool(gate["confirmed"]))
+    return sweep.phase is sweep.target.active_phase or (gate is not None and gate.confirmed)

@@ -16,7 +16,8 @@ import msgspec
 
 from reaper import notify
 from reaper.config import SEND_MARGIN_SLACK, NotifyChannel
-from reaper.notifiers import Sent, send_all
+from reaper.notifiers import send_all
+from reaper.records import Notices, Sent
 from reaper.report.reasons import Limits
 from reaper.sweep.deadline import run_ends
 from reaper.vocabulary import Result
@@ -26,12 +27,12 @@ if TYPE_CHECKING:
     from reaper.sweep.steps import Execution, Summary
 
 log = logging.getLogger(__name__)
-NOTHING: dict[str, object] = {"sent": 0, "failed": 0, "notices": []}  # what a sweep with nothing due records
+NOTHING = Notices(notices=[])  # what a sweep with nothing due records
 
 
 def send(
     sweep: Execution, summary: Summary, recorded: Iterable[Mapping[str, object]], started: datetime | None
-) -> dict[str, object]:
+) -> Notices:
     """Tell each channel of the sweep's target what it is due; what was sent and what failed, for the summary.
 
     ``recorded``: this execution's outcome records. The sends wait at most ``notifications.timeout``, and never
@@ -84,11 +85,7 @@ def send(
                 after = notify.told(after, notice)
         if after != before:
             ledger.save_notice_state(key, msgspec.to_builtins(after))
-    return {
-        "sent": sum(s.ok for s in sent),
-        "failed": sum(not s.ok for s in sent),
-        "notices": msgspec.to_builtins(sent),
-    }
+    return Notices(sent=sum(s.ok for s in sent), failed=sum(not s.ok for s in sent), notices=sent)
 
 
 def window_digest(

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException
+from msgspec import UNSET
 
 from reaper.config import config_path
 from reaper.model import Override, Resolved
+from reaper.records import OverrideRecord
 from reaper.sweep.params import param_text
 
 if TYPE_CHECKING:
@@ -30,14 +33,14 @@ class Overrides:
 
     budget: Override | None
     max_deletions: int
-    record: dict[str, object] | None
+    record: OverrideRecord | None
 
-    def stamp(self, target: str, scope: str) -> dict[str, object] | None:
+    def stamp(self, target: str, scope: str) -> OverrideRecord | None:
         """The override record a decision in ``scope`` carries, if it was made under an applied override:
         a raised cap is global and covers every scope, a budget override the scopes it names."""
-        if not self.record or not self.record["applied"]:
+        if not self.record or not self.record.applied:
             return None
-        if "max_deletions" in self.record or (self.budget is not None and self.budget.lifts(target, scope)):
+        if self.record.raises_cap or (self.budget is not None and self.budget.lifts(target, scope)):
             return self.record
         return None
 
@@ -140,15 +143,18 @@ def run_overrides(
     budget = bool(params.get("override_budget"))
     if not (budget or raised):
         return Overrides(None, lower, None)
-    record: dict[str, object] = {"reason": reason, "user": triggered_by, "budget": budget}
     scope_of = {name: r.scope for r in resolution for name in (*r.configured, r.scope)}
     scopes = sorted({scope_of.get(name, name) for name in override_scopes(params)}) if budget else []
-    if budget:
-        record["scopes"] = scopes
-    if raised:
-        record["max_deletions"] = asked
+    record = partial(
+        OverrideRecord,
+        reason=reason,
+        user=triggered_by,
+        budget=budget,
+        scopes=scopes if budget else UNSET,
+        max_deletions=asked if raised else UNSET,
+    )
     if rerun or ids.execution > 0:
         why = "the run was cleared or re-run: an override applies to its first execution only"
-        return Overrides(None, lower, {**record, "applied": False, "why": why})
+        return Overrides(None, lower, record(applied=False, why=why))
     lifted = Override(reason, triggered_by, frozenset((target, s) for s in scopes)) if budget else None
-    return Overrides(lifted, asked, {**record, "applied": True})
+    return Overrides(lifted, asked, record(applied=True))

@@ -37,7 +37,19 @@ from reaper.model import (
     SweepData,
     merge_use,
 )
-from reaper.records import Census, DecisionCount, DecisionRecord, PlanRef, SweepSummary, Verdict, verdict_record
+from reaper.records import (
+    ApprovalUse,
+    Census,
+    DecisionCount,
+    DecisionRecord,
+    Notices,
+    OverrideRecord,
+    PhaseGate,
+    PlanRef,
+    SweepSummary,
+    Verdict,
+    verdict_record,
+)
 from reaper.redact import error_for_log
 from reaper.sweep import approved, notices
 from reaper.sweep.deadline import fit_before_deadline, resolving_deadline, send_deadline
@@ -172,7 +184,7 @@ class Summary(msgspec.Struct, frozen=True):
     scopes: list[Verdict]
     capped: dict[str, int]
     census: Census
-    override: dict[str, object] | None
+    override: OverrideRecord | None
     triggered_by: str
     dry_run: bool
     stale_inputs: bool
@@ -186,8 +198,8 @@ class Summary(msgspec.Struct, frozen=True):
     left: int = 0
     resolution: list[Resolved] = []
     quota: dict[str, QuotaUse] = {}
-    phase_gate: dict[str, object] | None = None
-    approval: dict[str, object] | None = None  # the run's approval and per item what came of it (sweep.approved)
+    phase_gate: PhaseGate | None = None
+    approval: ApprovalUse | None = None  # the run's approval and per item what came of it (sweep.approved)
 
 
 class Batch(msgspec.Struct, Generic[R], frozen=True):
@@ -271,7 +283,7 @@ class Terms:
     """
 
     overrides: Overrides
-    gate: dict[str, object] | None
+    gate: PhaseGate | None
     confirmed: bool
     dry_run: bool
     stale_inputs: bool
@@ -485,7 +497,7 @@ def plan_terms(
         params, ids, triggered_by, rerun, config.max_deletions_per_sweep, sweep.target.name, sweep_input.resolution
     )
     gate = phase_gate(sweep, params, triggered_by, rerun or ids.execution > 0)
-    confirmed = gate is not None and bool(gate["confirmed"])  # None: not gated
+    confirmed = gate is not None and gate.confirmed  # None: not gated
     dry_run = bool(params.get("dry_run")) or (gate is not None and not confirmed)
     stale_inputs = ids.lease == "" or set(sweep_input.tokens) != {ids.lease}
     terms = Terms(overrides, gate, confirmed, dry_run, stale_inputs)
@@ -617,7 +629,7 @@ def summarize(
     triggered_by: str,
     dry_run: bool,
     stale_inputs: bool,
-    phase_gate: dict[str, object] | None = None,
+    phase_gate: PhaseGate | None = None,
     warnings: list[str] | None = None,
 ) -> Summary:
     """The plan in numbers: decisions counted by (target, scope, rule, reason, action), keeps by reason."""
@@ -660,8 +672,8 @@ def budget_check(summary: Summary) -> Branch:
         why = f"max_deletions_per_sweep exceeded ({summary.capped} > {summary.max_deletions}): everything is reported"
         return Branch(REPORT_ONLY, why)
     gate = summary.phase_gate
-    if gate is not None and not gate["confirmed"]:
-        return Branch(REPORT_ONLY, f"phase gate: {gate['why']}; nothing is deleted")
+    if gate is not None and not gate.confirmed:
+        return Branch(REPORT_ONLY, f"phase gate: {gate.why}; nothing is deleted")
     if summary.dry_run:
         return Branch(REPORT_ONLY, "dry_run: nothing is deleted")
     if summary.stale_inputs and summary.deletes:
@@ -775,7 +787,7 @@ def record(
             told = notices.send(sweep, summary, recorded, started)
         except Exception as exc:
             log.warning("notices not sent: %s", error_for_log(exc))
-            told = {"sent": 0, "failed": 0, "error": error_for_log(exc)}
+            told = Notices(error=error_for_log(exc))
         if told != notices.NOTHING:  # a retry with nothing left to tell keeps its first try's record
             ledger.summary(msgspec.structs.replace(doc, notifications=told))
     if not completed:
