@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reaper.alert_rules import rules
+from reaper.alert_rules import Rule, rules
 from reaper.cli import main
 from reaper.config import DEFAULT_CONFIG, ConfigError, load_config
 from tests.builders import settings
@@ -42,8 +42,8 @@ def test_the_committed_rules_are_those_of_the_default_config() -> None:
     assert out.getvalue() == RULES.read_text()
 
 
-def _by_alert(config) -> dict[str, list[dict[str, object]]]:
-    found: dict[str, list[dict[str, object]]] = {}
+def _by_alert(config) -> dict[str, list[Rule]]:
+    found: dict[str, list[Rule]] = {}
     for rule in rules(config)["groups"][0]["rules"]:
         found.setdefault(rule["alert"], []).append(rule)
     return found

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import cast
 
 from reaper.approvals import Approval, ApprovedItem
 from reaper.config import parse_settings
@@ -19,7 +20,9 @@ CONFIG = parse_settings({"gce": {"projects": ["p"], "delete_rate_per_project": 1
 
 
 def listed(clients) -> dict[str, GceInstance]:
-    return {i.name: i for i in list_project(clients, "p", SELECTOR, fast_backoff(), 10).resources}
+    return {
+        i.name: i for i in cast(list[GceInstance], list_project(clients, "p", SELECTOR, fast_backoff(), 10).resources)
+    }
 
 
 def approval_of(*instances: GceInstance) -> Approval:

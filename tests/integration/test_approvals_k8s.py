@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
+from typing import cast
 
 from reaper.approvals import Approval, ApprovedItem
 from reaper.config import parse_settings
@@ -20,7 +21,7 @@ GONE = Evidence(leases=Keyed(complete=True), runs=Keyed(complete=True), swept=fr
 
 
 def listed(api) -> list[K8sObject]:
-    return list_cluster(api, "c1", MANAGED, fast_backoff(), 10).resources
+    return cast(list[K8sObject], list_cluster(api, "c1", MANAGED, fast_backoff(), 10).resources)
 
 
 def approval_of(objects: list[K8sObject]) -> Approval:
@@ -53,7 +54,9 @@ def test_a_relabel_between_the_approval_and_the_run_keeps_the_whole_run(kube) ->
     assert {r for (run, _), r in reasons.items() if run == "r1" and _ != "sandbox-r1-files"} == {"approval_run_partial"}
     assert {d.resource.labels[RUN_LABEL] for d in plan.deletes()} == {"r2", "r3"}
     # Deleted with the planned (approved) resourceVersions as preconditions.
-    outcomes = K8sDeleter(lambda _: api, CONFIG, fast_backoff()).delete([d.resource for d in plan.deletes()])
+    outcomes = K8sDeleter(lambda _: api, CONFIG, fast_backoff()).delete(
+        [cast(K8sObject, d.resource) for d in plan.deletes()]
+    )
     assert {o.result for o in outcomes} == {"deleted"}
     assert {n for n in cluster.names() if "r1" in n} == {"sandbox-r1", "sandbox-r1-egress-ca", "sandbox-r1-files"}
 

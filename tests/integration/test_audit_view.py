@@ -9,6 +9,7 @@ import io
 import json
 import re
 from datetime import UTC, datetime, timedelta
+from typing import Any, cast
 
 import pytest
 from fastapi.routing import APIRoute
@@ -420,13 +421,20 @@ def test_history_follows_a_resource_across_sweeps(http, led) -> None:
 def test_a_kept_vm_and_a_live_sandbox_tell_their_story_found_by_prefix_run_or_sweep(http, led) -> None:
     """Transitions recorded by the real ledger for resources that were never deleted: the history finds
     them by a name prefix, a uid, a Kubernetes run id, and an Airflow run id finds that run's sweeps."""
-    from reaper.model import Evidence, Phase, Plan
+    from reaper.model import Evidence, Phase, Plan, Resource
     from tests.builders import inst, sandbox
 
     opted = inst(name="keepme-7", project="p1", labels={"reaper_keep": "true"})
     live = sandbox("run-77")
     swept = frozenset({("gce", "p1"), ("k8s", live[0].cluster)})
-    first = Plan(Phase.ENFORCEMENT, 0.0, [], [("gce", "opt_out", [opted]), ("k8s", "lease_held", live)], [], {})
+    first = Plan(
+        Phase.ENFORCEMENT,
+        0.0,
+        [],
+        [("gce", "opt_out", [opted]), ("k8s", "lease_held", cast(list[Resource], live))],
+        [],
+        {},
+    )
     ids, label = {**GCE, "run_id": "scheduled__1"}, "iterion.io/run-id"
     assert led.record_transitions(ids, first, Evidence(swept=swept), label) == 1 + len(live)
     assert led.record_transitions({**ids, "run_id": "scheduled__2"}, first, Evidence(swept=swept), label) == 0
@@ -471,7 +479,7 @@ def test_requests_reuse_one_client_of_the_configured_ledger(led, mongo_server, m
 
     built: list[MongoClient] = []
 
-    def counted(**options: object) -> MongoClient:
+    def counted(**options: Any) -> MongoClient:
         built.append(MongoClient(**options))
         return built[-1]
 

@@ -7,6 +7,7 @@ import socket
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -168,6 +169,8 @@ def test_parsing_does_no_network_io_and_is_fast(monkeypatch) -> None:
 
 
 def test_failures_raise_an_alert(dagbag, caplog) -> None:
+    from airflow.sdk import Context
+
     from reaper.sweep.alerts import LogNotifier
 
     dag = dagbag.dags["reaper_gce_enforcement"]
@@ -181,7 +184,8 @@ def test_failures_raise_an_alert(dagbag, caplog) -> None:
         task_id = "delete"
 
     caplog.set_level("ERROR", logger="reaper.alerts")
-    LogNotifier().notify({"dag_run": Run(), "ti": Ti(), "exception": RuntimeError("quota exceeded")})
+    # Stand-ins with the only attributes the notifier reads, not Airflow's run and task instance.
+    LogNotifier().notify(cast(Context, {"dag_run": Run(), "ti": Ti(), "exception": RuntimeError("quota exceeded")}))
     assert "dag=reaper_gce_enforcement run=manual__1 task=delete error=quota exceeded" in caplog.text
 
 

@@ -10,6 +10,7 @@ stand-in (the Mongo ledger is tested against the server elsewhere), so many exam
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import cast
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -19,7 +20,7 @@ from include.emulators.http import ApiError
 from include.emulators.k8s import K8sEmulator
 from reaper.config import parse_settings
 from reaper.k8s.inventory import list_cluster
-from reaper.model import Keyed
+from reaper.model import K8sObject, Keyed
 from reaper.records import document
 from reaper.sweep.deletes import SendTerms, cut_batches, delete_batch
 from reaper.sweep.targets import K8sTarget
@@ -95,11 +96,11 @@ def test_pod_first_whatever_the_batches_and_their_order(
 
     cluster.on("before", "delete", fail_pod, times=None)
     target = K8sTarget(config)
-    target.api_for = lambda _: api  # type: ignore[method-assign]  # the test's stub in place of the method
+    target.api_for = lambda cluster: api  # type: ignore[method-assign]  # the test's stub in place of the method
     # Every run's lease absent and its run over, when read again before its delete.
     target.__dict__["_lease_source"] = SimpleNamespace(read=lambda keys: Keyed(complete=True))
     target.__dict__["runs"] = lambda keys: Keyed(known=dict.fromkeys(keys, "failed"), complete=True)
-    objects = list_cluster(api, "c1", MANAGED, fast_backoff(0), 10).resources
+    objects = cast(list[K8sObject], list_cluster(api, "c1", MANAGED, fast_backoff(0), 10).resources)
     batches = cut_batches(objects, size, target.unit)
     ledger = MemoryLedger()
     for pick, expired in schedule:  # any batch, any number of times; some tries already out of time

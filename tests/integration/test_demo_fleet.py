@@ -9,6 +9,7 @@ import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, cast
 
 import psycopg
 import yaml
@@ -20,7 +21,7 @@ from include.emulators.http import start_secantusdb, wait_until
 from reaper.config import parse_settings
 from reaper.k8s.evidence import gather
 from reaper.k8s.inventory import list_cluster
-from reaper.model import Phase
+from reaper.model import K8sObject, Phase
 from reaper.policy import evaluate
 from reaper.stores.mongo import MongoLeases, MongoRunStore
 from reaper.stores.postgres import PostgresStepStore
@@ -50,11 +51,11 @@ def test_without_nats_the_demo_fleet_keeps_leases_in_mongodb(tmp_path, postgres)
 
         api = kconfig.new_client_from_config(world["kubeconfig"])
         listing = list_cluster(api, "demo_cluster", config.k8s.selector, fast_backoff(), 10)
-        client = MongoClient(mongo_url, serverSelectionTimeoutMS=5000)
+        client: MongoClient[dict[str, Any]] = MongoClient(mongo_url, serverSelectionTimeoutMS=5000)
         leases = MongoLeases(client, config.k8s.mongo_leases)
         runs = MongoRunStore(client, config.k8s.mongo_run_store)
         steps = PostgresStepStore(lambda: psycopg.connect(postgres), config.k8s.postgres_step_store)
-        evidence = gather(listing.resources, config, leases.read, runs.read, steps.read)
+        evidence = gather(cast(list[K8sObject], listing.resources), config, leases.read, runs.read, steps.read)
         plan = evaluate(listing.resources, evidence, config, Phase.ENFORCEMENT, datetime.now(UTC))
     finally:
         fleet.terminate()

@@ -170,11 +170,11 @@ def k8s_pages(draw) -> tuple[list[dict[str, object]], bool, int]:
             stamp = draw(st.sampled_from(["2026-11-29T10:00:00Z", "2026-11-29T10:00:00+02:00", "2026-11-29T10:00:00"]))
             labels = {**MANAGED, "iterion.io/run-id": f"r{next(names)}"}
             pod = kube_pod(f"p{next(names)}", "ci", uid or "x", labels, 0)
-            pod["metadata"] = {**pod["metadata"], "creationTimestamp": stamp}  # type: ignore[dict-item]  # JSON data typed object: its shape is this code's own
+            pod["metadata"] = {**pod["metadata"], "creationTimestamp": stamp}
             if uid is None:
-                del pod["metadata"]["uid"]  # type: ignore[attr-defined]  # JSON data typed object: its shape is this code's own
+                del pod["metadata"]["uid"]
             else:
-                pod["metadata"]["uid"] = uid  # type: ignore[index]  # JSON data typed object: its shape is this code's own
+                pod["metadata"]["uid"] = uid
             complete = complete and bool(uid) and uid not in uids and stamp != "2026-11-29T10:00:00"
             uids.add(uid)
             items.append(pod)

@@ -38,6 +38,7 @@ import math
 import re
 from datetime import UTC, datetime
 from decimal import Decimal
+from typing import Any
 
 import nats
 import pytest
@@ -63,7 +64,9 @@ FUZZ = settings(
     database=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-READ_BACK = CodecOptions(tz_aware=True, datetime_conversion=DatetimeConversion.DATETIME_AUTO)
+READ_BACK: CodecOptions[dict[str, Any]] = CodecOptions(
+    tz_aware=True, datetime_conversion=DatetimeConversion.DATETIME_AUTO
+)
 OID = "65f1c0ffee0000000000abcd"
 ARABIC_DIGITS = str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩")
 

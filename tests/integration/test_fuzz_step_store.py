@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Set as AbstractSet
 from decimal import Decimal
+from typing import cast
 
 import psycopg
 from hypothesis import given, settings
@@ -23,7 +25,7 @@ RESULTS = [None, "null", " null ", '{"a": {"b": [1, null]}}', "[]", '""', "0", "
 PADS = [("", "")] * 4 + [("", " "), ("", "  "), (" ", "")]  # (before, after)
 
 Layout = dict[str, str]
-Row = tuple[object, ...]
+Row = tuple[str, str, object, str | None, str | None]  # run, step, attempt, status, results
 
 
 def padded(values: list[str]) -> st.SearchStrategy[str]:
@@ -53,8 +55,8 @@ def cases(draw: st.DrawFn) -> tuple[Layout, list[Row], list[tuple[str, str, str]
         st.one_of(st.none(), padded(["succeeded", "failed", "running", "Succeeded"])),
         st.sampled_from(RESULTS),
     )
-    rows = draw(st.lists(row, max_size=6))
-    if rows and draw(st.booleans()):
+    rows: list[Row] = draw(st.lists(row, max_size=6))
+    if rows and bool(draw(st.booleans())):  # bool(): else mypy infers the draw from `rows`, a list
         rows.append(draw(st.sampled_from(rows)))  # an exact duplicate
     pods = st.tuples(st.sampled_from([*RUNS, "r1 "]), st.sampled_from([*STEPS, "build "]), st.sampled_from(LABELS))
     return layout, rows, draw(st.lists(pods, min_size=1, max_size=6)), draw(st.integers(1, 3))
@@ -75,10 +77,10 @@ def matching(layout: Layout, rows: list[Row], run: str, step: str, label: str) -
     return [
         r
         for r in rows
-        if stored_text(layout["run_id"], r[0]) == run  # type: ignore[arg-type]  # JSON data typed object: its shape is this code's own
-        and stored_text(layout["step"], r[1]) == step  # type: ignore[arg-type]  # JSON data typed object: its shape is this code's own
+        if stored_text(layout["run_id"], r[0]) == run
+        and stored_text(layout["step"], r[1]) == step
         and r[2] is not None
-        and Decimal(r[2]) == number  # type: ignore[arg-type]  # JSON data typed object: its shape is this code's own
+        and Decimal(cast("int | Decimal | str", r[2])) == number  # an attempt as cases() draws it
     ]
 
 
@@ -86,11 +88,11 @@ def canonical(label: str) -> bool:
     return label.isascii() and label.isdigit()
 
 
-def durable(results: object) -> bool:
-    return results is not None and json.loads(results) is not None  # type: ignore[arg-type]  # JSON data typed object: its shape is this code's own
+def durable(results: str | None) -> bool:
+    return results is not None and json.loads(results) is not None
 
 
-def model(layout: Layout, rows: list[Row], pods: list[tuple[str, str, str]]) -> tuple[dict, set[str]]:
+def model(layout: Layout, rows: list[Row], pods: list[tuple[str, str, str]]) -> tuple[dict, AbstractSet[str]]:
     """The answer the store must give: (known, failed); a key in neither has no row."""
     known, failed = {}, set()
     for run, step, label in pods:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterator
-from typing import NamedTuple
+from datetime import timedelta
+from typing import Any, NamedTuple, cast
 
 import pytest
 from hypothesis import event, given
@@ -83,7 +84,7 @@ UNATTRIBUTABLE = [
     MISSING,
 ]
 # Each turns a documented answer into one that proves nothing as a whole: (HTTP status, body).
-FAULTS: dict[str, Callable[[dict[str, object]], tuple[int, object]]] = {
+FAULTS: dict[str, Callable[[dict[str, Any]], tuple[int, object]]] = {  # a documented body, as JSON
     "http 503": lambda b: (503, {"status": "error", "errorType": "unavailable", "error": "overloaded"}),
     "http 422 with data": lambda b: (422, b),
     "status error": lambda b: (200, {**b, "status": "error"}),
@@ -112,6 +113,7 @@ def samples(draw: st.DrawFn, values: st.SearchStrategy[float]) -> tuple[object, 
     anomaly is usually the only one in its project and decides the project's hold alone."""
     at = draw(st.one_of(st.integers(0, 2 * 10**9), st.floats(0, 2e9)))
     form = draw(st.integers(0, 7))  # 0-5 documented, 6 a bad value, 7 a bad shape
+    value: object
     if form != 6:
         text = draw(st.sampled_from(FORMATS)).format(draw(values))
         value, finite = text, float(text)
@@ -167,8 +169,11 @@ def expected(project: str, last: list[Series], failed: list[Series]) -> str:
     counted = {s.pair for s, which in mine if which == "failed"}
     if any(which == "last" and s.pair not in counted for s, which in mine):  # a wrong name would hide failures
         return "writer_health_unknown"
-    failing = any(which == "failed" and s.value > 0 for s, which in mine)
-    out_of_window = any(which == "last" and not STALE_BEFORE <= s.value <= FUTURE_AFTER for s, which in mine)
+    # No value is None past the check above.
+    failing = any(which == "failed" and cast(float, s.value) > 0 for s, which in mine)
+    out_of_window = any(
+        which == "last" and not STALE_BEFORE <= cast(float, s.value) <= FUTURE_AFTER for s, which in mine
+    )
     if failing or out_of_window:
         return "writer_unhealthy"
     return "healthy" if any(which == "last" for _, which in mine) else "dead"
@@ -202,7 +207,7 @@ def test_writer_health_is_healthy_only_on_documented_answers(
     ``NOW`` sits among the generated last-pass values, so a documented fresh pass is healthy.
     """
     fake.answer(last.body, failed.body, (last.code, failed.code))
-    records = PrometheusWriterHealth(WriterHealthConfig(prometheus_url=fake.url, timeout="5s")).read()
+    records = PrometheusWriterHealth(WriterHealthConfig(prometheus_url=fake.url, timeout=timedelta(seconds=5))).read()
     if not (last.complete and failed.complete):
         event("source unknown")
         assert records is None

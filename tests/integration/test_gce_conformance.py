@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import cast
 
 import googleapiclient
 import pytest
@@ -86,7 +87,7 @@ def violations(value: object, schema: dict, path: str = "$") -> list[str]:
 def error_violations(body: object, code: int) -> list[str]:
     """Where an error body departs from Google's JSON error format, as the Compute API sends it."""
     error = body.get("error") if isinstance(body, dict) else None
-    if not isinstance(error, dict) or set(body) != {"error"}:
+    if not isinstance(error, dict) or set(cast(dict, body)) != {"error"}:  # an error only if body is a dict
         return [f"not {{'error': {{...}}}}: {body!r}"]
     found = [f"error.{key}: no such field" for key in set(error) - {"code", "message", "status", "errors", "details"}]
     if error.get("code") != code:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import cast
 
 import msgspec
 
@@ -19,7 +20,10 @@ SELECTOR = {"ci_ephemeral": "true"}
 
 def planned(clients, project: str = "p") -> dict[str, GceInstance]:
     """The instances as the plan saw them (listed through the same adapter)."""
-    return {i.name: i for i in list_project(clients, project, SELECTOR, fast_backoff(), 10).resources}
+    return {
+        i.name: i
+        for i in cast(list[GceInstance], list_project(clients, project, SELECTOR, fast_backoff(), 10).resources)
+    }
 
 
 def deleter(clients, **gce) -> GceDeleter:
@@ -150,7 +154,8 @@ def test_nothing_is_sent_when_the_re_read_outlasts_the_deadline_or_the_lease(gce
 
     fleet, clients = gce
     add_instance(fleet, "p", "us-east1-b", "stale", heartbeat_age=86400)
-    now, lost = [1000.0], []
+    now = [1000.0]
+    lost: list[int] = []
     late = SendGuard(deadline=1010.0, clock=lambda: now[0])
     fleet.on("after", "get", lambda _: now.__setitem__(0, 2000.0))
     taken = SendGuard(lease=lambda: "the sweep lease is held by another execution" if lost else None)

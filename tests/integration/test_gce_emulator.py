@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from typing import TypedDict
 
 import pytest
 import requests
@@ -21,7 +22,17 @@ from tests.helpers import ROOT
 from tests.helpers.gce import add_instance
 
 ZONE = "us-east1-b"
-VM = {"project": "p", "zone": ZONE, "instance": "vm"}
+
+
+class InstanceName(TypedDict):
+    """The keyword arguments naming one instance to the compute client's calls."""
+
+    project: str
+    zone: str
+    instance: str
+
+
+VM: InstanceName = {"project": "p", "zone": ZONE, "instance": "vm"}
 
 
 def get(clients: ComputeClients) -> compute_v1.Instance:

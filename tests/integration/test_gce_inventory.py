@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from typing import cast
 
 import pytest
 
@@ -11,7 +12,7 @@ from reaper.config import parse_settings
 from reaper.gce.clients import clients_from_connection
 from reaper.gce.deleter import GceDeleter
 from reaper.gce.inventory import label_filter, list_project, list_projects
-from reaper.model import Evidence, Phase, WriterRecord, incomplete_scopes
+from reaper.model import Evidence, GceInstance, Phase, WriterRecord, incomplete_scopes
 from reaper.policy import evaluate
 from tests.helpers import fast_backoff
 from tests.helpers.gce import STARTED, add_instance
@@ -129,7 +130,9 @@ def test_no_delete_is_sent_in_an_incompletely_listed_project(gce) -> None:
 
     resources = [i for listing in listings for i in listing.resources]
     plan = evaluate(resources, evidence, config, Phase.ENFORCEMENT, datetime.fromtimestamp(STARTED, UTC))
-    outcomes = GceDeleter(clients, config, fast_backoff()).delete([d.resource for d in plan.deletes()])
+    outcomes = GceDeleter(clients, config, fast_backoff()).delete(
+        [cast(GceInstance, d.resource) for d in plan.deletes()]
+    )
     assert [(o.name, o.result) for o in outcomes] == [("stale-2", "deleted")]
     assert "stale-1" in fleet.names("broken")
     assert not any("/projects/broken/" in path for method, path in fleet.requests if method == "DELETE")

@@ -28,6 +28,7 @@ from include.emulators.http import ApiError
 from include.emulators.shapes import COMPUTE, gcloud_instance
 from reaper.config import LedgerConfig
 from reaper.ledger import Ledger
+from reaper.metrics import PushedSweep
 from reaper.model import Phase
 from reaper.records import summary_of
 from reaper.sweep import steps
@@ -178,7 +179,7 @@ def test_an_id_and_its_number_both_configured_are_one_scope_listed_once(world, d
 
 def test_metrics_name_the_id_and_a_sweep_of_every_configured_name_is_full(world, monkeypatch) -> None:
     summary, _, s = sweep(world, [NUMBER, "ci-b"])
-    pushed: list[tuple[object, set[str]]] = []
+    pushed: list[tuple[PushedSweep, set[str]]] = []
     monkeypatch.setattr("reaper.metrics.push_sweep", lambda url, sweep, timeout, keep: pushed.append((sweep, keep)))
     stored = json.loads(json.dumps({**s.ids.fields(), **msgspec.to_builtins(summary)}))  # as the ledger holds it
     steps.push_metrics(s, summary_of(stored), {}, True, None)

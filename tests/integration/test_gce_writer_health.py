@@ -8,8 +8,9 @@ import logging
 import math
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -111,7 +112,7 @@ def test_ok_failing_stale_and_dead_writers(gce, tmp_path: Path) -> None:
 
 
 def test_prometheus_down_means_unknown() -> None:
-    config = WriterHealthConfig(prometheus_url=f"http://127.0.0.1:{free_port()}", timeout="2s")
+    config = WriterHealthConfig(prometheus_url=f"http://127.0.0.1:{free_port()}", timeout=timedelta(seconds=2))
     assert PrometheusWriterHealth(config).read() is None
 
 
@@ -135,7 +136,7 @@ def fake() -> Iterator[FakePrometheus]:
 
 
 def read(fake: FakePrometheus) -> list[WriterRecord] | None:
-    return PrometheusWriterHealth(WriterHealthConfig(prometheus_url=fake.url, timeout="2s")).read()
+    return PrometheusWriterHealth(WriterHealthConfig(prometheus_url=fake.url, timeout=timedelta(seconds=2))).read()
 
 
 def hold(records: list[WriterRecord] | None, project: str) -> str | None:
@@ -194,7 +195,11 @@ def test_a_wrong_metric_name_holds_every_project(fake: FakePrometheus, metric: s
     assert stale_instance_verdicts(read(fake), ["p-1", "p-2"], NOW) == dict.fromkeys(
         ["p-1", "p-2"], "delete heartbeat_stale"
     )
-    typo = WriterHealthConfig(prometheus_url=fake.url, timeout="2s", **{metric: "runner_manager_heartbeat_typo"})
+    typo = WriterHealthConfig(
+        prometheus_url=fake.url,
+        timeout=timedelta(seconds=2),
+        **cast(dict[str, Any], {metric: "runner_manager_heartbeat_typo"}),
+    )
     records = PrometheusWriterHealth(typo).read()
     verdicts = stale_instance_verdicts(records, ["p-1", "p-2"], NOW)
     # Wrong last-pass name: every manager would read as dead. Wrong failed-pass name: every failing one as healthy.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from pymongo import MongoClient, monitoring
@@ -48,13 +49,13 @@ def seeded(fleet) -> None:
 def setup(gce, port: int, listener: Commands | None = None):
     fleet, clients = gce
     seeded(fleet)
-    client = MongoClient(
+    client: MongoClient[dict[str, Any]] = MongoClient(
         f"mongodb://127.0.0.1:{port}/",
         serverSelectionTimeoutMS=1000,
         socketTimeoutMS=2000,
         event_listeners=[listener] if listener else [],
     )
-    ledger = Ledger(client, LedgerConfig(database="reaper", timeout="2s"))
+    ledger = Ledger(client, LedgerConfig(database="reaper", timeout=timedelta(seconds=2)))
     ledger.ensure_indexes()
     cfg = parse_settings({"gce": {"delete_rate_per_project": 1000.0, "delete_concurrency": 8}}, "group commit")
     target = GceTarget(cfg)
@@ -69,6 +70,7 @@ def test_eight_concurrent_deletes_share_round_trips_about_one_per_delete_not_fou
     daemon = start_secantusdb(storage=tmp_path / "db")
     listener = Commands()
     try:
+        assert daemon.port is not None  # start_secantusdb picks one
         fleet, ledger, target, fence, resources = setup(gce, daemon.port, listener)
         listener.counts.clear()
         assert delete_batch(ledger, target, fence, resources) == {"deleted": ORPHANS}
@@ -88,6 +90,7 @@ def test_eight_concurrent_deletes_share_round_trips_about_one_per_delete_not_fou
 def test_an_outage_mid_group_stops_every_send_and_no_send_went_without_its_intent(gce, tmp_path) -> None:
     daemon = start_secantusdb(storage=tmp_path / "db")
     try:
+        assert daemon.port is not None  # start_secantusdb picks one
         fleet, ledger, target, fence, resources = setup(gce, daemon.port)
         sends = Counter[str]()
 

@@ -3,6 +3,8 @@ out, and each answer as the deleter is told it (docs/design.md §6)."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 from kubernetes.client.exceptions import ApiException
 
@@ -18,7 +20,7 @@ RUN_LABEL = "iterion.io/run-id"
 
 def listed(api) -> dict[str, K8sObject]:
     """The seeded run's objects as the inventory lists them, by kind (the second Secret under "Secret/files")."""
-    objects = list_cluster(api, "c1", MANAGED, fast_backoff(), 10).resources
+    objects = cast(list[K8sObject], list_cluster(api, "c1", MANAGED, fast_backoff(), 10).resources)
     return {o.kind + ("/files" if o.name.endswith("-files") else ""): o for o in objects}
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from typing import cast
 
 import pytest
 from kubernetes.client.exceptions import ApiException
@@ -34,7 +35,7 @@ DEADLINE = "deadline reached: left for the next sweep"
 
 
 def planned(api) -> list[K8sObject]:
-    return list_cluster(api, "c1", MANAGED, fast_backoff(), 10).resources
+    return cast(list[K8sObject], list_cluster(api, "c1", MANAGED, fast_backoff(), 10).resources)
 
 
 def deleter(api, backoff: Backoff | None = None, revalidate: Revalidate | None = None) -> K8sDeleter:
@@ -167,7 +168,9 @@ def test_one_call_is_one_request_bounded_by_its_timeout(kube, monkeypatch: pytes
     api = api_client_from_connection("kube_emulator")
     kind = "list_named" if method == "GET" else "delete"
     cluster.faults.slow[kind] = 2.5
-    query = [("fieldSelector", "metadata.name=sandbox-r1")] if method == "GET" else None
+    query: list[tuple[str, object]] | None = (
+        [("fieldSelector", "metadata.name=sandbox-r1")] if method == "GET" else None
+    )
     path = "/api/v1/namespaces/ci/pods" + ("" if method == "GET" else "/sandbox-r1")
     started = time.monotonic()
     with pytest.raises(u3exc.ReadTimeoutError) as raised:

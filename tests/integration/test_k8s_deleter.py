@@ -8,12 +8,13 @@ import msgspec
 import pytest
 
 from include.emulators.k8s import RESOURCE_OF_KIND
+from include.emulators.shapes import kube_run
 from reaper.config import parse_settings
 from reaper.fence import SendGuard
 from reaper.k8s.deleter import K8sDeleter
 from reaper.k8s.inventory import list_cluster
 from tests.helpers import fast_backoff
-from tests.helpers.k8s import MANAGED, kube_run, seed_run
+from tests.helpers.k8s import MANAGED, seed_run
 
 CONFIG = parse_settings({"k8s": {"delete_rate_per_cluster": 1000.0}}, "test")
 

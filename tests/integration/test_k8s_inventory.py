@@ -137,20 +137,20 @@ def _sidecar_pod(run: str, created: float, phase: str, state: dict, restart_poli
     """A run's Pod whose results-egress sidecar reports ``state``, as the API server serves it."""
     labels = {**MANAGED, "iterion.io/run-id": run}
     pod = kube_pod(f"sandbox-{run}", "ci", f"{run}-pod", labels, created, phase=phase)
-    pod["spec"]["restartPolicy"] = restart_policy  # type: ignore[index]  # JSON data typed object: its shape is this code's own
+    pod["spec"]["restartPolicy"] = restart_policy
     status = {"name": "results-egress", "image": "registry.example/egress:0.3", "restartCount": 0, "state": state}
     if native:  # a native sidecar: an init container with restartPolicy Always
-        pod["spec"]["initContainers"] = [{"name": "results-egress", "restartPolicy": "Always"}]  # type: ignore[index]  # JSON data typed object: its shape is this code's own
-        pod["status"]["initContainerStatuses"] = [status]  # type: ignore[index]  # JSON data typed object: its shape is this code's own
+        pod["spec"]["initContainers"] = [{"name": "results-egress", "restartPolicy": "Always"}]
+        pod["status"]["initContainerStatuses"] = [status]
     else:
-        pod["spec"]["containers"].append({"name": "results-egress"})  # type: ignore[index]  # JSON data typed object: its shape is this code's own
-        pod["status"]["containerStatuses"].append(status)  # type: ignore[index]  # JSON data typed object: its shape is this code's own
+        pod["spec"]["containers"].append({"name": "results-egress"})
+        pod["status"]["containerStatuses"].append(status)
     return pod
 
 
 RUNNING = {"running": {"startedAt": "2026-11-29T11:00:00Z"}}
 EXIT_1 = {"terminated": {"exitCode": 1, "reason": "Error"}}
-SIDECARS = {  # each of these still holds results in its emptyDir
+SIDECARS: dict[str, tuple[str, dict, str, bool]] = {  # each of these still holds results in its emptyDir
     "succeeded-sidecar-running": ("Succeeded", RUNNING, "Never", False),
     "failed-sidecar-running": ("Failed", RUNNING, "Never", False),
     "native-sidecar-exit-1": ("Running", EXIT_1, "Never", True),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from dataclasses import dataclass
+from typing import cast
 
 import pytest
 import yaml
@@ -17,6 +18,7 @@ from include.emulators.k8s import Cluster, K8sEmulator
 from reaper.config import parse_settings
 from reaper.k8s.deleter import K8sDeleter
 from reaper.k8s.inventory import list_cluster
+from reaper.model import K8sObject
 from reaper.vocabulary import Result
 from tests.helpers import ROOT, fast_backoff
 from tests.helpers.k8s import MANAGED, put_leases, seed_run, sweep
@@ -132,7 +134,9 @@ def test_a_server_that_ignores_the_field_selector_keeps_the_run(kube, answer) ->
     other = {"kind": "PartialObjectMetadata", "metadata": {"name": "someone-else", "uid": "u-1"}}
     cluster.rewrites["list_named"] = lambda body: answer(body, other)
     config = settings("unused", [SANDBOXES])
-    objects = list_cluster(api, "c1", MANAGED, fast_backoff(), 10, namespaces=[SANDBOXES]).resources
+    objects = cast(
+        list[K8sObject], list_cluster(api, "c1", MANAGED, fast_backoff(), 10, namespaces=[SANDBOXES]).resources
+    )
 
     outcomes = K8sDeleter(lambda _: api, config, fast_backoff(0)).delete(objects)
 
@@ -160,7 +164,7 @@ def test_a_new_pod_in_the_secrets_own_namespace_keeps_them_whatever_k8s_namespac
     with cluster.lock:
         cluster.objects.pop(("pods", "ci", "sandbox-r"))  # its Pod went in an earlier sweep
         cluster._sorted.pop("pods", None)
-    objects = list_cluster(api, "c1", MANAGED, fast_backoff(), 10, namespaces=["ci"]).resources
+    objects = cast(list[K8sObject], list_cluster(api, "c1", MANAGED, fast_backoff(), 10, namespaces=["ci"]).resources)
     assert {o.kind for o in objects} == {"Secret", "NetworkPolicy"}
     (pod,) = [o for o in seed_run(type(cluster)(), "r") if o["kind"] == "Pod"]  # a retried step's new Pod
     pod["metadata"] = {**pod["metadata"], "uid": "new-pod"}
@@ -211,7 +215,9 @@ def test_a_new_pod_in_any_namespace_of_the_runs_secrets_keeps_them(kube) -> None
         cluster.objects.pop(("pods", "a", "sandbox-r"))  # the run's Pods went in an earlier sweep
         cluster.objects.pop(("pods", "b", "sandbox-r"))
         cluster._sorted.pop("pods", None)
-    objects = list_cluster(api, "c1", MANAGED, fast_backoff(), 10, namespaces=["a", "b"]).resources
+    objects = cast(
+        list[K8sObject], list_cluster(api, "c1", MANAGED, fast_backoff(), 10, namespaces=["a", "b"]).resources
+    )
     objects.sort(key=lambda o: o.namespace)  # a's first: the check runs before them
     (pod,) = [o for o in seed_run(type(cluster)(), "r", namespace="b") if o["kind"] == "Pod"]
     pod["metadata"] = {**pod["metadata"], "uid": "new-pod"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import psycopg
 import requests
@@ -18,7 +19,7 @@ from reaper.config import (
     PostgresStepStoreConfig,
     parse_settings,
 )
-from reaper.model import LeaseState, StoreState
+from reaper.model import Keyed, LeaseState, StoreState
 from reaper.policy.k8s import lease_state, run_state, step_state
 from reaper.stores.mongo import MongoLeases, MongoRunStore
 from reaper.stores.nats import NatsLeases
@@ -37,7 +38,9 @@ def test_run_store_states_and_round_trips(mongo_server, mongo) -> None:
     runs = client[db]["runs"]
     runs.insert_many([{"_id": f"run-{i:05d}", "status": TERMINAL[i % 3] if i % 2 else "running"} for i in range(5000)])
     counter = FindCounter()
-    counted = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/", event_listeners=[counter])
+    counted: MongoClient[dict[str, Any]] = MongoClient(
+        f"mongodb://127.0.0.1:{mongo_server.port}/", event_listeners=[counter]
+    )
     store = MongoRunStore(counted, MongoRunStoreConfig(database=db))
     keys = [f"run-{i:05d}" for i in range(0, 4998)] + ["run-gone-1", "run-gone-2"]  # 5,000 runs
     answer = store.read(keys)
@@ -70,7 +73,9 @@ def test_undecodable_document_makes_its_key_unknown(mongo) -> None:
 def test_mongo_down_makes_every_key_unknown(tmp_path) -> None:
     daemon = start_secantusdb()
     port = daemon.port
-    client = MongoClient(f"mongodb://127.0.0.1:{port}/", serverSelectionTimeoutMS=1000, socketTimeoutMS=1000)
+    client: MongoClient[dict[str, Any]] = MongoClient(
+        f"mongodb://127.0.0.1:{port}/", serverSelectionTimeoutMS=1000, socketTimeoutMS=1000
+    )
     client["iterion"]["runs"].insert_one({"_id": "r1", "status": "failed"})
     daemon.stop()
     store = MongoRunStore(client, MongoRunStoreConfig())
@@ -118,7 +123,7 @@ def test_nats_leases_one_listing_for_all_runs(tmp_path) -> None:
         asyncio.run(put_kv(url, "large", [f"lease.run-{i}" for i in range(5001)]))
         cfg = NatsLeaseConfig(key_template="lease.{run}")
 
-        def messages_for(bucket: str) -> tuple[object, int]:
+        def messages_for(bucket: str) -> tuple[Keyed[float | None] | None, int]:
             before = requests.get(f"http://127.0.0.1:{monitor}/varz", timeout=5).json()["in_msgs"]
             answer = NatsLeases(url, cfg.model_copy(update={"bucket": bucket})).read()
             return answer, requests.get(f"http://127.0.0.1:{monitor}/varz", timeout=5).json()["in_msgs"] - before
@@ -136,11 +141,11 @@ def test_nats_leases_one_listing_for_all_runs(tmp_path) -> None:
 
 def test_nats_down_or_missing_bucket_means_every_lease_unknown(nats_server) -> None:
     url = f"nats://127.0.0.1:{nats_server.port}"
-    assert NatsLeases(url, NatsLeaseConfig(bucket="nope", timeout="2s")).read() is None
+    assert NatsLeases(url, NatsLeaseConfig(bucket="nope", timeout=timedelta(seconds=2))).read() is None
     asyncio.run(put_kv(url, "run_leases", ["r1", "r2"]))
-    assert NatsLeases(url, NatsLeaseConfig(timeout="2s")).read() is not None
+    assert NatsLeases(url, NatsLeaseConfig(timeout=timedelta(seconds=2))).read() is not None
     nats_server.stop()
-    assert NatsLeases(url, NatsLeaseConfig(timeout="1s")).read() is None
+    assert NatsLeases(url, NatsLeaseConfig(timeout=timedelta(seconds=1))).read() is None
 
 
 # --- Postgres step runs ------------------------------------------------------------------------

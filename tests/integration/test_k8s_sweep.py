@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any, cast
 
 import psycopg
 from pymongo import MongoClient
 
 from include.emulators.http import start_secantusdb
-from reaper.config import parse_settings
+from reaper.config import Settings, parse_settings
 from tests.helpers.k8s import MANAGED, put_leases, seed_pod, seed_run, sweep
 
 STEP = {"iterion.io/step": "build", "iterion.io/attempt": "1"}
@@ -18,7 +19,7 @@ def runs_by_reason(plan) -> dict[str, str]:
     return {d.evidence["run"]: d.reason for d in plan.decisions if d.evidence and "run" in d.evidence}
 
 
-def _config(mongo_db: str, step_store: bool, **run_store: str) -> object:
+def _config(mongo_db: str, step_store: bool, **run_store: str) -> Settings:
     return parse_settings(
         {
             "k8s": {
@@ -93,7 +94,9 @@ def test_mongo_outage_mid_sweep_reaps_nothing(kube, nats_server, tmp_path) -> No
     asyncio.run(put_leases(url, []))
     daemon = start_secantusdb()
     port = daemon.port
-    client = MongoClient(f"mongodb://127.0.0.1:{port}/", serverSelectionTimeoutMS=1000, socketTimeoutMS=1000)
+    client: MongoClient[dict[str, Any]] = MongoClient(
+        f"mongodb://127.0.0.1:{port}/", serverSelectionTimeoutMS=1000, socketTimeoutMS=1000
+    )
     client["iterion"]["runs"].insert_many([{"_id": "r1", "status": "failed"}, {"_id": "r2", "status": "failed"}])
     seed_run(cluster, "r1")
     seed_run(cluster, "r2")
@@ -124,7 +127,7 @@ def test_a_typo_in_the_run_stores_database_reaps_nothing(kube, nats_server, mong
     plan, outcomes = sweep(api, _config(db + "x", False), url, client, None)
     assert outcomes == [] and len(cluster.objects) == 8
     assert runs_by_reason(plan) == {"running": "store_unknown", "ended": "store_unknown"}  # were sandbox_orphan
-    (why,) = plan.scopes[0].details["unknown_evidence"]
+    (why,) = cast(list[str], plan.scopes[0].details["unknown_evidence"])
     assert why.startswith(f"k8s.mongo_run_store: database '{db}x' has no collection 'runs'")
 
     plan, outcomes = sweep(api, _config(db, False), url, client, None)  # the right store still works
