@@ -31,7 +31,7 @@ from typing import Any, ClassVar, Literal, overload
 from urllib.parse import parse_qs, urlsplit
 
 Route = tuple[str, re.Pattern[str], str]  # (method, path pattern, kind)
-Hook = Callable[[tuple[str, ...]], None]  # called with the request's path arguments
+Hook = Callable[[tuple[str, ...]], object]  # called with the request's path arguments; what it returns is dropped
 
 
 def free_port() -> int:

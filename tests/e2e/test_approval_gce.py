@@ -8,9 +8,11 @@ from __future__ import annotations
 import contextlib
 import io
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from pymongo import MongoClient
+from pymongo.database import Database
 
 from include.emulators.gce.manager import ManagerSimulator, manager_clients
 from reaper import cli
@@ -59,7 +61,7 @@ def test_an_approval_deletes_exactly_the_approved_vms_still_as_reviewed_and_only
             "rollout": {"gce": "enforcement"},
         }
     )
-    db = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")["reaper"]
+    db: Database[dict[str, Any]] = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")["reaper"]
     everything = FRESH | set(STALE)
 
     # The sweep: the project held on its budget, nothing deleted, each stale VM a held candidate with its state.

@@ -22,9 +22,11 @@ import json
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any, cast
 
 import pytest
 from pymongo import MongoClient
+from pymongo.database import Database
 
 from include.airflow_components import SWEEP_STORE, redis_argv, storage_emulator_argv, sweep_store_settings
 from include.emulators.gce import Emulator
@@ -98,7 +100,14 @@ class World:
                     ("pinned", {"status": "TERMINATED", "labels": {"reaper_keep": "true"}}),
                 ]
             ):
-                add_instance(world.gce.fleet, project, ZONE, f"{project}-{name}", instance_id=1000 * n + i + 1, **kind)
+                add_instance(
+                    world.gce.fleet,
+                    project,
+                    ZONE,
+                    f"{project}-{name}",
+                    instance_id=1000 * n + i + 1,
+                    **cast("dict[str, Any]", kind),
+                )
         for run in ("live", "dead", "done", "running-no-lease"):
             seed_run(world.kube.cluster, run)
         return world
@@ -123,7 +132,7 @@ class World:
 class Celery:
     site: Site
     rest: Rest
-    ledger: object  # the reaper's ledger database (pymongo)
+    ledger: Database[dict[str, Any]]  # the reaper's ledger database (pymongo)
     local: World  # swept in one process
     distributed: World  # swept on the Celery workers
 
@@ -140,7 +149,7 @@ def celery(tmp_path_factory, mongo_server) -> Iterator[Celery]:
     home = tmp_path_factory.mktemp("airflow-celery")
     config = home / "reaper.yaml"
     config.write_text(json.dumps(reaper_config()))
-    mongo = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")
+    mongo: MongoClient[dict[str, Any]] = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")
     redis_port, store_port = free_port(), free_port()
     daemons: list[Daemon] = []
     worlds: list[World] = []

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import uuid
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -87,7 +88,7 @@ def test_the_deployment_guide_sweeps_each_target_report_only(tmp_path: Path) -> 
         assert code == 0, f"the guide exited {code}:\n{tail(log)}\n{logs}"
 
         with psycopg.connect(database_dsn(values["TRIAL_DB"])) as db:
-            states = dict(db.execute("SELECT dag_id, state FROM dag_run").fetchall())
+            states: dict[str, str] = dict(db.execute("SELECT dag_id, state FROM dag_run").fetchall())
         assert states == dict.fromkeys(SWEEPS, "success")
 
         # The preflight it ran before sweeping: every check passed (its summary line is the last it prints).
@@ -114,7 +115,7 @@ def test_the_deployment_guide_sweeps_each_target_report_only(tmp_path: Path) -> 
     assert not left, f"the guide's stop block left these running:\n{left}\n{tail(tmp_path / 'stop.log')}"
 
 
-def decided(summary: dict[str, object]) -> dict[tuple[str, str], int]:
+def decided(summary: dict[str, Any]) -> dict[tuple[str, str], int]:
     """A sweep summary's decisions that are not keep, counted by (action, reason)."""
     counts: dict[tuple[str, str], int] = {}
     for d in summary["decisions"]:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from pymongo import MongoClient
+from pymongo.database import Database
 
 from tests.helpers.gce import add_instance, healthy_writers
 
@@ -41,7 +43,7 @@ def fleet(gce, sweeper, prometheus):
     return fleet
 
 
-def ledger(mongo_server) -> MongoClient:
+def ledger(mongo_server) -> Database[dict[str, Any]]:
     return MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")["reaper"]
 
 

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from pymongo import MongoClient
+from pymongo.database import Database
 
 from include.emulators.gce.manager import ManagerSimulator, manager_clients
 from include.emulators.http import free_port
@@ -108,7 +110,7 @@ def test_a_recovery_under_quota_spends_its_share_and_never_costs_the_managers_a_
             "airflow": {"shards": 1, "run_timeout": "30s"},
         }
     )
-    db = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")["reaper"]
+    db: Database[dict[str, Any]] = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")["reaper"]
 
     scheduled = sweeper.run("reaper_gce_enforcement")
     assert scheduled.state == "success"

@@ -14,10 +14,12 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 import requests
 from pymongo import MongoClient
+from pymongo.database import Database
 
 from tests.helpers.gce import add_instance, busiest_second, healthy_writers
 
@@ -55,9 +57,9 @@ def seed(fleet, abandoned_per_project: int) -> tuple[set[str], set[str]]:
     return {str(n) for n in live}, {str(n) for n in abandoned}
 
 
-def configure(sweeper, writers: str, endpoint: str, **more: object) -> None:
+def configure(sweeper, writers: str, endpoint: str, **more: Any) -> None:
     sweeper.connect_gce(endpoint)
-    gce = {"projects": PROJECTS, "writer_health": {"prometheus_url": writers}, **more.pop("gce", {})}  # type: ignore[dict-item]  # JSON data typed object: its shape is this code's own
+    gce = {"projects": PROJECTS, "writer_health": {"prometheus_url": writers}, **more.pop("gce", {})}
     # Two listing shards: ten projects' worth of mapped tasks would only add task overhead here.
     sweeper.configure(
         {"gce": gce, "k8s": {"enabled": False}, **more, "airflow": {"shards": 2, **more.get("airflow", {})}}
@@ -104,7 +106,7 @@ def test_the_crashed_projects_are_held_and_an_operator_recovers_them_from_one_ma
         max_deletions_per_sweep=100,  # the recovery needs more: max_deletions
         rollout={"gce": "enforcement"},
     )
-    db = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")["reaper"]
+    db: Database[dict[str, Any]] = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")["reaper"]
 
     # The scheduled sweep: the two crashed projects held on their budget, the eight others enforced.
     held = sweeper.run("reaper_gce_enforcement")
@@ -153,7 +155,7 @@ def test_a_recovery_that_cannot_finish_before_its_deadline_stops_in_time_and_lea
     # 200 deletes at 5/s per project need 20 s; the run has 30 s, less a 9 s send margin, less its listing.
     timeouts = {"request_timeout": "2s", "delete_rate_per_project": 5, "delete_concurrency": CONCURRENCY}
     configure(sweeper, writers, endpoint, gce=timeouts, ledger={"timeout": "2s"}, airflow={"run_timeout": "30s"})
-    db = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")["reaper"]
+    db: Database[dict[str, Any]] = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")["reaper"]
     recovery = recover(sweeper, 2 * ABANDONED)
     assert recovery.state == "success"
     assert recovery.end_date - recovery.start_date < timedelta(seconds=30), "the run outlived its own timeout"

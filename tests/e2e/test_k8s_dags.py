@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 from pymongo import MongoClient
 
@@ -17,7 +18,7 @@ def test_k8s_enforcement_reaps_dead_runs_only(kube, nats_server, mongo_server, s
     seed_run(cluster, "running-no-lease")
     url = f"nats://127.0.0.1:{nats_server.port}"
     asyncio.run(put_leases(url, ["live"]))
-    client = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")
+    client: MongoClient[dict[str, Any]] = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")
     client["iterion_e2e"]["runs"].insert_many(
         [
             {"_id": "live", "status": "running"},
@@ -59,7 +60,7 @@ def one_dead_run(kube, nats_server, mongo_server, sweeper, database: str):
     cluster, _, emulator = kube
     seed_run(cluster, "dead")
     asyncio.run(put_leases(f"nats://127.0.0.1:{nats_server.port}", []))
-    client = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")
+    client: MongoClient[dict[str, Any]] = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")
     client[database]["runs"].insert_one({"_id": "dead", "status": "failed"})
     sweeper.connect_k8s(emulator.kubeconfig(), nats_server.port)
     return cluster, client
@@ -71,7 +72,7 @@ def test_an_execution_whose_delete_task_is_stopped_still_writes_its_summary(
     # Review finding: ``record`` ran only when no upstream failed, so a halted delete task left its
     # deletions in the ledger and no sweep summary (docs/design.md §7: summaries are kept per execution).
     import reaper.sweep.steps as steps
-    from reaper.sweep.deletes import SweepHalted
+    from reaper.sweep.deletes import SweepHalted, delete_batch
 
     _, client = one_dead_run(kube, nats_server, mongo_server, sweeper, "iterion_halted")
     sweeper.configure(
@@ -80,7 +81,7 @@ def test_an_execution_whose_delete_task_is_stopped_still_writes_its_summary(
             "k8s": {"clusters": ["kube_e2e"], "mongo_run_store": {"database": "iterion_halted"}},
         }
     )
-    real = steps.delete_batch
+    real = delete_batch  # what reaper.sweep.steps calls
 
     def halted(*args, **kwargs):
         counts = real(*args, **kwargs)

@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -112,7 +113,7 @@ def airflow(tmp_path_factory, mongo_server) -> Iterator[Airflow]:
     try:
         with airflow_site(home, config, DAG, settings=settings) as site:
             site.use("LocalExecutor")
-            mongo = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")
+            mongo: MongoClient[dict[str, Any]] = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")
             yield Airflow(site.deployment.base_url, config, home, emulator.fleet, mongo)
     finally:
         emulator.close()

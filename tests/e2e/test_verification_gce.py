@@ -4,9 +4,11 @@ the enforcement DAG sweeps. The quarantine is seconds long so the scenario runs 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import requests
 from pymongo import MongoClient
+from pymongo.database import Database
 
 from include.emulators.gce.manager import ManagerSimulator, manager_clients
 from include.emulators.http import free_port
@@ -64,7 +66,7 @@ def test_killed_manager_is_reaped_and_a_failing_writer_holds_everything(
         assert fleet.names("ci-a") == {name for _, name in tracked["m2"]}  # m1's VMs reaped, m2's untouched
         assert fleet.names("ci-b") == {name for _, name in tracked["m3"]}  # held: nothing deleted there
 
-        db = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")["reaper"]
+        db: Database[dict[str, Any]] = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")["reaper"]
         summary = db.sweeps.find_one({"run_id": run.run_id})
         ci_b = next(s for s in summary["scopes"] if s["scope"] == "ci-b")
         assert ci_b["holds"] == ["writer_unhealthy", "budget_exceeded"]

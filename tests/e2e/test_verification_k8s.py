@@ -6,10 +6,13 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from typing import Any
 
 import psycopg
 import pytest
 from pymongo import MongoClient
+from pymongo.collection import Collection
+from pymongo.database import Database
 
 from include.emulators.http import start_secantusdb, wait_until
 from include.emulators.k8s import RESOURCE_OF_KIND
@@ -25,7 +28,7 @@ STEP = {"iterion.io/step": "build", "iterion.io/attempt": "1"}
 @pytest.fixture
 def runs_db(mongo_server):
     """This test's own run-store database on the session's SecantusDB."""
-    client = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")
+    client: MongoClient[dict[str, Any]] = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")
     name = f"iterion_{uuid.uuid4().hex[:10]}"
     yield client, name
     client.drop_database(name)
@@ -41,8 +44,8 @@ def _configure(sweeper, runs_db_name: str, **k8s: object) -> None:
     )
 
 
-def _ledger(mongo_server, run_id: str, action: str) -> dict[str, str]:
-    db = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")["reaper"]
+def _ledger(mongo_server, run_id: str, action: str) -> dict[str, str | None]:
+    db: Database[dict[str, Any]] = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")["reaper"]
     return {r["name"]: r.get("reason") or r.get("result") for r in db.ledger.find({"run_id": run_id, "action": action})}
 
 
@@ -103,9 +106,8 @@ def test_mongodb_outage_during_a_sweep_deletes_nothing_and_reports_the_keys_unkn
     cluster, _, emulator = kube
     store = start_secantusdb()
     port = store.port
-    MongoClient(f"mongodb://127.0.0.1:{port}/")["iterion"]["runs"].insert_many(
-        [{"_id": "r1", "status": "failed"}, {"_id": "r2", "status": "succeeded"}]
-    )
+    runs: Collection[dict[str, Any]] = MongoClient(f"mongodb://127.0.0.1:{port}/")["iterion"]["runs"]
+    runs.insert_many([{"_id": "r1", "status": "failed"}, {"_id": "r2", "status": "succeeded"}])
     seed_run(cluster, "r1")
     seed_run(cluster, "r2")
     asyncio.run(put_leases(f"nats://127.0.0.1:{nats_server.port}", []))
@@ -125,7 +127,7 @@ def test_mongodb_outage_during_a_sweep_deletes_nothing_and_reports_the_keys_unkn
     assert run.state == "success"
     assert len(cluster.objects) == 8 and not cluster.deletes
     assert _ledger(mongo_server, run.run_id, "outcome") == {}
-    ledger = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")["reaper"].ledger
+    ledger: Collection[dict[str, Any]] = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")["reaper"].ledger
     reasons = [r["reason"] for r in ledger.find({"run_id": run.run_id, "action": "report"})]
     assert reasons == ["store_unknown"] * 8  # every object of both runs: unknown, reported, kept
 
@@ -153,7 +155,7 @@ def test_runner_pod_deleted_cascades_and_the_next_sweep_has_nothing_to_do(
     wait_until(lambda: not cluster.objects, "the ownerReference cascade", 10)
     run = sweeper.run(ENFORCEMENT)
     assert run.state == "success"
-    db_reaper = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")["reaper"]
+    db_reaper: Database[dict[str, Any]] = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")["reaper"]
     summary = db_reaper.sweeps.find_one({"run_id": run.run_id})
     assert summary["census"]["k8s"]["kube_e2e"]["objects"] == 0
     assert summary["deletes"] == 0 and summary["outcomes"] == {}

@@ -6,6 +6,7 @@ import os
 import time
 from datetime import timedelta
 from types import SimpleNamespace
+from typing import Any, cast
 
 import msgspec
 import pytest
@@ -15,13 +16,15 @@ from pymongo.monitoring import CommandFailedEvent, CommandListener, CommandStart
 
 from include.emulators.http import start_secantusdb
 from reaper.config import LedgerConfig
-from reaper.ledger import RECORD_KEY, Ledger
-from reaper.model import Outcome
+from reaper.ledger import Ledger
+from reaper.model import Outcome, Resource
+from reaper.records import RECORD_KEY
 from reaper.report.queries import AuditQueries, RowFilter
 from reaper.sweep.deletes import SendTerms, SweepHalted, delete_batch
+from reaper.sweep.targets import Target
 from tests.builders import inst
 
-IDS = {"dag_id": "reaper_gce_enforcement", "run_id": "manual__1", "execution": 0, "lease": "t"}
+IDS: dict[str, Any] = {"dag_id": "reaper_gce_enforcement", "run_id": "manual__1", "execution": 0, "lease": "t"}
 HOLDER = "reaper_gce_enforcement/manual__1#0"
 
 
@@ -29,6 +32,7 @@ class FakeTarget:
     """Deletes by name through the guard and remembers every delete it sent (the adapters are tested elsewhere)."""
 
     name = "gce"
+    calls: list[str]
 
     def __init__(self, existing: set[str], crash_after: int | None = None) -> None:
         self.existing, self.calls, self.crash_after = existing, [], crash_after
@@ -91,7 +95,7 @@ def test_retry_after_a_crash_between_intent_and_delete(ledger) -> None:
         [{**IDS, "target": "gce", "scope": r.scope, "uid": r.id, "action": "delete_intent"} for r in resources]
     )
     target = FakeTarget({r.name for r in resources})
-    assert delete_batch(ledger, target, fence(ledger), resources) == {"deleted": 3}
+    assert delete_batch(ledger, cast("Target[Any]", target), fence(ledger), resources) == {"deleted": 3}
     assert sorted(target.calls) == ["vm-0", "vm-1", "vm-2"]
     assert ledger.records.count_documents({"action": "delete_intent"}) == 3  # rewritten, not duplicated
     assert ledger.records.count_documents({"action": "outcome", "result": "deleted"}) == 3
@@ -101,14 +105,14 @@ def test_retry_after_a_crash_between_delete_and_outcome(ledger) -> None:
     resources = [inst(name=f"vm-{i}") for i in range(3)]
     target = FakeTarget({r.name for r in resources}, crash_after=2)
     with pytest.raises(RuntimeError):
-        delete_batch(ledger, target, fence(ledger), resources)
+        delete_batch(ledger, cast("Target[Any]", target), fence(ledger), resources)
     # Outcomes are written as each delete completes: the first one survived the crash of the second.
     assert ledger.records.count_documents({"action": "outcome"}) == 1
     target.crash_after = None
     # vm-1's delete call went out before the crash: the 404 is this sweep's own delete (18.4).
-    assert delete_batch(ledger, target, fence(ledger), resources) == {"deleted": 2}
+    assert delete_batch(ledger, cast("Target[Any]", target), fence(ledger), resources) == {"deleted": 2}
     # A third try (e.g. the task retried again) sends nothing: every outcome is recorded.
-    assert delete_batch(ledger, target, fence(ledger), resources) == {}
+    assert delete_batch(ledger, cast("Target[Any]", target), fence(ledger), resources) == {}
     assert target.calls == ["vm-0", "vm-1", "vm-1", "vm-2"]
     outcomes = {r["name"]: r["result"] for r in ledger.records.find({"action": "outcome"})}
     assert outcomes == {"vm-0": "deleted", "vm-1": "deleted", "vm-2": "deleted"}
@@ -117,14 +121,16 @@ def test_retry_after_a_crash_between_delete_and_outcome(ledger) -> None:
 def test_no_delete_without_a_durable_intent() -> None:
     daemon = start_secantusdb()
     port = daemon.port
-    client = MongoClient(f"mongodb://127.0.0.1:{port}/", serverSelectionTimeoutMS=1000, socketTimeoutMS=1000)
-    ledger = Ledger(client, LedgerConfig(database="reaper", timeout="1s"))
+    client: MongoClient[dict[str, Any]] = MongoClient(
+        f"mongodb://127.0.0.1:{port}/", serverSelectionTimeoutMS=1000, socketTimeoutMS=1000
+    )
+    ledger = Ledger(client, LedgerConfig(database="reaper", timeout=timedelta(seconds=1)))
     ledger.ensure_indexes()
     target = FakeTarget({"vm-0"})
     batch_fence = fence(ledger)
     daemon.stop()  # the ledger can no longer acknowledge the intent
     with pytest.raises(PyMongoError):
-        delete_batch(ledger, target, batch_fence, [inst(name="vm-0")])
+        delete_batch(ledger, cast("Target[Any]", target), batch_fence, [inst(name="vm-0")])
     assert target.calls == []
 
 
@@ -136,19 +142,21 @@ def test_an_intent_that_cannot_be_written_sends_nothing_and_fails_the_task(ledge
     ledger.records.create_index([("name", 1)], unique=True, name="clash")
     ledger.records.insert_one({"name": "vm-0"})  # the intent of vm-0 now collides: the write fails
     with pytest.raises(SweepHalted, match="intent not recorded"):
-        delete_batch(ledger, target, batch_fence, resources)
+        delete_batch(ledger, cast("Target[Any]", target), batch_fence, resources)
     assert target.calls == []
 
 
 def test_nothing_is_sent_without_the_lease_or_after_the_deadline(ledger) -> None:
     target = FakeTarget({"vm-0", "vm-1", "vm-2"})
     late = [inst(name="vm-0"), inst(name="vm-1")]
-    assert delete_batch(ledger, target, fence(ledger, deadline=time.time() - 1), late) == {"not_attempted": 2}
+    assert delete_batch(ledger, cast("Target[Any]", target), fence(ledger, deadline=time.time() - 1), late) == {
+        "not_attempted": 2
+    }
     ledger.locks.delete_many({})  # the lease expired and was taken over by another sweep
     ledger.sweep_lease.acquire("gce", "someone-else", timedelta(minutes=5))
-    assert delete_batch(ledger, target, SendTerms(IDS, HOLDER, "old-token", None), [inst(name="vm-2")]) == {
-        "not_attempted": 1
-    }
+    assert delete_batch(
+        ledger, cast("Target[Any]", target), SendTerms(IDS, HOLDER, "old-token", None), [inst(name="vm-2")]
+    ) == {"not_attempted": 1}
     assert target.calls == [] and ledger.records.count_documents({"action": "delete_intent"}) == 0
     details = {r["name"]: r["detail"] for r in ledger.records.find({"action": "outcome"})}
     assert details["vm-0"].startswith("deadline reached") and "held by someone-else" in details["vm-2"]
@@ -236,14 +244,16 @@ def _indexes(led: Ledger) -> dict[str, dict[str, tuple[list[str], bool, int | No
     }
 
 
-def _watched(port: int, db: str, retention: str) -> tuple[Ledger, Commands]:
+def _watched(port: int, db: str, retention: timedelta) -> tuple[Ledger, Commands]:
     commands = Commands()
-    client = MongoClient(f"mongodb://127.0.0.1:{port}/", serverSelectionTimeoutMS=3000, event_listeners=[commands])
+    client: MongoClient[dict[str, Any]] = MongoClient(
+        f"mongodb://127.0.0.1:{port}/", serverSelectionTimeoutMS=3000, event_listeners=[commands]
+    )
     return Ledger(client, LedgerConfig(database=db, retention=retention)), commands
 
 
 def test_a_retention_change_is_applied_in_place(ledger, mongo, mongo_server) -> None:
-    changed, commands = _watched(mongo_server.port, mongo[1], "30d")
+    changed, commands = _watched(mongo_server.port, mongo[1], timedelta(days=30))
     changed.ensure_indexes()
     ttl = {name: indexes["retention"][2] for name, indexes in _indexes(changed).items()}
     assert ttl == dict.fromkeys(WANTED, 30 * DAY)
@@ -251,7 +261,7 @@ def test_a_retention_change_is_applied_in_place(ledger, mongo, mongo_server) -> 
 
 
 def test_indexes_already_in_shape_are_left_alone(ledger, mongo, mongo_server) -> None:
-    again, commands = _watched(mongo_server.port, mongo[1], "400d")
+    again, commands = _watched(mongo_server.port, mongo[1], timedelta(days=400))
     again.ensure_indexes()
     assert set(commands.names) == {"listIndexes"}
     assert _indexes(again) == WANTED
@@ -279,9 +289,10 @@ def test_a_refused_collmod_falls_back_to_a_rebuild() -> None:
     # MongoDB's readWrite role may drop and create indexes but not run collMod (SecantusDB's may).
     daemon = start_secantusdb(options=("--enable-test-commands",))
     port = daemon.port
+    assert port is not None
     try:
         Ledger(MongoClient(f"mongodb://127.0.0.1:{port}/"), LedgerConfig(database="reaper")).ensure_indexes()
-        changed, commands = _watched(port, "reaper", "30d")
+        changed, commands = _watched(port, "reaper", timedelta(days=30))
         unauthorized = {"failCommands": ["collMod"], "errorCode": 13}
         changed.records.database.client.admin.command(
             "configureFailPoint", "failCommand", mode={"times": 2}, data=unauthorized
@@ -303,7 +314,9 @@ def test_lease_and_outcome_reads_come_from_the_primary_whatever_the_connection_s
     from reaper.config import MongoLeaseConfig
     from reaper.stores.mongo import MongoLeases
 
-    client = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/", readPreference="secondaryPreferred")
+    client: MongoClient[dict[str, Any]] = MongoClient(
+        f"mongodb://127.0.0.1:{mongo_server.port}/", readPreference="secondaryPreferred"
+    )
     ledger = Ledger(client, LedgerConfig(database="reaper_reads"))
     leases = MongoLeases(client, MongoLeaseConfig(database="reaper_reads"))
     for collection in (ledger.locks, ledger.records, leases.collection):
@@ -386,7 +399,7 @@ def test_one_client_per_process_and_connection(monkeypatch, mongo_server, mongo)
 
     built: list[dict[str, object]] = []
 
-    def counted(**options: object) -> MongoClient:
+    def counted(**options: Any) -> MongoClient:
         built.append(options)
         return MongoClient(**options)
 
@@ -395,7 +408,7 @@ def test_one_client_per_process_and_connection(monkeypatch, mongo_server, mongo)
     monkeypatch.setenv(
         "AIRFLOW_CONN_LEDGER_TEST", f'{{"conn_type": "mongo", "host": "127.0.0.1", "port": {mongo_server.port}}}'
     )
-    config = LedgerConfig(conn_id="ledger_test", database=mongo[1], timeout="3s")
+    config = LedgerConfig(conn_id="ledger_test", database=mongo[1], timeout=timedelta(seconds=3))
     first, second = Ledger.connect(config), Ledger.connect(config)
     assert first.records.database.client is second.records.database.client and len(built) == 1
     assert built[0]["serverSelectionTimeoutMS"] == 3000
@@ -414,7 +427,7 @@ def test_a_retry_after_the_transitions_were_written_but_not_the_states_writes_ea
     from reaper.model import Evidence, Phase, Plan
     from tests.builders import inst
 
-    vms = [inst(project="p1") for _ in range(3)]
+    vms: list[Resource] = [inst(project="p1") for _ in range(3)]
     plan = Plan(Phase.ENFORCEMENT, 0.0, [], [("gce", "fresh", vms)], [], {})
     ids = {"dag_id": "reaper_gce_enforcement", "run_id": "scheduled__1", "execution": 0, "lease": "t"}
     evidence = Evidence(swept=frozenset({("gce", "p1")}))
@@ -434,10 +447,12 @@ def test_a_sweep_of_many_scopes_reads_their_states_in_one_round_trip(mongo_serve
 
     _, db = mongo
     counter = FindCounter()
-    counted = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/", event_listeners=[counter])
+    counted: MongoClient[dict[str, Any]] = MongoClient(
+        f"mongodb://127.0.0.1:{mongo_server.port}/", event_listeners=[counter]
+    )
     led = Ledger(counted, LedgerConfig(database=db))
     led.ensure_indexes()
-    vms = [inst(project=f"p{p:03d}") for p in range(120)]
+    vms: list[Resource] = [inst(project=f"p{p:03d}") for p in range(120)]
     plan = Plan(Phase.ENFORCEMENT, 0.0, [], [("gce", "fresh", vms)], [], {})
     ids = {"dag_id": "reaper_gce_enforcement", "execution": 0, "lease": "t"}
     evidence = Evidence(swept=frozenset(("gce", f"p{p:03d}") for p in range(120)))

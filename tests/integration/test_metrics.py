@@ -11,14 +11,14 @@ import msgspec
 import pytest
 import requests
 from prometheus_client import CollectorRegistry, Gauge, push_to_gateway
+from prometheus_client.exposition import delete_from_gateway
 
 from include.emulators.http import free_port
 from reaper import metrics
 from reaper.cli import main
 from reaper.metrics import PushedSweep, push_sweep, retire
 from reaper.model import Phase
-from reaper.records import SweepSummary, summary_of
-from reaper.sweep.deletes import PlanRef
+from reaper.records import PlanRef, SweepSummary, summary_of
 from reaper.sweep.overrides import Overrides
 from reaper.sweep.steps import Summary, SweepInput, summarize
 from tests.builders import D, M, inst, plan, settings
@@ -178,7 +178,7 @@ def test_a_group_the_retirement_cannot_delete_is_counted_in_the_sweeps_own_group
     (ReaperMetricsRetireFailing), and tries every other group all the same."""
     for scope in ("gone-a", "gone-b"):
         _group(pushgateway.url, {"target": "gce", "scope": scope})
-    real = metrics.delete_from_gateway
+    real = delete_from_gateway  # what reaper.metrics calls
 
     def refuse_gone_a(url: str, job: str, grouping_key: dict[str, str], timeout: float) -> None:
         if grouping_key.get("scope") == "gone-a":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from bson import Decimal128, Int64, ObjectId
@@ -28,7 +29,7 @@ OID = "65f1c0ffee0000000000abcd"
 NOW = time.time()
 
 
-def runs(mongo: tuple[MongoClient, str], keys: list[str], **config: object) -> dict[str, StoreState]:
+def runs(mongo: tuple[MongoClient, str], keys: list[str], **config: Any) -> dict[str, StoreState]:
     client, db = mongo
     answer = MongoRunStore(client, MongoRunStoreConfig(database=db, **config)).read(keys)
     return {key: run_state(key, answer, TERMINAL)[0] for key in keys}
@@ -126,7 +127,9 @@ def test_both_forms_cost_one_round_trip_per_batch(mongo_server, mongo) -> None:
         + [{"_id": k, "status": "failed"} for k in hexes[1::2]]
     )
     counter = FindCounter()
-    counted = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/", event_listeners=[counter])
+    counted: MongoClient[dict[str, Any]] = MongoClient(
+        f"mongodb://127.0.0.1:{mongo_server.port}/", event_listeners=[counter]
+    )
     answer = MongoRunStore(counted, MongoRunStoreConfig(database=db)).read(hexes + decimals)
     counted.close()
     # The store's proof (once per reader), then 2,000 keys in two batches, each key asked in two to four forms.
@@ -254,7 +257,7 @@ def counted(mongo_server) -> tuple[MongoClient, FindCounter]:
 
 
 # Each: what the config points at, what the server holds there, and what the reason says was found.
-WRONG_RUN_STORES = {
+WRONG_RUN_STORES: dict[str, tuple[dict[str, Any], list[dict[str, Any]] | None, str]] = {
     "typo in the database": ({"database": "itreion"}, None, "database 'itreion' has no collection 'runs'"),
     "missing collection": ({"collection": "runz"}, None, "has no collection 'runz'"),
     "empty collection": ({}, [], ".runs is empty"),
@@ -307,7 +310,9 @@ def test_the_right_run_store_proves_itself_once_per_reader(mongo_server, mongo) 
 
 def test_an_error_while_proving_is_unknown() -> None:
     daemon = start_secantusdb()
-    client = MongoClient(f"mongodb://127.0.0.1:{daemon.port}/", serverSelectionTimeoutMS=500)
+    client: MongoClient[dict[str, Any]] = MongoClient(
+        f"mongodb://127.0.0.1:{daemon.port}/", serverSelectionTimeoutMS=500
+    )
     client["iterion"]["runs"].insert_one({"_id": "r1", "status": "failed"})
     daemon.stop()
     answer = MongoRunStore(client, MongoRunStoreConfig()).read(["r1"])

@@ -11,6 +11,7 @@ import contextlib
 import socket
 import threading
 import time
+from datetime import timedelta
 from functools import partialmethod
 
 import nats
@@ -143,7 +144,7 @@ def test_a_key_template_that_matches_no_key_of_the_bucket_makes_every_lease_unkn
 @pytest.mark.parametrize("ops", [[], [("put", "r1"), ("delete", "r1")]], ids=["never written", "released"])
 def test_an_empty_bucket_is_a_complete_listing_of_nothing(nats_server, ops: list[tuple[str, str]]) -> None:
     asyncio.run(_apply(nats_server.port, ops))
-    answer = NatsLeases(url(nats_server.port), NatsLeaseConfig(timeout="2s")).read()
+    answer = NatsLeases(url(nats_server.port), NatsLeaseConfig(timeout=timedelta(seconds=2))).read()
     assert answer is not None and answer.complete and answer.known == {} and not answer.failed
 
 
@@ -158,7 +159,7 @@ async def _publish_odd(port: int) -> None:
 def test_a_key_whose_latest_operation_is_unexpected_is_unknown(nats_server) -> None:
     asyncio.run(_apply(nats_server.port, [("put", "r1"), ("put", "r2"), ("put", "r3")]))
     asyncio.run(_publish_odd(nats_server.port))
-    answer = NatsLeases(url(nats_server.port), NatsLeaseConfig(timeout="2s")).read()
+    answer = NatsLeases(url(nats_server.port), NatsLeaseConfig(timeout=timedelta(seconds=2))).read()
     states = {run: lease_state(run, answer, time.time(), 30) for run in ["r1", "r2", "r3", "r4"]}
     assert states == {
         "r1": LeaseState.HELD,
@@ -171,11 +172,11 @@ def test_a_key_whose_latest_operation_is_unexpected_is_unknown(nats_server) -> N
 def test_a_listing_cut_off_part_way_is_unknown_at_once(nats_server) -> None:
     """The lost connection is noticed when it happens, not when the listing's timeout runs out."""
     asyncio.run(_fill(nats_server.port, MANY))
-    assert len(NatsLeases(url(nats_server.port), NatsLeaseConfig(timeout="2s")).read().known) == MANY
+    assert len(NatsLeases(url(nats_server.port), NatsLeaseConfig(timeout=timedelta(seconds=2))).read().known) == MANY
     proxy = CuttingProxy(nats_server.port, limit=64 * 1024, stall=False)
     started = time.monotonic()
     try:
-        assert NatsLeases(url(proxy.port), NatsLeaseConfig(timeout="10s")).read() is None
+        assert NatsLeases(url(proxy.port), NatsLeaseConfig(timeout=timedelta(seconds=10))).read() is None
     finally:
         proxy.close()
     assert time.monotonic() - started < 5
@@ -185,7 +186,7 @@ def test_a_listing_stalled_part_way_is_unknown(nats_server) -> None:
     asyncio.run(_fill(nats_server.port, MANY))
     proxy = CuttingProxy(nats_server.port, limit=64 * 1024, stall=True)
     try:
-        assert NatsLeases(url(proxy.port), NatsLeaseConfig(timeout="1s")).read() is None
+        assert NatsLeases(url(proxy.port), NatsLeaseConfig(timeout=timedelta(seconds=1))).read() is None
     finally:
         proxy.close()
 
@@ -198,7 +199,7 @@ def test_a_listing_that_dropped_messages_is_unknown_at_once(nats_server, monkeyp
     asyncio.run(_fill(nats_server.port, MANY))
     monkeypatch.setattr(JetStreamContext, "subscribe", partialmethod(JetStreamContext.subscribe, pending_msgs_limit=4))
     started = time.monotonic()
-    assert NatsLeases(url(nats_server.port), NatsLeaseConfig(timeout="10s")).read() is None
+    assert NatsLeases(url(nats_server.port), NatsLeaseConfig(timeout=timedelta(seconds=10))).read() is None
     assert time.monotonic() - started < 5
 
 
@@ -226,7 +227,7 @@ def test_a_consumer_info_that_overtakes_the_keys_does_not_empty_the_listing(nats
         held_back.append(asyncio.ensure_future(deliver()))
 
     monkeypatch.setattr(Client, "_process_msg", late)
-    answer = NatsLeases(url(nats_server.port), NatsLeaseConfig(timeout="2s")).read()
+    answer = NatsLeases(url(nats_server.port), NatsLeaseConfig(timeout=timedelta(seconds=2))).read()
     assert answer is not None and set(answer.known) == {"r1", "r2"}
 
 
@@ -234,7 +235,7 @@ def test_one_run_is_read_alone_with_the_same_rules(nats_server) -> None:
     # The re-read right before a run's delete: only its key, held, released or never written.
     ops = [("put", "r-held"), ("put", "r-released"), ("put", "other"), ("delete", "r-released")]
     asyncio.run(_apply(nats_server.port, ops))
-    leases = NatsLeases(url(nats_server.port), NatsLeaseConfig(timeout="2s"))
+    leases = NatsLeases(url(nats_server.port), NatsLeaseConfig(timeout=timedelta(seconds=2)))
     now = time.time()
     assert lease_state("r-held", leases.read_one(["r-held"]), now, 30) is LeaseState.HELD
     assert lease_state("r-released", leases.read_one(["r-released"]), now, 30) is LeaseState.ABSENT

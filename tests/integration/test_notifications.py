@@ -4,6 +4,7 @@ hangs. Whatever the mail server does, ``record`` ends as the sweep did and count
 
 from __future__ import annotations
 
+import builtins
 import email
 import html
 import json
@@ -27,6 +28,7 @@ from reaper.config import LedgerConfig, Settings
 from reaper.fence import SendGuard
 from reaper.ledger import Ledger
 from reaper.model import Evidence, GceInstance, Outcome, Phase, Resolved, Resource, ScopeListing, WriterRecord
+from reaper.records import Notices, Sent
 from reaper.retry import Stop
 from reaper.sweep import notices, steps
 from reaper.sweep.targets import GceTarget
@@ -101,10 +103,10 @@ class Fleet(GceTarget):
     def list(self, scopes: list[str], stop: Stop | None = None) -> list[ScopeListing]:
         return [ScopeListing("gce", s, [i for i in self.fleet if i.project == s], 1) for s in scopes]
 
-    def evidence(self, resources: list[Resource], incomplete: list[str]) -> Evidence:
+    def evidence(self, resources: builtins.list[Resource], incomplete: builtins.list[str]) -> Evidence:
         return Evidence(writer_health=[WriterRecord(f"mgr-{p}", p, time.time() - 60, False) for p in ("p1", "p2")])
 
-    def delete(self, resources: list[Resource], guard: SendGuard) -> list[Outcome]:
+    def delete(self, resources: builtins.list[GceInstance], guard: SendGuard) -> builtins.list[Outcome]:
         outcomes = []
         for r in resources:
             assert guard.before_send(r) is None
@@ -169,9 +171,10 @@ def record(s: Execution, planned: steps.Planned, branch: steps.Branch, results, 
     return done
 
 
-def notified(ledger: Ledger) -> dict[str, object]:
+def notified(ledger: Ledger) -> Notices:
     (summary,) = ledger.summaries()
-    return summary.notifications  # type: ignore[return-value]  # UNSET when none: then the test fails on it
+    assert isinstance(summary.notifications, Notices), summary.notifications
+    return summary.notifications
 
 
 def test_a_sweep_mails_its_held_scope_its_failed_delete_and_its_digest_once(
@@ -198,10 +201,11 @@ def test_a_sweep_mails_its_held_scope_its_failed_delete_and_its_digest_once(
     digest = mails["[reaper] gce: 1 resource deleted"]
     assert "- p2 instance us-east1-b/vm-p2-gone: heartbeat 1 d old, quarantine 4 h (deleted " in digest
     assert FAILING not in digest and "By scope: p2 1." in digest
-    assert {k: v for k, v in notified(ledger).items() if k != "notices"} == {"sent": 3, "failed": 0}
+    told = notified(ledger)
+    assert (told.sent, told.failed, told.error) == (3, 0, msgspec.UNSET)
     # A retried record: what the first try told is in the channel's state, so nothing is told twice.
     record(s, planned, branch, results, lease)
-    assert len(smtp.mails) == 3 and notified(ledger)["sent"] == 3
+    assert len(smtp.mails) == 3 and notified(ledger).sent == 3
 
 
 def test_a_dry_run_tells_nobody(tmp_path: Path, smtp: Mailbox, ledger) -> None:
@@ -217,10 +221,8 @@ def test_a_refused_mail_fails_no_sweep_and_is_sent_by_the_next_one(tmp_path: Pat
     planned, branch, results, lease = run(s)
     assert record(s, planned, branch, results, lease)["outcomes"] == {"deleted": 1, "failed": 1}
     told = notified(ledger)
-    assert (told["sent"], told["failed"], smtp.mails) == (0, 1, [])
-    assert told["notices"] == [
-        {"channel": f"smtp:{CONN}:{','.join(OWNERS)}", "event": "held", "ok": False, "error": "SMTPRecipientsRefused"}
-    ]
+    assert (told.sent, told.failed, smtp.mails) == (0, 1, [])
+    assert told.notices == [Sent(f"smtp:{CONN}:{','.join(OWNERS)}", "held", False, "SMTPRecipientsRefused")]
     assert ledger.notice_state(f"gce/smtp:{CONN}:{','.join(OWNERS)}") is None  # untold: the next sweep tells it
     smtp.refuse = False
     again = sweep(tmp_path / "2", ledger, run="scheduled__2", events=["held"])
@@ -236,8 +238,8 @@ def test_a_mail_server_that_is_down_or_hangs_costs_the_sweep_at_most_the_timeout
     planned, branch, results, lease = run(s)
     assert record(s, planned, branch, results, lease)["outcomes"] == {"deleted": 1, "failed": 1}
     told = notified(ledger)
-    assert (told["sent"], told["failed"]) == (0, 3)
-    assert {n["error"] for n in told["notices"]} == {"ConnectionRefusedError: [Errno 111] Connection refused"}
+    assert (told.sent, told.failed) == (0, 3)
+    assert {n.error for n in told.notices or []} == {"ConnectionRefusedError: [Errno 111] Connection refused"}
     with socket.create_server(("127.0.0.1", 0)) as mute:  # accepts, and never says a word
         connect(monkeypatch, mute.getsockname()[1], timeout=30)
         s = sweep(tmp_path / "2", ledger, run="scheduled__2", timeout="1s")
@@ -246,8 +248,8 @@ def test_a_mail_server_that_is_down_or_hangs_costs_the_sweep_at_most_the_timeout
         record(s, planned, branch, results, lease)
         assert time.monotonic() - began < 5
     latest = ledger.summaries()[0].notifications
-    assert latest is not msgspec.UNSET
-    assert latest["failed"] == 3 and all(n["error"].startswith("not sent within 1s") for n in latest["notices"])
+    assert isinstance(latest, Notices)
+    assert latest.failed == 3 and all(n.error.startswith("not sent within 1s") for n in latest.notices or [])
 
 
 def test_the_daily_digest_lists_what_the_last_window_deleted_once(tmp_path: Path, smtp: Mailbox, ledger) -> None:
@@ -297,7 +299,7 @@ def test_slack_and_its_webhooks_get_the_notice_as_a_code_block(tmp_path: Path, m
     hook = {"conn_type": "slackwebhook", "password": "T0/B0/secret", "host": f"{base}/services"}
     monkeypatch.setenv("AIRFLOW_CONN_REAPER_SLACK", json.dumps(api))
     monkeypatch.setenv("AIRFLOW_CONN_REAPER_HOOK", json.dumps(hook))
-    channels = [
+    channels: list[dict[str, object]] = [
         {"kind": "slack", "conn_id": "reaper_slack", "channel": "#ci-owners", "events": ["held"]},
         {"kind": "slack_webhook", "conn_id": "reaper_hook", "events": ["held"]},
     ]
@@ -307,7 +309,7 @@ def test_slack_and_its_webhooks_get_the_notice_as_a_code_block(tmp_path: Path, m
         record(s, planned, branch, results, lease)
     finally:
         server.shutdown()
-    assert notified(ledger)["sent"] == 2
+    assert notified(ledger).sent == 2
     (api_path, posted), (hook_path, hooked) = sorted(SlackApi.posts, key=lambda p: p[0])
     assert (api_path, posted["channel"], posted["unfurl_links"]) == ("/api/chat.postMessage", "#ci-owners", False)
     assert hook_path == "/services/T0/B0/secret" and hooked["text"] == posted["text"]

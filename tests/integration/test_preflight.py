@@ -13,6 +13,7 @@ import io
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -36,7 +37,7 @@ def world(gce, kube, mongo_server, nats_server, postgres, pushgateway, monkeypat
     prom = FakePrometheus()
     now = time.time()
     prom.answer(vector(series("mgr-a", "ci-a", str(now - 60), now)), vector(series("mgr-a", "ci-a", "0", now)))
-    mongo = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")
+    mongo: MongoClient[dict[str, Any]] = MongoClient(f"mongodb://127.0.0.1:{mongo_server.port}/")
     runs_db = f"iterion_{tmp_path.name[-12:].replace('-', '_')}"  # this test's own run store
     mongo[runs_db]["runs"].insert_one({"_id": "run-1", "status": "succeeded"})
     asyncio.run(put_leases(f"nats://127.0.0.1:{nats_server.port}", ["run-2"]))
@@ -51,8 +52,8 @@ def world(gce, kube, mongo_server, nats_server, postgres, pushgateway, monkeypat
         "KUBE_PRE": {"conn_type": "kubernetes", "extra": {"kube_config": json.dumps(emulator.kubeconfig())}},
         "NATS_DEFAULT": {"conn_type": "generic", "host": "127.0.0.1", "port": nats_server.port},
     }
-    for name, conn in connections.items():
-        monkeypatch.setenv(f"AIRFLOW_CONN_{name}", json.dumps(conn))
+    for name, connection in connections.items():
+        monkeypatch.setenv(f"AIRFLOW_CONN_{name}", json.dumps(connection))
     monkeypatch.setenv("AIRFLOW_CONN_POSTGRES_DEFAULT", postgres)
     config = {
         "gce": {"projects": [NUMBER], "writer_health": {"prometheus_url": prom.url}},

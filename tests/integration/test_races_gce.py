@@ -20,6 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -78,7 +79,7 @@ def recreate(fleet: Fleet) -> None:
     add_instance(fleet, "p", ZONE, VICTIM, heartbeat_age=10, instance_id=777777)
 
 
-def _relabel(fleet: Fleet, change: Callable[[dict[str, str]], None]) -> None:
+def _relabel(fleet: Fleet, change: Callable[[dict[str, str]], object]) -> None:
     with fleet.lock:
         inst = fleet.projects["p"][ZONE][VICTIM]
         labels = dict(inst["labels"])
@@ -323,8 +324,10 @@ def test_losing_the_ledger_mid_batch_stops_every_send_and_the_retry_finishes(gce
     port = daemon.port
     from pymongo import MongoClient
 
-    client = MongoClient(f"mongodb://127.0.0.1:{port}/", serverSelectionTimeoutMS=1000, socketTimeoutMS=1000)
-    ledger = Ledger(client, LedgerConfig(database="reaper", timeout="1s"))
+    client: MongoClient[dict[str, Any]] = MongoClient(
+        f"mongodb://127.0.0.1:{port}/", serverSelectionTimeoutMS=1000, socketTimeoutMS=1000
+    )
+    ledger = Ledger(client, LedgerConfig(database="reaper", timeout=timedelta(seconds=1)))
     ledger.ensure_indexes()
     cfg = config()
     target = GceTarget(cfg)

@@ -24,6 +24,7 @@ import signal
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any, NoReturn, cast
 
 import pytest
 from pymongo import MongoClient
@@ -33,7 +34,7 @@ from include.emulators.k8s import Cluster
 from reaper.config import LedgerConfig, Settings, parse_settings
 from reaper.k8s.inventory import list_cluster
 from reaper.ledger import Ledger
-from reaper.model import Phase
+from reaper.model import K8sObject, Phase
 from reaper.policy import evaluate
 from reaper.stores.mongo import MongoRunStore
 from reaper.stores.nats import NatsLeases
@@ -84,7 +85,7 @@ class World:
 
     def target(self) -> K8sTarget:
         target = K8sTarget(self.config)
-        target.api_for = lambda _: self.api  # type: ignore[method-assign]  # the test's stub in place of the method
+        target.api_for = lambda cluster: self.api  # type: ignore[method-assign]  # the test's stub in place of the method
         target.__dict__["_lease_source"] = NatsLeases(self.nats_url, self.config.k8s.nats_leases)
         target.__dict__["runs"] = MongoRunStore(self.mongo, self.config.k8s.mongo_run_store).read
         return target
@@ -95,20 +96,20 @@ class World:
             return {
                 KINDS[res]: obj
                 for (res, _, _), obj in self.cluster.objects.items()
-                if obj["metadata"]["labels"].get("iterion.io/run-id") == VICTIM  # type: ignore[index]  # JSON data typed object: its shape is this code's own
+                if obj["metadata"]["labels"].get("iterion.io/run-id") == VICTIM
             }
 
 
 # --- the mutations: each makes the victim's run live, changed or opted out (or simply gone) ------------
 
 
-def _relabel(world: World, resource: str, name: str, change: Callable[[dict[str, str]], None]) -> None:
+def _relabel(world: World, resource: str, name: str, change: Callable[[dict[str, str]], object]) -> None:
     with world.cluster.lock:
         meta = world.cluster.objects[(resource, "ci", name)]["metadata"]
-        labels = dict(meta["labels"])  # type: ignore[index]  # JSON data typed object: its shape is this code's own
+        labels = dict(meta["labels"])
         change(labels)
-        meta["labels"] = labels  # type: ignore[index]  # JSON data typed object: its shape is this code's own
-        meta["resourceVersion"] = world.cluster._version()  # type: ignore[index]  # JSON data typed object: its shape is this code's own
+        meta["labels"] = labels
+        meta["resourceVersion"] = world.cluster._version()
 
 
 def recreate_pod(world: World) -> None:
@@ -180,7 +181,8 @@ def plan_batches(world: World, target: K8sTarget, mutate: Callable[[], None], po
     listing = list_cluster(world.api, "c1", MANAGED, fast_backoff(), 10, namespaces=world.config.k8s.namespaces)
     if point == "after_listing":
         mutate()
-    evidence = target.evidence(listing.resources, [])
+    # A cluster's listing holds only its objects.
+    evidence = target.evidence(cast("list[K8sObject]", listing.resources), [])
     plan = evaluate(listing.resources, evidence, world.config, Phase.ENFORCEMENT, datetime.now(UTC))
     if point == "after_evaluation":
         mutate()
@@ -197,10 +199,10 @@ def first_try_then_killed(world_args: tuple, batch: list[dict], token: str, q) -
 
     kubeconfig, nats_url, mongo_port, db = world_args
     cfg = config(db)
-    mongo = MongoClient(f"mongodb://127.0.0.1:{mongo_port}/")
+    mongo: MongoClient[dict[str, Any]] = MongoClient(f"mongodb://127.0.0.1:{mongo_port}/")
     api = kconfig.new_client_from_config_dict(kubeconfig)
     target = K8sTarget(cfg)
-    target.api_for = lambda _: api  # type: ignore[method-assign]  # the test's stub in place of the method
+    target.api_for = lambda cluster: api  # type: ignore[method-assign]  # the test's stub in place of the method
     target.__dict__["_lease_source"] = NatsLeases(nats_url, cfg.k8s.nats_leases)
     target.__dict__["runs"] = MongoRunStore(mongo, cfg.k8s.mongo_run_store).read
     q.put(os.getpid())
@@ -341,7 +343,7 @@ def test_with_named_namespaces_nothing_changed_live_or_opted_out_is_deleted(
     w, emulator, mongo_port = named_world
     fired: list[str] = []
     change = MUTATIONS[mutation]
-    monkeypatch.setitem(MUTATIONS, mutation, lambda world: (fired.append(mutation), change(world)))
+    monkeypatch.setitem(MUTATIONS, mutation, lambda world: (fired.append(mutation), change(world)))  # type: ignore[func-returns-value]  # append returns None: the lambda records, then mutates
     run_sweep(w, emulator, mongo_port, point, mutation)
     assert fired, f"{point}: the world never changed, so the sweep proves nothing"
     assert_invariant(w, point, mutation)
@@ -387,7 +389,7 @@ def test_a_retry_never_finishes_a_run_an_earlier_try_stopped(world) -> None:
     assert set(w.victim()) == {"Pod", "Secret", "NetworkPolicy"} and w.cluster.deletes == []
 
 
-def _fail() -> None:
+def _fail() -> NoReturn:
     raise ApiError(500, "InternalError", "etcd leader changed")
 
 
@@ -442,7 +444,7 @@ def test_a_lease_taken_again_while_the_pod_terminates_keeps_the_rest_of_the_run(
     victim = plan_batches(w, target, lambda: None, "none")[-1]
     lease = w.ledger.sweep_lease.acquire("k8s", HOLDER, timedelta(minutes=10))
     pod = f"sandbox-{VICTIM}"
-    w.cluster.on("after", "delete", lambda args: args[1] == "pods" and args[2] == pod and reacquire_lease(w))
+    w.cluster.on("after", "delete", lambda args: args[1] == "pods" and args[2] == pod and reacquire_lease(w))  # type: ignore[func-returns-value]  # the hook runs it for its effect, its value is dropped
     assert delete_batch(w.ledger, target, SendTerms(IDS, HOLDER, str(lease["token"]), None), victim) == {
         "deleted": 1,
         "changed_since_plan": 3,

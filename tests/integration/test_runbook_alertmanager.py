@@ -9,6 +9,7 @@ import shlex
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -48,7 +49,7 @@ def _fire(url: str, *alerts: dict[str, str]) -> None:
     requests.post(f"{url}/api/v2/alerts", json=body, timeout=5).raise_for_status()
 
 
-def _alerts(url: str) -> list[dict[str, object]]:
+def _alerts(url: str) -> list[dict[str, Any]]:
     return requests.get(f"{url}/api/v2/alerts", timeout=5).json()
 
 

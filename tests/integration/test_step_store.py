@@ -7,7 +7,8 @@ store must never answer for a key it did not match by value, nor match one it sh
 from __future__ import annotations
 
 import logging
-from typing import ClassVar
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 import psycopg
 import pytest
@@ -18,7 +19,7 @@ from reaper.stores.postgres import PostgresStepStore
 COLUMNS = {"run_id": "text", "step": "text", "attempt": "integer", "status": "text", "results": "jsonb"}
 
 
-def make_table(dsn: str, rows: list[tuple[object, ...]], **types: str | None) -> None:
+def make_table(dsn: str, rows: Sequence[tuple[object, ...]], **types: str | None) -> None:
     """A ``step_runs`` table with the default columns, ``types`` overriding (``None`` drops a column)."""
     columns = {**COLUMNS, **types}
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -27,7 +28,7 @@ def make_table(dsn: str, rows: list[tuple[object, ...]], **types: str | None) ->
             conn.execute(f"INSERT INTO step_runs VALUES ({', '.join(['%s'] * len(row))})", row)
 
 
-def store(dsn: str, **config: object) -> PostgresStepStore:
+def store(dsn: str, **config: Any) -> PostgresStepStore:
     return PostgresStepStore(lambda: psycopg.connect(dsn), PostgresStepStoreConfig(**config))
 
 

@@ -15,7 +15,9 @@ import logging
 import re
 import traceback
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
+from typing import Any, cast
 from urllib.parse import quote, urlsplit
 
 import nats
@@ -58,7 +60,10 @@ def secured_mongo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     storage = tmp_path_factory.mktemp("secured-mongo")
     setup = start_secantusdb(storage=storage)
     port = setup.port
-    with MongoClient(f"mongodb://127.0.0.1:{port}/", serverSelectionTimeoutMS=3000) as client:
+    assert port is not None
+    with cast(
+        "MongoClient[dict[str, Any]]", MongoClient(f"mongodb://127.0.0.1:{port}/", serverSelectionTimeoutMS=3000)
+    ) as client:
         client["iterion"].command("createUser", "reaper", pwd=PASSWORD, roles=[{"role": "read", "db": "iterion"}])
         client["iterion"]["runs"].insert_one({"_id": "r1", "status": "failed"})
     setup.stop()
@@ -191,7 +196,7 @@ def test_nats_login_and_password_are_connect_arguments(monkeypatch, caplog, secu
     assert (options.user, options.password, options.token) == ("reaper", PASSWORD, None)
     assert options.servers == (f"nats://127.0.0.1:{secured_nats.port}",)
     assert_no_secret(repr(options), str(options))
-    assert set(NatsLeases(options, NatsLeaseConfig(timeout="2s")).read().known) == {"r1", "r2"}
+    assert set(NatsLeases(options, NatsLeaseConfig(timeout=timedelta(seconds=2))).read().known) == {"r1", "r2"}
     assert_logs_clean(caplog)
 
 
@@ -204,7 +209,7 @@ def test_a_nats_token_is_a_connect_argument(monkeypatch, caplog, secured_nats, f
     _conn(monkeypatch, "nats_token", conn_type="generic", host="127.0.0.1", port=secured_nats.port, **fields)
     options = nats_options("nats_token")
     assert (options.user, options.password, options.token) == (None, None, PASSWORD)
-    assert set(NatsLeases(options, NatsLeaseConfig(timeout="2s")).read().known) == {"r1"}
+    assert set(NatsLeases(options, NatsLeaseConfig(timeout=timedelta(seconds=2))).read().known) == {"r1"}
     assert_logs_clean(caplog)
 
 
@@ -216,7 +221,7 @@ def test_nats_credentials_in_a_host_url_are_taken_out_of_it(monkeypatch, caplog,
     options = nats_options("nats_url")
     assert options.servers == (f"nats://127.0.0.1:{secured_nats.port}",)
     assert (options.user, options.password) == ("reaper", PASSWORD)
-    assert set(NatsLeases(options, NatsLeaseConfig(timeout="2s")).read().known) == {"r1"}
+    assert set(NatsLeases(options, NatsLeaseConfig(timeout=timedelta(seconds=2))).read().known) == {"r1"}
     assert_logs_clean(caplog)
 
 
@@ -226,7 +231,7 @@ def test_a_refused_or_unreachable_nats_is_unknown_and_leaks_nothing(monkeypatch,
     port = secured_nats.port if where == "wrong password" else free_port()
     password = WRONG if where == "wrong password" else PASSWORD
     _conn(monkeypatch, "nats_auth", conn_type="generic", host="127.0.0.1", port=port, login="reaper", password=password)
-    assert NatsLeases(nats_options("nats_auth"), NatsLeaseConfig(timeout="1s")).read() is None
+    assert NatsLeases(nats_options("nats_auth"), NatsLeaseConfig(timeout=timedelta(seconds=1))).read() is None
     assert any("every lease unknown" in r.getMessage() for r in caplog.records)
     assert_logs_clean(caplog)
 
