@@ -225,6 +225,40 @@ def test_no_send_after_the_approval_expires_and_a_retry_after_it_keeps_the_first
     assert {uid for (_, uid), r in ledger.outcomes(ids).items() if r["result"] == "deleted"} == deleted
 
 
+def test_a_revocation_during_a_batch_stops_its_sends_from_the_next_lease_read_on(tmp_path, ledger) -> None:
+    """The operator revokes while a batch of the approval's run is sending: the send under way may finish, and
+    every later one is refused with the revocation, read with the sweep lease (one find per commit cycle)."""
+    from reaper.approvals import revoke
+    from reaper.model import Outcome
+    from reaper.vocabulary import Result
+
+    fleet = held_fleet()
+    plan_through(run(tmp_path, ledger, fleet, "manual__1"))
+    approval = approve_held(ledger, "manual__1")
+    s = run(tmp_path, ledger, fleet, "manual__2")
+    batch = plan_holding_the_lease(s, {"approval": approval}).batches[0]
+    assert len(batch.resources) == 4
+    lease = steps.Lease(s.ids.holder, batch.plan.token, time.time() + 600)
+    refusals: list[str] = []
+
+    def revoking_delete(resources, guard):
+        out = []
+        for r in resources:
+            why = guard.before_send(r)  # the lease, read in a commit cycle after this call, then the intent
+            out.append(Outcome(r, Result.NOT_ATTEMPTED, why) if why else Outcome(r, "deleted"))
+            refusals.extend([why] if why else [])
+            guard.record(r, out[-1].result, out[-1].detail)
+            if not why and len(out) == 1:  # the first delete went out: the operator revokes now
+                revoke(ledger, approval, "bob", "reviewed the wrong sweep", time.time())
+        return out
+
+    object.__setattr__(s.target, "delete", revoking_delete)
+    done = steps.delete(s, batch, lease, None)
+    assert done.outcomes == {"deleted": 1, "not_attempted": 3}
+    assert refusals and all("approval is revoked by bob: reviewed the wrong sweep" in why for why in refusals)
+    steps.release_lease(s)
+
+
 def test_a_revoked_approval_is_claimed_by_no_run_and_a_run_using_it_starts_no_batch_after(tmp_path, ledger) -> None:
     """An operator who approved the wrong set revokes it (reaper revoke): a run triggered with it fails before it
     records a decision, and a run that claimed it before the revocation sends nothing from its next batch on."""

@@ -132,12 +132,15 @@ class LedgerLike(Protocol):
 @dataclass(frozen=True)
 class SendTerms:
     """The terms one delete task sends under, which its :class:`reaper.fence.SendGuard` enforces: its execution's
-    ids, the sweep lease it holds, its deadline."""
+    ids, the sweep lease it holds, its deadline; ``withdrawn``: under an approval, why it stands no more (revoked,
+    gone) or empty, read with the lease in every group commit cycle, so a revocation stops the batch's sends
+    from the next one on."""
 
     ids: dict[str, object]  # dag_id, run_id, execution
     holder: str
     token: str
     deadline: float | None
+    withdrawn: Callable[[], str] | None = None
 
 
 class SweepHalted(Exception):
@@ -188,9 +191,16 @@ def delete_batch(
         kinds = ", ".join(sorted({str(r["kind"]) for r in records})) or "sweep lease"
         guard.halt(f"ledger: {kinds} not {'recorded' if records else 'read'} ({type(exc).__name__})")
 
+    def lease_problem() -> str | None:
+        """Why this task may send no more: its sweep lease, then the approval it sends under."""
+        problem = ledger.sweep_lease.lease_problem(target.name, terms.holder, terms.token)
+        if problem is None and terms.withdrawn is not None and (why := terms.withdrawn()):
+            return f"the approval is {why}: nothing more is sent"
+        return problem
+
     commits = GroupCommit(
         ledger.write,
-        lambda: ledger.sweep_lease.lease_problem(target.name, terms.holder, terms.token),
+        lease_problem,
         key=lambda record: tuple(record.get(f) for f in RECORD_KEY),
         failed=failed,
         interval=pace.commit_interval.total_seconds(),

@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 import msgspec
@@ -704,15 +705,17 @@ def delete(sweep: Execution, batch: Batch[Resource], lease: Lease, started: date
     ids = sweep.under(lease).fields()
     # Under an approval, what is deleted is exactly what was approved, to the last label (docs/design.md §6: the
     # policy planned only approved items in their approved state, and every re-read requires the planned state), and
-    # nothing after its expiry or its revocation: the guard's deadline, so every send and re-read stops there, a
-    # batch begun after it sends nothing, and a retried one leaves an earlier try's outcomes as they are.
+    # nothing after its expiry or its revocation. The expiry is the guard's deadline, so every send and re-read stops
+    # there, a batch begun after it sends nothing, and a retried one leaves an earlier try's outcomes as they are. A
+    # revocation is read before the batch (then it sends nothing) and with the lease in every cycle of its commits.
     target, ledger = sweep.target, sweep.ledger()
     expires = batch.approval_expires if batch.approval else None
-    if batch.approval and (why := approved.withdrawn(batch.approval, ledger)):
+    withdrawn = partial(approved.withdrawn, batch.approval, ledger) if batch.approval else None
+    if withdrawn is not None and (why := withdrawn()):
         log.warning("approval %s is %s: this batch sends nothing", batch.approval, why)
         expires = 0.0  # long past: the batch records its deletes as left
     deadline = send_deadline(config, target.name, lease.expires_at, started, expires)
-    terms = SendTerms(ids, sweep.ids.holder, lease.token, deadline)
+    terms = SendTerms(ids, sweep.ids.holder, lease.token, deadline, withdrawn)
     try:
         outcomes = delete_batch(ledger, target, terms, batch.resources, sweep.config.ledger)
     finally:
