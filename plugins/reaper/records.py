@@ -12,8 +12,9 @@ as a full summary always has): :func:`document` encodes a record, and a document
 existed still decodes, the field at its default. A key that only some documents carry is ``UNSET`` when
 absent (never written), or a default that ``omit_defaults`` leaves out where the writer never wrote it.
 
-This module imports nothing of the reaper's but :mod:`reaper.model` and :mod:`reaper.vocabulary`: the writers
-(the sweep's steps and deletes), the ledger and its readers (metrics, the report) all read it.
+This module imports nothing of the reaper's but :mod:`reaper.model`, :mod:`reaper.vocabulary` and
+:mod:`reaper.approvals` (an approved item's fields): the writers (the sweep's steps and deletes), the ledger and
+its readers (metrics, the report) all read it.
 """
 
 from __future__ import annotations
@@ -274,14 +275,15 @@ class Census(msgspec.Struct, frozen=True):
 class OverrideRecord(msgspec.Struct, kw_only=True, frozen=True):
     """A manual trigger's override (docs/design.md §6): who asked, why, and what it lifts. ``scopes``: the scopes
     whose budget hold a budget override lifts (summaries written before they were recorded lack them);
-    ``max_deletions``: a raised cap; ``applied``: False, and ``why``, for a cleared or re-run run."""
+    ``max_deletions``: a raised cap; ``applied``: False, and ``why``, for a cleared or re-run run. What a record
+    lacks stays ``UNSET``, so the sweep page shows a record as written, never a default it did not say."""
 
     reason: str = ""
     user: str = ""
-    budget: bool = False
+    budget: bool | UnsetType = UNSET  # the writer always sets it; records before the raised cap existed lack it
     scopes: list[str] | UnsetType = UNSET
     max_deletions: int | UnsetType = UNSET
-    applied: bool = True
+    applied: bool | UnsetType = UNSET  # likewise; the first records lack it (an override then always applied)
     why: str | UnsetType = UNSET
 
     @property

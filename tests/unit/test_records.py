@@ -240,3 +240,21 @@ def test_a_summarys_override_gate_approval_and_notices_are_the_documents_the_dic
     assert first.phase_gate and first.phase_gate.confirmed is False and first.phase_gate.reason is msgspec.UNSET
     assert first.approval and first.approval.results[0].state == "deleted" and first.approval.from_run == "scheduled__1"
     assert first.notifications and [n.ok for n in first.notifications.notices or []] == [False, True]
+
+
+def test_the_override_writer_gives_the_documents_the_dict_writer_gave_and_the_page_shows_only_what_one_says() -> None:
+    """``run_overrides`` for a budget override with a raised cap, and for the same on a re-run, key for key as the
+    dict writer wrote them; an override written before ``budget`` and ``applied`` existed is shown as written."""
+    from reaper.report.views import summary_facts
+    from reaper.sweep.overrides import run_overrides
+
+    asked = {"override_budget": True, "override_reason": "INC-7", "override_scopes": ["p1"], "max_deletions": 900}
+    first = run_overrides(asked, steps.Ids(**IDS), "sre", rerun=False, configured=500, target="gce")
+    again = run_overrides(asked, steps.Ids(**IDS), "sre", rerun=True, configured=500, target="gce")
+    head = {"reason": "INC-7", "user": "sre", "budget": True, "scopes": ["p1"], "max_deletions": 900}
+    why = "the run was cleared or re-run: an override applies to its first execution only"
+    assert same_bytes(msgspec.to_builtins(first.record), {**head, "applied": True})
+    assert same_bytes(msgspec.to_builtins(again.record), {**head, "applied": False, "why": why})
+    old = summary_of({**IDS, "target": "gce", "override": {"reason": "INC-1", "user": "sre"}, "state": "success"})
+    assert msgspec.to_builtins(old.override) == {"reason": "INC-1", "user": "sre"}  # no budget or applied made up
+    assert "<dt>override</dt><dd>reason: INC-1; user: sre</dd>" in summary_facts(old, None)

@@ -39,7 +39,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from include.emulators.http import ApiError
 
@@ -68,7 +68,13 @@ DOCUMENTED_LIMIT = 1500  # requests per minute per project, in each group
 MINUTE = 60.0
 
 
-def caller(headers: Mapping[str, str]) -> str:
+class Headers(Protocol):
+    """A request's headers: ``http.server``'s message, whose lookup ignores case, as HTTP's does."""
+
+    def get(self, name: str) -> str | None: ...
+
+
+def caller(headers: Headers) -> str:
     """Who sent a request: the first product's name in ``x-goog-api-client``, else in ``User-Agent``."""
     for header in ("x-goog-api-client", "User-Agent"):
         tokens = (headers.get(header) or "").split()

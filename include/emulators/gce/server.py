@@ -131,7 +131,7 @@ class GceHandler(Handler):
     def admit(self, kind: str, args: tuple[str, ...]) -> None:
         """The project's rate quota for the request's group (every API path starts with its project)."""
         if args:
-            self.state.quotas.admit(kind, args[0], caller(dict(self.headers)), self.state.number(args[0]))
+            self.state.quotas.admit(kind, args[0], caller(self.headers), self.state.number(args[0]))
 
     def render(self, kind: str, body: object, query: dict[str, list[str]]) -> bytes:
         """Partial responses: the ``X-Goog-FieldMask`` header or ``fields`` parameter, as the real API."""

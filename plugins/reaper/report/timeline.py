@@ -59,14 +59,14 @@ def marks(summary: SweepSummary, scope: str | None) -> tuple[str, ...]:
             found.append(f"hold {hold} on {verdict.scope}{blocks}{sides}")
     override = summary.override
     if override:
-        applied = "" if override.applied else " (not applied)"
+        applied = " (not applied)" if override.applied is False else ""  # the first records lack it: applied
         lifted = override.scopes  # the scopes whose budget hold it lifts (none recorded before they were)
         on = f" on {', '.join(lifted)}" if lifted else ""
-        found.append(f"override by {override.user or '?'}{on}: {override.reason}{applied}")
+        found.append(f"override by {override.user}{on}: {override.reason}{applied}")
     gate = summary.phase_gate
     if gate:
         if gate.confirmed:
-            found.append(f"phase {gate.phase} confirmed by {gate.user or '?'}: {gate.reason or ''}")
+            found.append(f"phase {gate.phase} confirmed by {gate.user}: {gate.reason or ''}")
         else:
             found.append(f"what-if of {gate.phase} (active phase {gate.active}): deleted nothing")
     for target, planned in (summary.capped or {}).items():

@@ -38,7 +38,7 @@ class Overrides:
     def stamp(self, target: str, scope: str) -> OverrideRecord | None:
         """The override record a decision in ``scope`` carries, if it was made under an applied override:
         a raised cap is global and covers every scope, a budget override the scopes it names."""
-        if not self.record or not self.record.applied:
+        if not self.record or self.record.applied is not True:
             return None
         if self.record.raises_cap or (self.budget is not None and self.budget.lifts(target, scope)):
             return self.record
