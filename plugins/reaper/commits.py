@@ -49,10 +49,11 @@ class Pending(Generic[T]):
         return self._value
 
 
-def wait_bound(ledger_timeout: float, interval: float) -> float:
+def wait_bound(ledger_timeout: float, interval: float, reads: int = 1) -> float:
     """How long a record or a lease check may wait with every ledger call within ``ledger_timeout``: the cycle in
-    progress when it came, then the interval and its own cycle, each cycle a write and a lease read."""
-    return 4 * ledger_timeout + interval
+    progress when it came, then the interval and its own cycle, each cycle a write and the lease's ``reads``
+    (the sweep lease; under an approval, the approval too)."""
+    return 2 * (1 + reads) * ledger_timeout + interval
 
 
 class GroupCommit:

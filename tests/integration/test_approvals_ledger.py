@@ -208,7 +208,7 @@ def test_no_send_after_the_approval_expires_and_a_retry_after_it_keeps_the_first
         out = []
         for r in resources:
             time.sleep(0.3)
-            why = guard.before_send(r)
+            why = guard.before_send(r) or guard.ready(r)
             out.append(Outcome(r, Result.NOT_ATTEMPTED, why) if why else Outcome(r, "deleted"))
             if not why:
                 sent_at.append(time.time())
@@ -225,9 +225,19 @@ def test_no_send_after_the_approval_expires_and_a_retry_after_it_keeps_the_first
     assert {uid for (_, uid), r in ledger.outcomes(ids).items() if r["result"] == "deleted"} == deleted
 
 
-def test_a_revocation_during_a_batch_stops_its_sends_from_the_next_lease_read_on(tmp_path, ledger) -> None:
+@pytest.mark.parametrize(
+    ("withdraw", "said"),
+    [
+        ("revoke", "approval is revoked by bob: reviewed the wrong sweep"),
+        ("edit by hand", "approval is unreadable in the ledger"),  # {revoked: true}: nothing proves it stands
+    ],
+)
+def test_a_revocation_during_a_batch_stops_its_sends_from_the_next_lease_read_on(
+    tmp_path, ledger, withdraw: str, said: str
+) -> None:
     """The operator revokes while a batch of the approval's run is sending: the send under way may finish, and
-    every later one is refused with the revocation, read with the sweep lease (one find per commit cycle)."""
+    every later one is refused with the revocation, read with the sweep lease (one find per commit cycle). Once
+    withdrawn, it stays withdrawn for the batch: putting the approval back as it was resumes nothing."""
     from reaper.approvals import revoke
     from reaper.model import Outcome
     from reaper.vocabulary import Result
@@ -244,18 +254,23 @@ def test_a_revocation_during_a_batch_stops_its_sends_from_the_next_lease_read_on
     def revoking_delete(resources, guard):
         out = []
         for r in resources:
-            why = guard.before_send(r)  # the lease, read in a commit cycle after this call, then the intent
+            why = guard.before_send(r) or guard.ready(r)  # the intent, then a lease read after it was queued
             out.append(Outcome(r, Result.NOT_ATTEMPTED, why) if why else Outcome(r, "deleted"))
             refusals.extend([why] if why else [])
             guard.record(r, out[-1].result, out[-1].detail)
-            if not why and len(out) == 1:  # the first delete went out: the operator revokes now
-                revoke(ledger, approval, "bob", "reviewed the wrong sweep", time.time())
+            if not why and len(out) == 1:  # the first delete went out: the operator withdraws the approval now
+                if withdraw == "revoke":
+                    revoke(ledger, approval, "bob", "reviewed the wrong sweep", time.time())
+                else:
+                    ledger.approvals.update_one({"_id": approval}, {"$set": {"revoked": True}})
+            if why and len(refusals) == 1:  # and puts it back as it was: the batch still sends nothing more
+                ledger.approvals.update_one({"_id": approval}, {"$set": {"revoked": None}})
         return out
 
     object.__setattr__(s.target, "delete", revoking_delete)
     done = steps.delete(s, batch, lease, None)
     assert done.outcomes == {"deleted": 1, "not_attempted": 3}
-    assert refusals and all("approval is revoked by bob: reviewed the wrong sweep" in why for why in refusals)
+    assert len(refusals) == 3 and all(said in why for why in refusals), refusals
     steps.release_lease(s)
 
 

@@ -179,3 +179,4 @@ def test_the_wait_bound_covers_the_cycle_in_progress_and_its_own() -> None:
     from reaper.commits import wait_bound
 
     assert wait_bound(10.0, 0.01) == pytest.approx(40.01)  # two cycles, each a write and a lease read
+    assert wait_bound(10.0, 0.01, reads=2) == pytest.approx(60.01)  # and the approval read under an approval

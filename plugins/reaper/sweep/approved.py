@@ -96,12 +96,15 @@ def take(sweep: Execution, params: Mapping[str, object], ledger: Ledger, ids: Id
 
 def withdrawn(name: str, ledger: Ledger) -> str:
     """Why the approval ``name`` no longer stands (revoked, or no longer in the ledger: deleted by hand, nothing
-    proves it stands), or empty while it does. Whatever time a revocation carries (an operator's clock ahead, a
-    value no clock gives), revoked is revoked."""
+    proves it stands; unreadable: edited by hand, nothing proves it either), or empty while it does. Whatever
+    time a revocation carries (an operator's clock ahead, a value no clock gives), revoked is revoked."""
     found = ledger.approval(name)
     if found is None:
         return "gone from the ledger"
-    revoked = msgspec.convert(found, Approval).revoked
+    try:
+        revoked = msgspec.convert(found, Approval).revoked
+    except msgspec.ValidationError as exc:
+        return f"unreadable in the ledger ({exc})"
     return f"revoked by {revoked.user}: {revoked.reason}" if revoked is not None else ""
 
 

@@ -191,11 +191,15 @@ def delete_batch(
         kinds = ", ".join(sorted({str(r["kind"]) for r in records})) or "sweep lease"
         guard.halt(f"ledger: {kinds} not {'recorded' if records else 'read'} ({type(exc).__name__})")
 
+    withdrawn: list[str] = []  # once the approval stands no more, it never stands again in this batch
+
     def lease_problem() -> str | None:
         """Why this task may send no more: its sweep lease, then the approval it sends under."""
         problem = ledger.sweep_lease.lease_problem(target.name, terms.holder, terms.token)
-        if problem is None and terms.withdrawn is not None and (why := terms.withdrawn()):
-            return f"the approval is {why}: nothing more is sent"
+        if problem is None and terms.withdrawn is not None:
+            if not withdrawn and (why := terms.withdrawn()):
+                withdrawn.append(f"the approval is {why}: nothing more is sent")
+            problem = withdrawn[0] if withdrawn else None
         return problem
 
     commits = GroupCommit(
@@ -205,7 +209,9 @@ def delete_batch(
         failed=failed,
         interval=pace.commit_interval.total_seconds(),
         most=pace.commit_records,
-        timeout=wait_bound(pace.timeout.total_seconds(), pace.commit_interval.total_seconds()),
+        timeout=wait_bound(
+            pace.timeout.total_seconds(), pace.commit_interval.total_seconds(), 1 if terms.withdrawn is None else 2
+        ),
     )
     guard = SendGuard(
         deadline=terms.deadline,
