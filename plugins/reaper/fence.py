@@ -117,15 +117,16 @@ class SendGuard:
         try's delete call for it went out (its answer lost): then it may have been applied, ``unconfirmed``."""
         return Result.UNCONFIRMED if resource.uid in self.sent_before else Result.NOT_ATTEMPTED
 
-    def before_send(self, resource: Resource, lease: bool = True) -> str | None:
-        """Check (the lease too), then make the intent durable. None: send now. A failed intent write halts
-        the task; no intent is written without the lease.
+    def before_send(self, resource: Resource) -> str | None:
+        """Stop and deadline, then queue the delete's intent; None: go on, and call :meth:`ready` right before the
+        send. A failed submit halts the task.
 
-        ``lease=False`` where a re-read comes between this and the send: the intent is then only
-        queued (its write overlaps the re-read), and :meth:`ready`, right before the send, reads the
-        lease and waits for it. One lease read per send either way.
+        The intent is only queued: its write overlaps what comes before the send (GCE's re-read), and
+        :meth:`ready` asks for the lease read that the same commit cycle (or a later one) makes after writing
+        it, so intent and lease cost one cycle. An intent the lease then refuses is this execution's record of
+        a send that never went out (``not_attempted``).
         """
-        why = self.check(lease)
+        why = self.check(lease=False)
         if why:
             return why
         if self._intent:
@@ -134,10 +135,6 @@ class SendGuard:
             except Exception as exc:
                 self.halt(f"ledger: intent not recorded ({type(exc).__name__})")
                 return self._why
-            if lease:  # the send comes next: its own intent, acknowledged
-                if ack is not None and not self._settled(ack, "intent"):
-                    return self._why
-                return self.check(lease=False)
             if ack is not None:
                 with self._lock:
                     self._intents[_key(resource)] = ack

@@ -46,7 +46,7 @@ class FakeTarget:
     def delete(self, resources, guard):
         out = []
         for r in resources:
-            why = guard.before_send(r)
+            why = guard.before_send(r) or guard.ready(r)
             if why:
                 result, detail = "not_attempted", why
             else:
@@ -157,7 +157,10 @@ def test_nothing_is_sent_without_the_lease_or_after_the_deadline(ledger) -> None
     assert delete_batch(
         ledger, cast("Target[Any]", target), SendTerms(IDS, HOLDER, "old-token", None), [inst(name="vm-2")]
     ) == {"not_attempted": 1}
-    assert target.calls == [] and ledger.records.count_documents({"action": "delete_intent"}) == 0
+    # No call, and no intent marked sent: vm-2's intent went out with the lease read that refused it (one commit
+    # cycle), a record of a send that never happened; the late ones were stopped before their intents.
+    assert target.calls == [] and ledger.records.count_documents({"action": "delete_intent", "sent": True}) == 0
+    assert [r["name"] for r in ledger.records.find({"action": "delete_intent"})] == ["vm-2"]
     details = {r["name"]: r["detail"] for r in ledger.records.find({"action": "outcome"})}
     assert details["vm-0"].startswith("deadline reached") and "held by someone-else" in details["vm-2"]
 

@@ -109,7 +109,7 @@ class Fleet(GceTarget):
     def delete(self, resources: builtins.list[GceInstance], guard: SendGuard) -> builtins.list[Outcome]:
         outcomes = []
         for r in resources:
-            assert guard.before_send(r) is None
+            assert guard.before_send(r) is None and guard.ready(r) is None
             outcomes.append(Outcome(r, "failed", LEAKY) if r.name == FAILING else Outcome(r, "deleted"))
             guard.record(r, outcomes[-1].result, outcomes[-1].detail)
         return outcomes

@@ -56,12 +56,14 @@ def test_no_send_after_an_intent_whose_write_outlasted_the_deadline() -> None:
         written.append("intent")
         now[0] = 111.0  # the ledger took until past the deadline to acknowledge
 
-    vm = SimpleNamespace(uid="1")
+    vm = SimpleNamespace(uid="1", scope="p1")
     guard = SendGuard(deadline=110.0, intent=slow_intent, clock=lambda: now[0])
-    assert guard.before_send(vm) == "deadline reached: left for the next sweep"  # type: ignore[arg-type]  # a SimpleNamespace stands in for a resource
+    assert guard.before_send(vm) is None  # type: ignore[arg-type]  # a SimpleNamespace stands in for a resource
+    assert guard.ready(vm) == "deadline reached: left for the next sweep"  # type: ignore[arg-type]  # a SimpleNamespace stands in for a resource
     assert written == ["intent"]  # recorded, and then not sent: the caller records it unsent
     now[0] = 100.0
-    assert SendGuard(deadline=110.0, intent=lambda r: None, clock=lambda: now[0]).before_send(vm) is None  # type: ignore[arg-type]  # a SimpleNamespace stands in for a resource
+    on_time = SendGuard(deadline=110.0, intent=lambda r: None, clock=lambda: now[0])
+    assert on_time.before_send(vm) is None and on_time.ready(vm) is None  # type: ignore[arg-type]  # a SimpleNamespace stands in for a resource
 
 
 def test_a_queued_intent_is_waited_for_by_its_own_resource_even_where_a_uid_repeats_across_clusters() -> None:
@@ -77,7 +79,7 @@ def test_a_queued_intent_is_waited_for_by_its_own_resource_even_where_a_uid_repe
 
     guard = SendGuard(intent=intent)
     a, b = SimpleNamespace(scope="cluster-a", uid="same"), SimpleNamespace(scope="cluster-b", uid="same")
-    assert guard.before_send(a, lease=False) is None and guard.before_send(b, lease=False) is None  # type: ignore[arg-type]  # a SimpleNamespace stands in for a resource
+    assert guard.before_send(a) is None and guard.before_send(b) is None  # type: ignore[arg-type]  # a SimpleNamespace stands in for a resource
     acks["cluster-a"].settle(error=ConnectionError("not written"))
     acks["cluster-b"].settle()
     assert guard.ready(b) is None  # type: ignore[arg-type]  # a SimpleNamespace stands in for a resource

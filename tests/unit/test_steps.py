@@ -131,7 +131,7 @@ class FakeGce(GceTarget):
         self.guards.append(guard)
         outcomes = []
         for r in resources:
-            why = guard.before_send(r)
+            why = guard.before_send(r) or guard.ready(r)
             outcomes.append(Outcome(r, Result.NOT_ATTEMPTED, why) if why else Outcome(r, "deleted"))
             guard.record(r, outcomes[-1].result, outcomes[-1].detail)
         return outcomes

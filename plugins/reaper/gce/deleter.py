@@ -127,7 +127,7 @@ class GceDeleter:
             window_ends = self._slots(inst, guard)
         except GaveUp as exc:
             return Outcome(inst, guard.unsent(inst), exc.why)
-        why = guard.before_send(inst, lease=False)  # the intent queued, before the re-read: durable by the send
+        why = guard.before_send(inst)  # the intent queued, before the re-read: durable by the send
         if why:
             return Outcome(inst, guard.unsent(inst), why)
         lost = False  # a delete call went out whose answer was lost: it may have been applied

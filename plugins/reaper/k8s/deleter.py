@@ -226,7 +226,7 @@ class K8sDeleter:
                 self.buckets.acquire(obj.cluster, guard.stop_at)
             except GaveUp as exc:
                 return Outcome(obj, guard.unsent(obj), str(exc))
-        why = guard.before_send(obj)
+        why = guard.before_send(obj) or guard.ready(obj)  # the intent durable, then the lease: one commit cycle
         if why:
             return Outcome(obj, guard.unsent(obj), why)
         attempts = 0
