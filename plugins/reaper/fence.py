@@ -45,8 +45,9 @@ class SendGuard:
     - ``intent(resource)``: makes the intent durable; raising means the delete must not be sent.
     - ``sent(resource)``: records that the delete call went out and was accepted.
     - ``outcome(resource, result, detail)``: records one outcome as it is observed.
-    - ``sent_before``: uids whose delete call an earlier try of this execution made (it recorded
-      ``sent``): a 404 for one of those is this sweep's own delete, so ``deleted``.
+    - ``sent_before``: (scope, uid) of the resources whose delete call an earlier try of this execution
+      made (it recorded ``sent``): a 404 for one of those is this sweep's own delete, so ``deleted``. Keyed
+      by scope too: two clusters' objects may share a uid.
 
     The three sinks either write before they return, or queue the record for a group commit
     (:mod:`reaper.commits`) and return its :class:`Ack`. Then the guard waits for each where what
@@ -62,7 +63,7 @@ class SendGuard:
         intent: Sink | None = None,
         outcome: Sink | None = None,
         sent: Sink | None = None,
-        sent_before: Collection[str] = frozenset(),
+        sent_before: Collection[tuple[str, str]] = frozenset(),
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.deadline, self._lease, self._intent, self._outcome, self._sent = deadline, lease, intent, outcome, sent
@@ -115,7 +116,11 @@ class SendGuard:
     def unsent(self, resource: Resource) -> Result:
         """The result of a resource this try stops before its send: ``not_attempted``, unless an earlier
         try's delete call for it went out (its answer lost): then it may have been applied, ``unconfirmed``."""
-        return Result.UNCONFIRMED if resource.uid in self.sent_before else Result.NOT_ATTEMPTED
+        return Result.UNCONFIRMED if self.sent_earlier(resource) else Result.NOT_ATTEMPTED
+
+    def sent_earlier(self, resource: Resource) -> bool:
+        """Whether an earlier try of this execution made this resource's delete call."""
+        return _key(resource) in self.sent_before
 
     def before_send(self, resource: Resource) -> str | None:
         """Stop and deadline, then queue the delete's intent; None: go on, and call :meth:`ready` right before the

@@ -284,7 +284,7 @@ def test_the_audit_view_after_two_sweeps(gce, sweeper, tmp_path, chromium) -> No
         assert "outcome deleted at" in driver.find_element(By.CSS_SELECTOR, ".story").text
         driver.get(f"{base}/reaper/history?q=browser-unlabeled")
         story = driver.find_element(By.CSS_SELECTOR, ".story").text
-        assert story.startswith("reported in 1 sweep, delete sent at") and "outcome deleted" in story
+        assert story.startswith("reported in 1 sweep, delete intent at") and "outcome deleted" in story
         _shot(driver, "history")
         # A VM never deleted: its story is its transitions, found by the start of its name.
         driver.get(f"{base}/reaper/history?q=fresh-")

@@ -56,7 +56,7 @@ class FakeTarget:
                 guard.sent(r)
                 if self.crash_after is not None and len(self.calls) >= self.crash_after:
                     raise RuntimeError("worker killed")  # after the delete, before its outcome is written
-                result = ("deleted" if r.id in guard.sent_before else "already_gone") if gone else "deleted"
+                result = ("deleted" if guard.sent_earlier(r) else "already_gone") if gone else "deleted"
                 detail = ""
             guard.record(r, result, detail)
             out.append(Outcome(r, result, detail))

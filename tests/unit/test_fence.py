@@ -84,3 +84,12 @@ def test_a_queued_intent_is_waited_for_by_its_own_resource_even_where_a_uid_repe
     acks["cluster-b"].settle()
     assert guard.ready(b) is None  # type: ignore[arg-type]  # a SimpleNamespace stands in for a resource
     assert guard.ready(a) == "ledger: intent not recorded (ConnectionError)"  # type: ignore[arg-type]  # a SimpleNamespace stands in for a resource
+
+
+def test_an_earlier_tries_sent_mark_counts_for_its_own_cluster_only_where_a_uid_repeats() -> None:
+    # Review finding: sent_before held uids alone, so a sent mark of cluster c0's object made c1's object of the
+    # same uid read as sent (a 404 then said deleted, a refused send unconfirmed).
+    guard = SendGuard(sent_before={("c0", "u1")})
+    mine, other = SimpleNamespace(scope="c0", uid="u1"), SimpleNamespace(scope="c1", uid="u1")
+    assert guard.sent_earlier(mine) and not guard.sent_earlier(other)  # type: ignore[arg-type]  # a SimpleNamespace stands in for a resource
+    assert (guard.unsent(mine), guard.unsent(other)) == ("unconfirmed", "not_attempted")  # type: ignore[arg-type]  # a SimpleNamespace stands in for a resource

@@ -249,8 +249,9 @@ def test_the_override_writer_gives_the_documents_the_dict_writer_gave_and_the_pa
     from reaper.sweep.overrides import run_overrides
 
     asked = {"override_budget": True, "override_reason": "INC-7", "override_scopes": ["p1"], "max_deletions": 900}
-    first = run_overrides(asked, steps.Ids(**IDS), "sre", rerun=False, configured=500, target="gce")
-    again = run_overrides(asked, steps.Ids(**IDS), "sre", rerun=True, configured=500, target="gce")
+    ids = steps.Ids("reaper_gce_enforcement", "manual__1", 0)
+    first = run_overrides(asked, ids, "sre", rerun=False, configured=500, target="gce")
+    again = run_overrides(asked, ids, "sre", rerun=True, configured=500, target="gce")
     head = {"reason": "INC-7", "user": "sre", "budget": True, "scopes": ["p1"], "max_deletions": 900}
     why = "the run was cleared or re-run: an override applies to its first execution only"
     assert same_bytes(msgspec.to_builtins(first.record), {**head, "applied": True})

@@ -100,7 +100,7 @@ class GceDeleter:
 
     def _gone(self, inst: GceInstance, guard: SendGuard, where: str, sent: bool) -> Outcome:
         """A 404: this sweep's own doing when its delete call (now or in an earlier try) went out."""
-        if sent or inst.id in guard.sent_before:
+        if sent or guard.sent_earlier(inst):
             return Outcome(inst, Result.DELETED, f"404 on {where} after this sweep's delete call")
         return Outcome(inst, Result.ALREADY_GONE, f"404 on {where}")
 

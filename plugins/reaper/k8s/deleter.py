@@ -241,7 +241,7 @@ class K8sDeleter:
         try:
             removed = self.backoff.call(send, retryable, stop=guard.stop_at)
         except Gone:
-            if attempts > 1 or obj.uid in guard.sent_before:
+            if attempts > 1 or guard.sent_earlier(obj):
                 return Outcome(obj, Result.DELETED, "404 after this sweep's delete call")
             return Outcome(obj, Result.ALREADY_GONE, "404 on delete")
         except Conflict:

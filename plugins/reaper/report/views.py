@@ -744,7 +744,7 @@ def story(rows: list[Row]) -> str:
     reported = len({(r.dag_id, r.run_id, r.execution) for r in rows if r.action == "report"})
     parts = [f"reported in {reported} sweep{'s' if reported != 1 else ''}"]
     for r in sorted((r for r in rows if r.outcome), key=lambda r: r.outcome_at):
-        parts.append(f"delete sent at {r.intent_at or '?'}, outcome {r.outcome} at {r.outcome_at}")
+        parts.append(f"delete intent at {r.intent_at or '?'}, outcome {r.outcome} at {r.outcome_at}")
     return ", ".join(parts)
 
 

@@ -220,7 +220,7 @@ def delete_batch(
         intent=lambda r: commits.submit([intent(terms.ids, target, r)]),
         sent=lambda r: commits.submit([intent(terms.ids, target, r, sent=True)]),
         outcome=lambda r, result, detail: commits.submit(outcome_records(terms.ids, target, result, [(r, detail)])),
-        sent_before={uid for _, uid in sent},
+        sent_before=sent,
     )
     with commits:
         late = guard.check(lease=False)
