@@ -25,7 +25,6 @@ from hypothesis import strategies as st  # noqa: E402
 from bench.policy import CONFIG, NOW_DT, evidence_for, synthetic_instances, synthetic_objects  # noqa: E402
 from reaper.model import Evidence, Phase  # noqa: E402
 from reaper.policy import evaluate  # noqa: E402
-from tests.builders import NOW_DT as PROPERTY_NOW  # noqa: E402
 from tests.unit import test_properties as props  # noqa: E402
 
 
@@ -41,7 +40,7 @@ def _property_digest(examples: int) -> str:
         objects, evidence = k8s
         evidence = msgspec.structs.replace(evidence, writer_health=writers)
         for phase in Phase:
-            plan = evaluate([*fleet, *objects], evidence, config, phase, PROPERTY_NOW)
+            plan = evaluate([*fleet, *objects], evidence, config, phase, props.NOW_DT)
             digest.update(msgspec.msgpack.encode(plan))
 
     collect()
