@@ -167,6 +167,10 @@ class Ledger:
         The unique index on :data:`RECORD_KEY` keeps the name ``fence`` it has in every deployed ledger."""
         ensure_index(self.records, [(f, 1) for f in RECORD_KEY], "fence", unique=True)
         ensure_index(self.records, [("at", 1)], "retention", ttl=self.retention)
+        # A delete task's reads of what an earlier try of its execution recorded (outcomes, intents): equality on
+        # the execution and the action, then its batch's uids. The fence index names the target and scope between
+        # them, so without this one a server scans the execution's records (SecantusDB: the collection) per read.
+        ensure_index(self.records, [(f, 1) for f in (*EXECUTION, "action", "uid")], "by_execution")
         ensure_index(self.sweeps, [(f, 1) for f in EXECUTION], "sweep", unique=True)
         ensure_index(self.sweeps, [("at", 1)], "retention", ttl=self.retention)
         # The audit view's reads: a run's decisions by page, a resource's history, the overview's window.
