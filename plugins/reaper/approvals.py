@@ -22,7 +22,7 @@ import msgspec
 
 from reaper.durations import duration
 from reaper.model import GceInstance, K8sObject, Override, Resource
-from reaper.vocabulary import Reason
+from reaper.vocabulary import Reason, Result
 
 DEFAULT_EXPIRY = timedelta(hours=4)  # long enough to trigger the run after a review, short enough to stay current
 MAX_EXPIRY = timedelta(days=7)  # the evidence an approval was given for is old by then: review again
@@ -36,6 +36,9 @@ APPROVABLE = (
     Reason.APPROVAL_RUN_PARTIAL,
     Reason.NOT_APPROVED,
 )
+# A planned delete whose outcome is this is a candidate too: never sent (its run's deadline, lease, a stop, a
+# revocation), it is in the state its run listed it in, for the next approval to cover (docs/runbook.md).
+LEFT = Result.NOT_ATTEMPTED
 
 
 class ApprovedItem(msgspec.Struct, frozen=True):
@@ -77,7 +80,7 @@ class Approval(msgspec.Struct, frozen=True):
 
     ``dag_id``/``run_id``: the sweep it was made from (its candidates); only a run of that DAG may use it.
     ``created_at``/``expires_at``: unix seconds. ``used_by``: the execution that used it, once it has.
-    ``revoked``: once revoked, no run may claim it, and a run using it starts no delete batch after.
+    ``revoked``: once revoked, no run may claim it, and a run using it sends no delete from its next commit cycle.
     """
 
     id: str
@@ -268,7 +271,7 @@ class Revocable(Protocol):
 
 def revoke(ledger: Revocable, approval_id: str, user: str, reason: str, now: float) -> Approval:
     """Revoke an approval, used or not, and record who did and why: no run claims it after, and a run already using
-    it starts no delete batch after (a batch under way sends on until its end). ``ValueError`` naming what was
+    it sends nothing more from its next commit cycle on (the sends under way finish). ``ValueError`` naming what was
     expected: an approval that exists and is not revoked yet, and a reason."""
     if not reason.strip():
         raise ValueError("reason: expected why the approval is revoked, got nothing")

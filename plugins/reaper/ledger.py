@@ -29,7 +29,7 @@ from pymongo.errors import BulkWriteError, OperationFailure
 from pymongo.read_concern import ReadConcern
 
 from reaper.config import LedgerConfig
-from reaper.model import Evidence, Plan
+from reaper.model import Action, Evidence, Plan
 from reaper.records import EXECUTION, RECORD_KEY, LedgerRecord, SweepSummary, document, summary_of
 from reaper.stores.mongo import Document as MongoDocument
 from reaper.stores.mongo import mongo_client
@@ -325,17 +325,35 @@ class Ledger:
     # --- approvals (docs/design.md §6): recorded, read, used by one execution -------------------
 
     def held(self, dag_id: str, run_id: str) -> list[dict[str, object]]:
-        """The candidates an approval may cover: the held deletes (:data:`reaper.approvals.APPROVABLE`) of the
-        newest execution of a DAG run that recorded any, in the audit view's order. One round trip."""
-        from reaper.approvals import APPROVABLE
+        """The candidates an approval may cover, of the newest execution of a DAG run that recorded any, in the audit
+        view's order, each with ``held_by`` (why it is a candidate): its held deletes (their reason, one of
+        :data:`reaper.approvals.APPROVABLE`) and its planned deletes never sent (:data:`reaper.approvals.LEFT`: the
+        run's deadline, a lost lease, a stop or a revocation left them; without this, what an approval's run leaves
+        could only wait for the next scheduled sweep, which holds it again). Two round trips."""
+        from reaper.approvals import APPROVABLE, LEFT
 
-        query = {"dag_id": dag_id, "run_id": run_id, "kind": "decision", "reason": {"$in": list(APPROVABLE)}}
+        run = {"dag_id": dag_id, "run_id": run_id}
+        either = [{"reason": {"$in": list(APPROVABLE)}}, {"action": Action.DELETE.value}]
+        query = {**run, "kind": "decision", "$or": either}
         found = list(self.records.find(query, {"_id": 0}, batch_size=ONE_BATCH).sort([(f, 1) for f in ROW_ORDER]))
         if not found:
             return []
-        newest = max(found, key=lambda r: (int(r.get("execution") or 0), str(r.get("at"))))
+        fields = {f: 1 for f in ("execution", "lease", "scope", "uid")}
+        outcomes = {**run, "action": RecordAction.OUTCOME.value, "result": LEFT.value}
+        left = {
+            tuple(r.get(f) for f in fields)
+            for r in self.records.find(outcomes, {"_id": 0, **fields}, batch_size=ONE_BATCH)
+        }
+        candidates = [
+            {**r, "held_by": r["reason"] if r.get("reason") in APPROVABLE else LEFT.value}
+            for r in found
+            if r.get("reason") in APPROVABLE or tuple(r.get(f) for f in fields) in left
+        ]
+        if not candidates:
+            return []
+        newest = max(candidates, key=lambda r: (int(r.get("execution") or 0), str(r.get("at"))))
         key = (newest.get("execution"), newest.get("lease"))
-        return [r for r in found if (r.get("execution"), r.get("lease")) == key]
+        return [r for r in candidates if (r.get("execution"), r.get("lease")) == key]
 
     def record_approval(self, approval: dict[str, object]) -> None:
         """Insert one approval (its ``id`` is its key: a duplicate is refused, never overwritten)."""
@@ -344,6 +362,12 @@ class Ledger:
     def approval(self, approval_id: str) -> dict[str, object] | None:
         """One approval by its id, or None."""
         return self.approvals.find_one({"_id": approval_id}, {"_id": 0, "at": 0})
+
+    def revocation(self, approval_id: str) -> dict[str, object] | None:
+        """An approval's ``revoked`` field alone (None, or absent, while it has none), or None when there is none:
+        what a delete batch reads in every commit cycle, without the items (an incident's approval names thousands,
+        which the server would copy and send, and the client decode, every few milliseconds)."""
+        return self.approvals.find_one({"_id": approval_id}, {"_id": 0, "revoked": 1})
 
     def approvals_of(
         self, dag_ids: Collection[str], limit: int = 50, items: bool = False, run_id: str | None = None

@@ -91,6 +91,35 @@ def test_the_held_candidates_carry_their_state_and_an_approval_deletes_those_app
         fleet[0].name: "deleted",
         fleet[1].name: "approval_changed",
     }
+    # What that run held is a candidate for the next approval; what it deleted is not.
+    again = {r["name"]: r["held_by"] for r in ledger.held(DAG, "manual__2")}
+    assert again == {fleet[1].name: "approval_changed", fleet[2].name: "not_approved", fleet[3].name: "not_approved"}
+
+
+def test_what_an_approval_run_left_unsent_is_approved_anew_from_its_sweep(tmp_path, ledger) -> None:
+    """The run's deadline leaves every approved delete unsent (``not_attempted``): they are the candidates of its
+    sweep, each in the state that run listed it in, and the next approval's run deletes them (docs/runbook.md)."""
+    from datetime import UTC, datetime, timedelta
+
+    fleet = held_fleet()
+    plan_through(run(tmp_path, ledger, fleet, "manual__1"))
+    approval = approve_held(ledger, "manual__1")
+    s = run(tmp_path, ledger, fleet, "manual__2")
+    setup = steps.resolve_scopes(s, {"approval": approval})
+    shards = [steps.list_inventory(s, shard, i, setup.lease) for i, shard in enumerate(setup.shards)]
+    started = datetime.now(UTC) - s.config.run_timeout("gce") + timedelta(seconds=1)  # no time left to send
+    inputs = steps.gather_evidence(s, shards, setup.lease)
+    left = steps.evaluate_policy(s, inputs, {"approval": approval}, "sre", setup.lease, started)
+    steps.release_lease(s)
+    assert left.batches == []
+    assert {v["result"] for v in ledger.outcomes(s.under(setup.lease).fields()).values()} == {"not_attempted"}
+    held = ledger.held(DAG, "manual__2")
+    assert {(r["uid"], r["fingerprint"], r["held_by"]) for r in held} == {
+        (i.id, i.label_fingerprint, "not_attempted") for i in fleet
+    }
+    anew = approve_held(ledger, "manual__2")
+    planned = plan_through(run(tmp_path, ledger, fleet, "manual__3"), {"approval": anew})
+    assert sorted(r.name for b in planned.batches for r in b.resources) == sorted(i.name for i in fleet)
 
 
 def test_an_approval_is_not_replayed_by_a_second_run_or_a_cleared_task(tmp_path, ledger) -> None:
@@ -284,9 +313,12 @@ def test_a_revoked_approval_is_claimed_by_no_run_and_a_run_using_it_starts_no_ba
     unused, claimed = approve_held(ledger, "manual__1"), approve_held(ledger, "manual__1")
     s = run(tmp_path, ledger, fleet, "manual__3")
     batch = plan_holding_the_lease(s, {"approval": claimed}).batches[0]  # claimed by manual__3, before the revoke
+    # What a batch reads every commit cycle: the revocation alone, never the items.
+    assert ledger.revocation(claimed) == {"revoked": None} and ledger.revocation("nope") is None
     for name in (unused, claimed):
         revoked = revoke(ledger, name, "bob", "reviewed the wrong sweep", time.time())
         assert revoked.revoked is not None and revoked.revoked.user == "bob"
+    assert list(ledger.revocation(claimed) or {}) == ["revoked"]
     with pytest.raises(ValueError, match="already revoked by bob"):
         revoke(ledger, unused, "carol", "again", time.time())
     with pytest.raises(ValueError, match="no approval"):

@@ -647,7 +647,7 @@ def approval_form(held: list[dict[str, object]], action: str) -> str:
         rows.append(
             f"<tr><td>{box}</td>"
             + "".join(f"<td>{text(c or '')}</td>" for c in cells)
-            + f"<td>{text(r.get('reason'))}</td></tr>"
+            + f"<td>{text(r.get('held_by'))}</td></tr>"
         )
     expiry = "".join(
         f'<option value="{v}"{" selected" if v == "4h" else ""}>{v}</option>' for v in ("1h", "4h", "12h", "1d", "7d")
