@@ -16,7 +16,8 @@ project, the reaper configured with the same limits and ``--share``). Prints the
 recovery's trigger to the last deletion against its bound, the slower of the rate limit,
 ``abandoned / (projects x delete_rate_per_project)``, and the quota share,
 ``abandoned / (projects x share x limit / 60 s)`` (a delete is a read, a mutation and an operation
-read); the busiest second of each project (never above the rate plus the one banked token); the most
+read); the busiest second of each project (the rate plus the one banked token, timed by the sent marks'
+commits: a group commit writes a cycle's sends together, so a second may count one or two more); the most
 the reaper spent of any group in any minute of a project, against its share; and what each run left
 for the next. The default limit, 6,000 a minute, is a project whose quota was raised for a fleet this
 size: at the documented 1,500 the share allows 5 deletes a second per project, and 8,000 take 800 s.
@@ -245,7 +246,10 @@ def main() -> None:
         f"most the reaper spent of a group in a minute of a project: {most[1]} ({most[0][2]} in {most[0][1]}); "
         f"its share {allowance} of {args.quota_limit}; refused {refused}"
     )
-    print(f"busiest second per project: {busiest_second(sent)} (rate {args.rate:g}/s + 1 banked token)")
+    print(
+        f"busiest second per project: {busiest_second(sent)} (rate {args.rate:g}/s + 1 banked token; timed by the "
+        "sent marks' commits, which write a cycle's sends together, up to a cycle after them)"
+    )
     print(f"abandoned VMs left: {left}")
 
 

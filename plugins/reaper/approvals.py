@@ -80,7 +80,7 @@ class Approval(msgspec.Struct, frozen=True):
 
     ``dag_id``/``run_id``: the sweep it was made from (its candidates); only a run of that DAG may use it.
     ``created_at``/``expires_at``: unix seconds. ``used_by``: the execution that used it, once it has.
-    ``revoked``: once revoked, no run may claim it, and a run using it sends no delete from its next commit cycle.
+    ``revoked``: once revoked, no run may claim it, and a run using it sends no delete half a second after.
     """
 
     id: str
@@ -271,7 +271,7 @@ class Revocable(Protocol):
 
 def revoke(ledger: Revocable, approval_id: str, user: str, reason: str, now: float) -> Approval:
     """Revoke an approval, used or not, and record who did and why: no run claims it after, and a run already using
-    it sends nothing more from its next commit cycle on (the sends under way finish). ``ValueError`` naming what was
+    it sends nothing more within half a second (the sends under way finish). ``ValueError`` naming what was
     expected: an approval that exists and is not revoked yet, and a reason."""
     if not reason.strip():
         raise ValueError("reason: expected why the approval is revoked, got nothing")

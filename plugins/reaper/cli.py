@@ -131,8 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
         "revoke",
         help="revoke an approval: no run uses it after, and a run using it sends no more deletes",
         description="Record that an approval is revoked, used or not: a run triggered with it fails before it "
-        "deletes anything, and a run already using it sends nothing more from its next ledger commit cycle on (the "
-        "sends under way finish). See docs/cli.md.",
+        "deletes anything, and a run already using it sends nothing more within half a second (the sends under "
+        "way finish). See docs/cli.md.",
     )
     revoke.add_argument("approval", metavar="APPROVAL_ID", help="the id reaper approve (or the sweep page) printed")
     revoke.add_argument("--config", help="config file (default: $REAPER_CONFIG, else include/reaper.yaml)")
@@ -291,8 +291,8 @@ def _revoke(args: argparse.Namespace, out: TextIO) -> int:
         return approval
     used = approval.used_by
     state = (
-        f"used by {used.dag_id}/{used.run_id}: it sends nothing more from its next ledger commit cycle on (tens of "
-        "milliseconds); the sends under way finish"
+        f"used by {used.dag_id}/{used.run_id}: it sends nothing more within half a second (its batch reads the "
+        "approval with the sweep lease every 0.5 s); the sends under way finish"
         if used
         else "unused: no run may use it"
     )

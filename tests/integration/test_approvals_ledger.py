@@ -264,11 +264,13 @@ def test_no_send_after_the_approval_expires_and_a_retry_after_it_keeps_the_first
 def test_a_revocation_during_a_batch_stops_its_sends_from_the_next_lease_read_on(
     tmp_path, ledger, withdraw: str, said: str
 ) -> None:
-    """The operator revokes while a batch of the approval's run is sending: the send under way may finish, and
-    every later one is refused with the revocation, read with the sweep lease (one find per commit cycle). Once
-    withdrawn, it stays withdrawn for the batch: putting the approval back as it was resumes nothing."""
+    """The operator revokes while a batch of the approval's run is sending: the sends under way may finish, and
+    every one after the batch's next read of it (with the sweep lease, every REVOCATION_POLL seconds) is refused
+    with the revocation. Once withdrawn, it stays withdrawn for the batch: putting the approval back as it was
+    resumes nothing."""
     from reaper.approvals import revoke
     from reaper.model import Outcome
+    from reaper.sweep.deletes import REVOCATION_POLL
     from reaper.vocabulary import Result
 
     fleet = held_fleet()
@@ -292,6 +294,7 @@ def test_a_revocation_during_a_batch_stops_its_sends_from_the_next_lease_read_on
                     revoke(ledger, approval, "bob", "reviewed the wrong sweep", time.time())
                 else:
                     ledger.approvals.update_one({"_id": approval}, {"$set": {"revoked": True}})
+                time.sleep(REVOCATION_POLL)  # the batch reads it again in its first cycle after this
             if why and len(refusals) == 1:  # and puts it back as it was: the batch still sends nothing more
                 ledger.approvals.update_one({"_id": approval}, {"$set": {"revoked": None}})
         return out
@@ -300,6 +303,34 @@ def test_a_revocation_during_a_batch_stops_its_sends_from_the_next_lease_read_on
     done = steps.delete(s, batch, lease, None)
     assert done.outcomes == {"deleted": 1, "not_attempted": 3}
     assert len(refusals) == 3 and all(said in why for why in refusals), refusals
+    steps.release_lease(s)
+
+
+def test_a_sending_batch_reads_its_approval_once_per_poll_not_once_per_cycle(tmp_path, ledger) -> None:
+    """An incident's approval names thousands of items: read every commit cycle, it would cost the server more
+    than the deletes' own records. Four deletes in four cycles within one poll read it once as the batch begins
+    (steps.delete) and once in the first cycle."""
+    from reaper.model import Outcome
+
+    fleet = held_fleet()
+    plan_through(run(tmp_path, ledger, fleet, "manual__1"))
+    approval = approve_held(ledger, "manual__1")
+    s = run(tmp_path, ledger, fleet, "manual__2")
+    batch = plan_holding_the_lease(s, {"approval": approval}).batches[0]
+    lease = steps.Lease(s.ids.holder, batch.plan.token, time.time() + 600)
+    reads: list[str] = []
+    read = ledger.revocation
+    object.__setattr__(ledger, "revocation", lambda name: reads.append(name) or read(name))
+
+    def one_cycle_each(resources, guard):
+        for r in resources:
+            assert not (guard.before_send(r) or guard.ready(r))  # ready waits for its own cycle's lease read
+            guard.record(r, "deleted", "")
+        return [Outcome(r, "deleted") for r in resources]
+
+    object.__setattr__(s.target, "delete", one_cycle_each)
+    assert steps.delete(s, batch, lease, None).outcomes == {"deleted": 4}
+    assert reads == [approval, approval]
     steps.release_lease(s)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -129,12 +130,18 @@ class LedgerLike(Protocol):
     def sweep_lease(self) -> LeaseLike: ...
 
 
+# Seconds between a sending batch's reads of its approval's revocation, at most one per commit cycle. Every cycle
+# would stop sends a few milliseconds sooner, at the price of a read each cycle that grows with the approval: the
+# server fetches an incident's 8,000 items to answer one field (SecantusDB: most of its CPU in bench/incident.py).
+REVOCATION_POLL = 0.5
+
+
 @dataclass(frozen=True)
 class SendTerms:
     """The terms one delete task sends under, which its :class:`reaper.fence.SendGuard` enforces: its execution's
     ids, the sweep lease it holds, its deadline; ``withdrawn``: under an approval, why it stands no more (revoked,
-    gone) or empty, read with the lease in every group commit cycle, so a revocation stops the batch's sends
-    from the next one on."""
+    gone) or empty, read with the lease in a group commit cycle every :data:`REVOCATION_POLL` seconds, so a
+    revocation stops the batch's sends within that."""
 
     ids: dict[str, object]  # dag_id, run_id, execution
     holder: str
@@ -192,13 +199,17 @@ def delete_batch(
         guard.halt(f"ledger: {kinds} not {'recorded' if records else 'read'} ({type(exc).__name__})")
 
     withdrawn: list[str] = []  # once the approval stands no more, it never stands again in this batch
+    next_read = [0.0]  # monotonic time of the next approval read: the first cycle reads it
 
     def lease_problem() -> str | None:
-        """Why this task may send no more: its sweep lease, then the approval it sends under."""
+        """Why this task may send no more: its sweep lease, then the approval it sends under (read in the first
+        cycle, then in the first cycle at least :data:`REVOCATION_POLL` after the last read)."""
         problem = ledger.sweep_lease.lease_problem(target.name, terms.holder, terms.token)
         if problem is None and terms.withdrawn is not None:
-            if not withdrawn and (why := terms.withdrawn()):
-                withdrawn.append(f"the approval is {why}: nothing more is sent")
+            if not withdrawn and time.monotonic() >= next_read[0]:
+                next_read[0] = time.monotonic() + REVOCATION_POLL
+                if why := terms.withdrawn():
+                    withdrawn.append(f"the approval is {why}: nothing more is sent")
             problem = withdrawn[0] if withdrawn else None
         return problem
 
