@@ -109,10 +109,14 @@ class Approval(msgspec.Struct, frozen=True):
 
 
 def fingerprint_of(resource: Resource) -> str:
-    """The state a resource is reviewed in: a GCE instance's ``labelFingerprint``, a Kubernetes object's
-    ``resourceVersion``; "" for anything else (no approval covers it)."""
+    """The state a resource is reviewed in: a GCE instance's ``labelFingerprint``, and its last stop time when it
+    has stopped once (``;stopped=<unix seconds>``: a VM started and stopped again since its review writes no label
+    and ends in the status it had, but its ``lastStopTimestamp`` moves); a Kubernetes object's ``resourceVersion``;
+    "" for anything else, or an instance listed without its fingerprint (no approval covers it)."""
     if isinstance(resource, GceInstance):
-        return resource.label_fingerprint
+        if not resource.label_fingerprint or resource.last_stop is None:
+            return resource.label_fingerprint
+        return f"{resource.label_fingerprint};stopped={resource.last_stop:.3f}"
     if isinstance(resource, K8sObject):
         return resource.resource_version
     return ""

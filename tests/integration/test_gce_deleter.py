@@ -7,6 +7,7 @@ from typing import cast
 
 import msgspec
 
+from include.emulators.shapes import rfc3339
 from reaper.config import parse_settings
 from reaper.gce.deleter import GceDeleter
 from reaper.gce.inventory import list_project
@@ -114,6 +115,25 @@ def test_restarted_terminated_instance_is_not_deleted(gce) -> None:
         inst["status"] = "RUNNING"
     outcome = deleter(clients).delete([seen["vm"]])[0]
     assert outcome.result == "changed_since_plan" and "status TERMINATED -> RUNNING" in outcome.detail
+
+
+def test_an_instance_stopped_again_since_the_listing_is_not_deleted(gce) -> None:
+    """Started and stopped again between the listing and the delete: TERMINATED as planned, no label written, only
+    its lastStopTimestamp moved (as the Compute API sets it at every stop)."""
+    fleet, clients = gce
+    inst = add_instance(fleet, "p", "us-east1-b", "vm", status="TERMINATED")
+    inst["lastStopTimestamp"] = rfc3339(time.time() - 86400)
+    seen = planned(clients)
+    assert seen["vm"].last_stop
+    with fleet.lock:
+        inst["lastStopTimestamp"] = rfc3339(time.time())
+    outcome = deleter(clients).delete([seen["vm"]])[0]
+    assert outcome.result == "changed_since_plan" and "stopped since the listing" in outcome.detail
+    assert fleet.counters["delete"] == 0
+    with fleet.lock:
+        inst["lastStopTimestamp"] = "yesterday"  # unreadable: nothing proves it has not stopped since
+    assert deleter(clients).delete([seen["vm"]])[0].result == "changed_since_plan"
+    assert fleet.counters["delete"] == 0
 
 
 def test_operation_finishing_with_an_error_is_a_failed_delete(gce) -> None:

@@ -336,6 +336,26 @@ def test_a_vm_reviewed_stopped_under_heartbeat_stale_and_started_since_is_held(c
     assert actions(plan([stopped, *rest], config=config, approval=approval))[stopped.uid][0] == "delete"
 
 
+@pytest.mark.parametrize("reviewed_status", ["TERMINATED", "RUNNING"])
+def test_a_vm_started_and_stopped_again_since_its_review_is_held(reviewed_status: str) -> None:
+    # Fourth review: a VM someone started, used and stopped again after the review (a TERMINATED one back to
+    # TERMINATED, found by heartbeat_stale with the terminated rule off; a RUNNING one stopped and started) writes
+    # no label and keeps its status class and rule; only its lastStopTimestamp moved, which its state carries.
+    config = settings(rules={"terminated": "off"}) if reviewed_status == "TERMINATED" else settings()
+    vm = fp(inst(status=reviewed_status, stop_age=2 * D, hb_age=2 * D, created_age=3 * D), "fp-t")
+    rest = [fp(inst(hb_age=D), f"fp-{i}") for i in range(3)] + [fp(inst(hb_age=M), "fp-fresh")]
+    review = plan([vm, *rest], config=config)
+    assert actions(review)[vm.uid] == ("report", "budget_exceeded")
+    items = choose(held_records(review, {vm.uid, rest[0].uid}), None, "gce")
+    assert {i.fingerprint for i in items if i.uid == vm.uid} == {f"fp-t;stopped={vm.last_stop:.3f}"}
+    approval = Approval("apr-1", "gce", "reaper_gce_enforcement", "s-1", "alice", "inc", NOW - H, NOW + 4 * H, items)
+    again = msgspec.structs.replace(vm, last_stop=NOW - 20 * M)
+    got = actions(plan([again, *rest], config=config, approval=approval))
+    assert got[vm.uid] == ("report", "approval_changed")
+    assert got[rest[0].uid] == ("delete", "heartbeat_stale")
+    assert actions(plan([vm, *rest], config=config, approval=approval))[vm.uid][0] == "delete"
+
+
 def test_a_run_posted_with_states_is_approved_only_with_every_object_in_the_state_reviewed() -> None:
     # Third review: the run's other objects were approved in whatever state the newest execution listed them.
     objects = [fp(o, f"rv-{o.uid}") for o in sandbox("r1")]

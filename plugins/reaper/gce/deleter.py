@@ -9,9 +9,10 @@ For each planned instance, in this order (docs/design.md §6):
 3. the re-read, by numeric id: it must still be the planned VM (same id and name), carry the planned
    heartbeat label value (its manager has not come back), have the planned status class (a TERMINATED
    instance has not been restarted), match the selector, carry no opt-out label and have no deletion
-   protection, and the planned ``labelFingerprint`` (no label written since the listing: a manager stamping
+   protection, the planned ``labelFingerprint`` (no label written since the listing: a manager stamping
    another name than the configured one writes labels all the same; under an approval, the listed fingerprint is
-   the approved one); otherwise ``changed_since_plan``;
+   the approved one) and the planned ``lastStopTimestamp`` (not started and stopped again since); otherwise
+   ``changed_since_plan``;
 4. the guard: the intent acknowledged (durable), the sweep lease read now, the deadline, a stop (the re-read
    may have spent its retries);
 5. ``delete_unary`` by numeric id, which the Compute API takes in place of the name: a VM recreated under
@@ -42,6 +43,7 @@ from google.cloud import compute_v1
 from requests import exceptions as rexc
 
 from reaper.config import Settings
+from reaper.decoders import rfc3339
 from reaper.fence import SendGuard
 from reaper.gce.clients import ComputeClients, throttled, transient
 from reaper.gce.quota import ProjectQuota, QuotaGroup
@@ -52,7 +54,7 @@ from reaper.vocabulary import Result
 
 T = TypeVar("T")
 
-GET_FIELD_MASK = "id,name,status,labels,labelFingerprint,deletionProtection"  # what re-validation compares
+GET_FIELD_MASK = "id,name,status,labels,labelFingerprint,lastStopTimestamp,deletionProtection"  # what it compares
 _DONE = compute_v1.Operation.Status.DONE
 _POLL = 1.0  # seconds between operation waits that returned early (the API may answer at once when loaded)
 # zoneOperations.wait returns at DONE or "after 2 minutes" (compute.v1.json, zoneOperations.wait): a call may
@@ -269,6 +271,15 @@ class GceDeleter:
         if not planned.label_fingerprint or current.label_fingerprint != planned.label_fingerprint:
             was, now = planned.label_fingerprint or "(none)", current.label_fingerprint or "(none)"
             changes.append(f"labelFingerprint {was} -> {now}: labels written since the listing")
+        # Stopped since the listing (started and stopped again: the status class and the labels as they were).
+        # lastStopTimestamp: "[Output Only] Last stop timestamp in RFC3339 text format" (compute.v1.json, Instance).
+        stopped = current.last_stop_timestamp
+        try:
+            now_stop = rfc3339(stopped, "lastStopTimestamp") if stopped else None
+        except ValueError:
+            now_stop = float("nan")  # unreadable: nothing proves it has not stopped since
+        if now_stop != planned.last_stop:
+            changes.append(f"lastStopTimestamp {planned.last_stop} -> {stopped or '(none)'}: stopped since the listing")
         return changes
 
     def _wait(self, inst: GceInstance, op: compute_v1.Operation, guard: SendGuard) -> Outcome:

@@ -8,8 +8,9 @@ state it was approved in; every other delete is held, with its own reason:
 
 - ``approval_expired``: the approval expired before the sweep listed (every delete of the run is held);
 - ``not_approved``: not among the approved items (new since the review, or never selected);
-- ``approval_changed``: approved, but listed in another state (GCE ``labelFingerprint``, Kubernetes
-  ``resourceVersion``): a label changed since the review, a heartbeat included; or found by another rule than
+- ``approval_changed``: approved, but listed in another state (GCE ``labelFingerprint`` and last stop time,
+  Kubernetes ``resourceVersion``): a label changed since the review, a heartbeat included, or a VM stopped again
+  (started and stopped: its status class as it was); or found by another rule than
   the one it was reviewed under, or (GCE) in another status class (a TERMINATED VM started since: no label
   need change);
 - ``approval_run_partial``: a Kubernetes object approved and unchanged whose run is not: another of the run's
