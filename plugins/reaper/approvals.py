@@ -44,7 +44,7 @@ LEFT = Result.NOT_ATTEMPTED
 class ApprovedItem(msgspec.Struct, frozen=True):
     """One reviewed resource: where it is, and its state at review (``fingerprint``: GCE ``labelFingerprint``,
     Kubernetes ``resourceVersion``; ``rule`` and, for GCE, ``status``: what the labels do not pin, the rule it was
-    found by and its status class; a VM started since its review changes no label). ``group``: a Kubernetes
+    found by and its status; a VM started or resumed since its review changes no label). ``group``: a Kubernetes
     object's run (its run label's value)."""
 
     scope: str
@@ -73,6 +73,21 @@ class Revoked(msgspec.Struct, frozen=True):
     user: str
     reason: str
     at: float
+
+
+class Standing(msgspec.Struct, frozen=True):
+    """What a sending batch reads of its approval, every :data:`reaper.sweep.deletes.REVOCATION_POLL` seconds: its
+    revocation, and the fields without which the document is not the approval it claimed (edited by hand: nothing
+    proves it still stands). Not the items, which the claim read: an incident's approval names thousands."""
+
+    id: str
+    target: str
+    dag_id: str
+    used_by: UsedBy
+    revoked: Revoked | None = None
+
+
+STANDING = tuple(Standing.__struct_fields__)  # the fields :meth:`reaper.ledger.Ledger.revocation` reads
 
 
 class Approval(msgspec.Struct, frozen=True):

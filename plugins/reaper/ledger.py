@@ -325,35 +325,43 @@ class Ledger:
     # --- approvals (docs/design.md §6): recorded, read, used by one execution -------------------
 
     def held(self, dag_id: str, run_id: str) -> list[dict[str, object]]:
-        """The candidates an approval may cover, of the newest execution of a DAG run that recorded any, in the audit
-        view's order, each with ``held_by`` (why it is a candidate): its held deletes (their reason, one of
-        :data:`reaper.approvals.APPROVABLE`) and its planned deletes never sent (:data:`reaper.approvals.LEFT`: the
-        run's deadline, a lost lease, a stop or a revocation left them; without this, what an approval's run leaves
-        could only wait for the next scheduled sweep, which holds it again). Two round trips."""
+        """The candidates an approval may cover, of the newest execution of a DAG run, in the audit view's order,
+        each with ``held_by`` (why it is one): its held deletes (their reason, one of
+        :data:`reaper.approvals.APPROVABLE`) and its planned deletes never sent (:data:`reaper.approvals.LEFT` and
+        the outcome's detail: the run's deadline, a lost lease, a stop, a revocation; without them, what an
+        approval's run leaves could only wait for the next scheduled sweep to hold it again). A Kubernetes run's
+        unsent objects are candidates only when none of its planned deletes went further (a run is approved
+        whole: its Pod terminating or refused, its Secrets cannot be approved without it). Two round trips."""
         from reaper.approvals import APPROVABLE, LEFT
 
         run = {"dag_id": dag_id, "run_id": run_id}
-        either = [{"reason": {"$in": list(APPROVABLE)}}, {"action": Action.DELETE.value}]
-        query = {**run, "kind": "decision", "$or": either}
+        delete = Action.DELETE.value
+        query = {**run, "kind": "decision", "$or": [{"reason": {"$in": list(APPROVABLE)}}, {"action": delete}]}
         found = list(self.records.find(query, {"_id": 0}, batch_size=ONE_BATCH).sort([(f, 1) for f in ROW_ORDER]))
         if not found:
             return []
-        fields = {f: 1 for f in ("execution", "lease", "scope", "uid")}
-        outcomes = {**run, "action": RecordAction.OUTCOME.value, "result": LEFT.value}
+        newest = max(found, key=lambda r: (int(r.get("execution") or 0), str(r.get("at"))))
+        execution = {"execution": newest.get("execution"), "lease": newest.get("lease")}
+        found = [r for r in found if all(r.get(f) == v for f, v in execution.items())]
+        outcomes = {**run, **execution, "action": RecordAction.OUTCOME.value, "result": LEFT.value}
+        projection = {"_id": 0, "scope": 1, "uid": 1, "detail": 1}
         left = {
-            tuple(r.get(f) for f in fields)
-            for r in self.records.find(outcomes, {"_id": 0, **fields}, batch_size=ONE_BATCH)
+            (r.get("scope"), r.get("uid")): f"{LEFT.value}: {r.get('detail') or ''}"
+            for r in self.records.find(outcomes, projection, batch_size=ONE_BATCH)
         }
-        candidates = [
-            {**r, "held_by": r["reason"] if r.get("reason") in APPROVABLE else LEFT.value}
+        gone_further = {  # Kubernetes runs with a planned delete that was sent, or ended otherwise
+            (r.get("scope"), r.get("group"))
             for r in found
-            if r.get("reason") in APPROVABLE or tuple(r.get(f) for f in fields) in left
-        ]
-        if not candidates:
-            return []
-        newest = max(candidates, key=lambda r: (int(r.get("execution") or 0), str(r.get("at"))))
-        key = (newest.get("execution"), newest.get("lease"))
-        return [r for r in candidates if (r.get("execution"), r.get("lease")) == key]
+            if r.get("action") == delete and r.get("group") and (r.get("scope"), r.get("uid")) not in left
+        }
+        candidates = []
+        for r in found:
+            partial = bool(r.get("group")) and (r.get("scope"), r.get("group")) in gone_further
+            if r.get("reason") in APPROVABLE:
+                candidates.append({**r, "held_by": r["reason"]})
+            elif (unsent := left.get((r.get("scope"), r.get("uid")))) and not partial:
+                candidates.append({**r, "held_by": unsent})
+        return candidates
 
     def record_approval(self, approval: dict[str, object]) -> None:
         """Insert one approval (its ``id`` is its key: a duplicate is refused, never overwritten)."""
@@ -364,10 +372,12 @@ class Ledger:
         return self.approvals.find_one({"_id": approval_id}, {"_id": 0, "at": 0})
 
     def revocation(self, approval_id: str) -> dict[str, object] | None:
-        """An approval's ``revoked`` field alone (None, or absent, while it has none), or None when there is none:
-        what a delete batch reads in every commit cycle, without the items (an incident's approval names thousands,
-        which the server would copy and send, and the client decode, every few milliseconds)."""
-        return self.approvals.find_one({"_id": approval_id}, {"_id": 0, "revoked": 1})
+        """What a sending batch reads of its approval (:data:`reaper.approvals.STANDING`: its revocation, and what
+        makes it the approval it claimed), without the items (an incident's approval names thousands, which the
+        server would copy and send, and the client decode, at every read); None when there is no such approval."""
+        from reaper.approvals import STANDING
+
+        return self.approvals.find_one({"_id": approval_id}, {"_id": 0, **dict.fromkeys(STANDING, 1)})
 
     def approvals_of(
         self, dag_ids: Collection[str], limit: int = 50, items: bool = False, run_id: str | None = None

@@ -73,12 +73,6 @@ class StoreState(StrEnum):
 # --- resources -------------------------------------------------------------------------------
 
 
-def status_class(status: str) -> str:
-    """TERMINATED instances run nothing; every other status may be running a job. "" (not recorded) is no class,
-    equal to none but itself: an approval recorded without the status matches no listing."""
-    return "" if not status else "terminated" if status == "TERMINATED" else "active"
-
-
 class GceInstance(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="instance"):
     """A GCE VM instance, as much of it as the rules read.
 

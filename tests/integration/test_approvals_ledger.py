@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -114,9 +115,8 @@ def test_what_an_approval_run_left_unsent_is_approved_anew_from_its_sweep(tmp_pa
     assert left.batches == []
     assert {v["result"] for v in ledger.outcomes(s.under(setup.lease).fields()).values()} == {"not_attempted"}
     held = ledger.held(DAG, "manual__2")
-    assert {(r["uid"], r["fingerprint"], r["held_by"]) for r in held} == {
-        (i.id, i.label_fingerprint, "not_attempted") for i in fleet
-    }
+    assert {(r["uid"], r["fingerprint"]) for r in held} == {(i.id, i.label_fingerprint) for i in fleet}
+    assert all(str(r["held_by"]).startswith("not_attempted: left for the next sweep") for r in held), held
     anew = approve_held(ledger, "manual__2")
     planned = plan_through(run(tmp_path, ledger, fleet, "manual__3"), {"approval": anew})
     assert sorted(r.name for b in planned.batches for r in b.resources) == sorted(i.name for i in fleet)
@@ -259,6 +259,7 @@ def test_no_send_after_the_approval_expires_and_a_retry_after_it_keeps_the_first
     [
         ("revoke", "approval is revoked by bob: reviewed the wrong sweep"),
         ("edit by hand", "approval is unreadable in the ledger"),  # {revoked: true}: nothing proves it stands
+        ("fields removed", "approval is unreadable in the ledger"),  # no longer the approval it claimed
     ],
 )
 def test_a_revocation_during_a_batch_stops_its_sends_from_the_next_lease_read_on(
@@ -292,8 +293,10 @@ def test_a_revocation_during_a_batch_stops_its_sends_from_the_next_lease_read_on
             if not why and len(out) == 1:  # the first delete went out: the operator withdraws the approval now
                 if withdraw == "revoke":
                     revoke(ledger, approval, "bob", "reviewed the wrong sweep", time.time())
-                else:
+                elif withdraw == "edit by hand":
                     ledger.approvals.update_one({"_id": approval}, {"$set": {"revoked": True}})
+                else:
+                    ledger.approvals.update_one({"_id": approval}, {"$unset": {"dag_id": "", "used_by": ""}})
                 time.sleep(REVOCATION_POLL)  # the batch reads it again in its first cycle after this
             if why and len(refusals) == 1:  # and puts it back as it was: the batch still sends nothing more
                 ledger.approvals.update_one({"_id": approval}, {"$set": {"revoked": None}})
@@ -320,7 +323,12 @@ def test_a_sending_batch_reads_its_approval_once_per_poll_not_once_per_cycle(tmp
     lease = steps.Lease(s.ids.holder, batch.plan.token, time.time() + 600)
     reads: list[str] = []
     read = ledger.revocation
-    object.__setattr__(ledger, "revocation", lambda name: reads.append(name) or read(name))
+
+    def counted(name: str) -> dict[str, object] | None:
+        reads.append(name)
+        return read(name)
+
+    object.__setattr__(ledger, "revocation", counted)
 
     def one_cycle_each(resources, guard):
         for r in resources:
@@ -345,11 +353,11 @@ def test_a_revoked_approval_is_claimed_by_no_run_and_a_run_using_it_starts_no_ba
     s = run(tmp_path, ledger, fleet, "manual__3")
     batch = plan_holding_the_lease(s, {"approval": claimed}).batches[0]  # claimed by manual__3, before the revoke
     # What a batch reads every commit cycle: the revocation alone, never the items.
-    assert ledger.revocation(claimed) == {"revoked": None} and ledger.revocation("nope") is None
+    assert (ledger.revocation(claimed) or {}).get("revoked", 0) is None and ledger.revocation("nope") is None
     for name in (unused, claimed):
         revoked = revoke(ledger, name, "bob", "reviewed the wrong sweep", time.time())
         assert revoked.revoked is not None and revoked.revoked.user == "bob"
-    assert list(ledger.revocation(claimed) or {}) == ["revoked"]
+    assert set(ledger.revocation(claimed) or {}) == {"id", "target", "dag_id", "used_by", "revoked"}
     with pytest.raises(ValueError, match="already revoked by bob"):
         revoke(ledger, unused, "carol", "again", time.time())
     with pytest.raises(ValueError, match="no approval"):
@@ -385,3 +393,36 @@ def test_a_revoked_approval_is_claimed_by_no_run_and_a_run_using_it_starts_no_ba
     lease = steps.Lease(g.ids.holder, batch.plan.token, time.time() + 600)
     assert steps.delete(g, batch, lease, None).outcomes == {"not_attempted": len(batch.resources)} and sent == []
     steps.release_lease(g)
+
+
+def test_the_candidates_are_those_of_the_newest_execution_and_a_kubernetes_run_is_offered_whole(ledger) -> None:
+    """Second review: the newest execution of the run is the truth, even where it recorded no candidate (a cleared
+    run that deleted what an earlier execution left); a Kubernetes run whose Pod went further than unsent (sent and
+    still terminating) offers none of its unsent Secrets: approving them without the Pod breaks "a run whole"."""
+    from reaper.records import DeleteDecision, Outcome
+
+    def ids(execution: int, lease: str, target: str = "gce", scope: str = "p1") -> dict[str, Any]:
+        return {"dag_id": DAG, "run_id": "manual__2", "execution": execution, "lease": lease, "target": target,
+                "scope": scope}  # fmt: skip
+
+    def planned(execution: int, lease: str, uid: str, group: str = "", target: str = "gce") -> DeleteDecision:
+        return DeleteDecision(**ids(execution, lease, target), uid=uid, rule="stale", reason="heartbeat_stale",
+                              name=f"r-{uid}", location="z", fingerprint=f"fp-{uid}", group=group,
+                              evidence={"status": "RUNNING"})  # fmt: skip
+
+    def outcome(execution: int, lease: str, uid: str, result: str, target: str = "gce") -> Outcome:
+        return Outcome(**ids(execution, lease, target), uid=uid, name=f"r-{uid}", result=result, detail="why")
+
+    ledger.write([planned(0, "A", "1"), planned(0, "A", "2")])
+    ledger.write([outcome(0, "A", "1", "not_attempted"), outcome(0, "A", "2", "not_attempted")])
+    assert {r["uid"] for r in ledger.held(DAG, "manual__2")} == {"1", "2"}
+    ledger.write([planned(1, "B", "1")])  # cleared: execution 1 deleted vm 1, and kept vm 2 (keeps are not recorded)
+    ledger.write([outcome(1, "B", "1", "deleted")])
+    assert ledger.held(DAG, "manual__2") == []
+
+    pod, secret = planned(2, "C", "pod", "run-7", "k8s"), planned(2, "C", "secret", "run-7", "k8s")
+    alone = planned(2, "C", "other", "run-8", "k8s")
+    ledger.write([pod, secret, alone])
+    ledger.write([outcome(2, "C", uid, "not_attempted", "k8s") for uid in ("secret", "other")])
+    ledger.write([outcome(2, "C", "pod", "terminating", "k8s")])
+    assert [r["uid"] for r in ledger.held(DAG, "manual__2")] == ["other"]

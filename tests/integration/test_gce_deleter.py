@@ -117,6 +117,17 @@ def test_restarted_terminated_instance_is_not_deleted(gce) -> None:
     assert outcome.result == "changed_since_plan" and "status TERMINATED -> RUNNING" in outcome.detail
 
 
+def test_a_suspended_instance_resumed_since_the_listing_is_not_deleted(gce) -> None:
+    fleet, clients = gce
+    inst = add_instance(fleet, "p", "us-east1-b", "vm", status="SUSPENDED", heartbeat_age=86400)
+    seen = planned(clients)
+    with fleet.lock:
+        inst["status"] = "RUNNING"
+    outcome = deleter(clients).delete([seen["vm"]])[0]
+    assert outcome.result == "changed_since_plan" and "status SUSPENDED -> RUNNING" in outcome.detail
+    assert fleet.counters["delete"] == 0
+
+
 def test_an_instance_stopped_again_since_the_listing_is_not_deleted(gce) -> None:
     """Started and stopped again between the listing and the delete: TERMINATED as planned, no label written, only
     its lastStopTimestamp moved (as the Compute API sets it at every stop)."""

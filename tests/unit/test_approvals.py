@@ -356,6 +356,20 @@ def test_a_vm_started_and_stopped_again_since_its_review_is_held(reviewed_status
     assert actions(plan([vm, *rest], config=config, approval=approval))[vm.uid][0] == "delete"
 
 
+def test_a_vm_suspended_at_its_review_and_resumed_since_is_held() -> None:
+    # Fourth review: SUSPENDED and RUNNING were one status class, so a VM resumed since its review (no label
+    # written) passed; the approved status is compared exactly now.
+    vm = fp(inst(status="SUSPENDED", hb_age=2 * D, created_age=3 * D), "fp-s")
+    rest = [fp(inst(hb_age=D), f"fp-{i}") for i in range(3)] + [fp(inst(hb_age=M), "fp-fresh")]
+    review = plan([vm, *rest])
+    assert actions(review)[vm.uid] == ("report", "budget_exceeded")
+    items = choose(held_records(review, {vm.uid, rest[0].uid}), None, "gce")
+    approval = Approval("apr-1", "gce", "reaper_gce_enforcement", "s-1", "alice", "inc", NOW - H, NOW + 4 * H, items)
+    resumed = msgspec.structs.replace(vm, status="RUNNING")
+    assert actions(plan([resumed, *rest], approval=approval))[vm.uid] == ("report", "approval_changed")
+    assert actions(plan([vm, *rest], approval=approval))[vm.uid][0] == "delete"
+
+
 def test_a_run_posted_with_states_is_approved_only_with_every_object_in_the_state_reviewed() -> None:
     # Third review: the run's other objects were approved in whatever state the newest execution listed them.
     objects = [fp(o, f"rv-{o.uid}") for o in sandbox("r1")]

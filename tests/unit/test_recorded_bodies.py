@@ -17,7 +17,7 @@ from typing import cast
 import pytest
 from google.cloud import compute_v1
 
-from reaper.decoders import InputError, gce_instance, load_gce, load_k8s
+from reaper.decoders import InputError, gce_instance, load_gce, load_k8s, rfc3339
 from reaper.gce.deleter import GET_FIELD_MASK
 from reaper.gce.inventory import HARMLESS_WARNINGS, INSTANCE_PAGE, decode_once_each
 from reaper.k8s.inventory import read_page
@@ -161,14 +161,15 @@ def test_a_recorded_instance_get_reads_alike_in_the_listing_the_export_and_the_d
         "status",
         "labels",
         "labelFingerprint",
+        "lastStopTimestamp",
         "deletionProtection",
     }
     assert (
         str(current.id), current.name, current.status, dict(current.labels), current.deletion_protection,
-        current.label_fingerprint,
+        current.label_fingerprint, rfc3339(current.last_stop_timestamp, "lastStopTimestamp"),
     ) == (
         expected.id, expected.name, expected.status, expected.labels, expected.deletion_protection,
-        expected.label_fingerprint,
+        expected.label_fingerprint, expected.last_stop,
     )  # fmt: skip
 
 

@@ -7,9 +7,9 @@ For each planned instance, in this order (docs/design.md §6):
    first: a wait happens before the re-read, never between it and the delete;
 2. the intent, queued for the ledger's next group commit (its write overlaps the re-read);
 3. the re-read, by numeric id: it must still be the planned VM (same id and name), carry the planned
-   heartbeat label value (its manager has not come back), have the planned status class (a TERMINATED
-   instance has not been restarted), match the selector, carry no opt-out label and have no deletion
-   protection, the planned ``labelFingerprint`` (no label written since the listing: a manager stamping
+   heartbeat label value (its manager has not come back), have the planned status (a TERMINATED
+   instance has not been started, a SUSPENDED one not resumed), match the selector, carry no opt-out label and
+   have no deletion protection, the planned ``labelFingerprint`` (no label written since the listing: a manager stamping
    another name than the configured one writes labels all the same; under an approval, the listed fingerprint is
    the approved one) and the planned ``lastStopTimestamp`` (not started and stopped again since); otherwise
    ``changed_since_plan``;
@@ -47,7 +47,7 @@ from reaper.decoders import rfc3339
 from reaper.fence import SendGuard
 from reaper.gce.clients import ComputeClients, throttled, transient
 from reaper.gce.quota import ProjectQuota, QuotaGroup
-from reaper.model import GceInstance, Outcome, status_class
+from reaper.model import GceInstance, Outcome
 from reaper.ratelimit import BucketsPerScope, round_robin
 from reaper.retry import Backoff, GaveUp
 from reaper.vocabulary import Result
@@ -256,7 +256,7 @@ class GceDeleter:
         now_beat = labels.get(self.heartbeat_label)
         if now_beat != planned.labels.get(self.heartbeat_label):
             changes.append(f"heartbeat {planned.labels.get(self.heartbeat_label)} -> {now_beat}")
-        if status_class(current.status) != status_class(planned.status):
+        if current.status != planned.status:  # started, stopped, suspended or resumed since the listing
             changes.append(f"status {planned.status} -> {current.status}")
         if any(labels.get(key) != value for key, value in self.selector.items()):
             changes.append("no longer matches the selector")
@@ -271,7 +271,7 @@ class GceDeleter:
         if not planned.label_fingerprint or current.label_fingerprint != planned.label_fingerprint:
             was, now = planned.label_fingerprint or "(none)", current.label_fingerprint or "(none)"
             changes.append(f"labelFingerprint {was} -> {now}: labels written since the listing")
-        # Stopped since the listing (started and stopped again: the status class and the labels as they were).
+        # Stopped since the listing (started and stopped again: the status and the labels as they were).
         # lastStopTimestamp: "[Output Only] Last stop timestamp in RFC3339 text format" (compute.v1.json, Instance).
         stopped = current.last_stop_timestamp
         try:

@@ -10,9 +10,8 @@ state it was approved in; every other delete is held, with its own reason:
 - ``not_approved``: not among the approved items (new since the review, or never selected);
 - ``approval_changed``: approved, but listed in another state (GCE ``labelFingerprint`` and last stop time,
   Kubernetes ``resourceVersion``): a label changed since the review, a heartbeat included, or a VM stopped again
-  (started and stopped: its status class as it was); or found by another rule than
-  the one it was reviewed under, or (GCE) in another status class (a TERMINATED VM started since: no label
-  need change);
+  (started and stopped: its status as it was); or found by another rule than the one it was reviewed under,
+  or (GCE) in another status (a TERMINATED VM started since, a SUSPENDED one resumed: no label need change);
 - ``approval_run_partial``: a Kubernetes object approved and unchanged whose run is not: another of the run's
   objects is changed, not approved, or approved but no longer listed. A run is deleted whole or not at all:
   deleting part of it could strip a live sandbox of its credentials or network isolation (docs/design.md §5).
@@ -23,7 +22,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from reaper.approvals import Approval, ApprovedItem, fingerprint_of
-from reaper.model import Action, Decision, GceInstance, K8sObject, status_class
+from reaper.model import Action, Decision, GceInstance, K8sObject
 from reaper.vocabulary import Reason
 
 
@@ -42,7 +41,7 @@ def held_unless_approved(recorded: list[Decision], approval: Approval, now: floa
             why[key] = Reason.NOT_APPROVED
         elif not item.fingerprint or fingerprint_of(d.resource) != item.fingerprint or d.rule != item.rule:
             why[key] = Reason.APPROVAL_CHANGED  # a label written, or found now by another rule
-        elif isinstance(d.resource, GceInstance) and status_class(d.resource.status) != status_class(item.status):
+        elif isinstance(d.resource, GceInstance) and d.resource.status != item.status:
             why[key] = Reason.APPROVAL_CHANGED  # started (or stopped) since the review: no label need change
     _hold_partial_runs(recorded, approval, why, run_label)
     return [

@@ -589,7 +589,7 @@ ITEM_STATES = {
     Result.DELETED: Result.DELETED.phrase,
     "planned": "planned, no outcome recorded (the run ended first)",
     "not_listed": "not listed by this sweep: gone already, or in a scope it did not sweep",
-    Reason.APPROVAL_CHANGED: "changed since the review (its labelFingerprint or resourceVersion): kept",
+    Reason.APPROVAL_CHANGED: "changed since the review (labels, status, a stop, or resourceVersion): kept",
     Reason.APPROVAL_RUN_PARTIAL: "its Kubernetes run is not approved and unchanged whole: kept",
     Reason.APPROVAL_EXPIRED: "the approval had expired when the sweep listed: kept",
     Result.CHANGED_SINCE_PLAN: Result.CHANGED_SINCE_PLAN.phrase,
@@ -654,7 +654,8 @@ def approval_form(held: list[dict[str, object]], action: str) -> str:
     )
     return (
         f'<h2 id="approve">Held deletes ({len(held)})</h2><form method="post" action="{text(action)}" class="approve">'
-        '<p class="muted">Each is approved in the state shown (GCE labelFingerprint, Kubernetes resourceVersion): a '
+        '<p class="muted">Each is approved in the state shown (GCE labelFingerprint and last stop, in unix seconds; '
+        "Kubernetes resourceVersion) and its status: a "
         "run with the approval deletes those still in that state, and nothing else, once. A Kubernetes run is "
         "approved whole.</p>"
         f"<table>{head}{''.join(rows)}</table>"

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import msgspec
 from airflow.sdk.exceptions import AirflowFailException
 
-from reaper.approvals import Approval, Revoked, problem, used_elsewhere
+from reaper.approvals import Approval, Standing, problem, used_elsewhere
 from reaper.model import Action, Plan
 from reaper.records import ApprovalUse, ItemResult
 from reaper.sweep.params import param_text
@@ -96,14 +96,14 @@ def take(sweep: Execution, params: Mapping[str, object], ledger: Ledger, ids: Id
 
 def withdrawn(name: str, ledger: Ledger) -> str:
     """Why the approval ``name`` no longer stands (revoked, or no longer in the ledger: deleted by hand, nothing
-    proves it stands; its revocation unreadable: edited by hand, nothing proves it either), or empty while it does.
-    Whatever time a revocation carries (an operator's clock ahead, a value no clock gives), revoked is revoked.
-    Only the ``revoked`` field is read: a batch reads it every commit cycle, and its items were read at the claim."""
+    proves it stands; unreadable: edited by hand, nothing proves it either), or empty while it does. Whatever time
+    a revocation carries (an operator's clock ahead, a value no clock gives), revoked is revoked. Not the items
+    (:class:`reaper.approvals.Standing`): a batch reads this every half second, and the claim read them."""
     found = ledger.revocation(name)
     if found is None:
         return "gone from the ledger"
     try:
-        revoked = msgspec.convert(found.get("revoked"), Revoked | None)
+        revoked = msgspec.convert(found, Standing).revoked
     except msgspec.ValidationError as exc:
         return f"unreadable in the ledger ({exc})"
     return f"revoked by {revoked.user}: {revoked.reason}" if revoked is not None else ""
