@@ -39,10 +39,17 @@ def seed_pod(cluster: Cluster, name: str, labels: dict[str, str], age: float = 3
     return cluster.create("pods", "ci", kube_pod(name, "ci", f"{name}-uid", labels, time.time() - age, **pod))
 
 
+RELEASED = "released-0"  # a finished run whose lease was released: its delete marker shows the runners write here
+
+
 async def put_leases(url: str, held: list[str], ttl: float = 0) -> None:
-    """Hold these runs' leases in the ``run_leases`` KV bucket (``ttl`` seconds: they expire unless renewed)."""
+    """Hold these runs' leases in the ``run_leases`` KV bucket (``ttl`` seconds: they expire unless renewed), beside
+    the delete marker of a lease released earlier (:data:`RELEASED`), as a bucket the runners use holds: one that
+    holds no key proves nothing (reaper.stores.nats ``template_problem``)."""
     client = await nats.connect(url)
     kv = await client.jetstream().create_key_value(KeyValueConfig(bucket="run_leases", ttl=ttl or None))
+    await kv.put(RELEASED, b"runner")
+    await kv.delete(RELEASED)
     for key in held:
         await kv.put(key, b"runner")
     await client.close()

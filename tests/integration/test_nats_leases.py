@@ -15,7 +15,6 @@ from datetime import timedelta
 from functools import partialmethod
 
 import nats
-import pytest
 from nats.aio.client import Client
 from nats.js.client import JetStreamContext
 
@@ -141,11 +140,24 @@ def test_a_key_template_that_matches_no_key_of_the_bucket_makes_every_lease_unkn
     assert asyncio.run(nats_bucket_problem(NatsOptions.from_url(url(nats_server.port)), right)) is None
 
 
-@pytest.mark.parametrize("ops", [[], [("put", "r1"), ("delete", "r1")]], ids=["never written", "released"])
-def test_an_empty_bucket_is_a_complete_listing_of_nothing(nats_server, ops: list[tuple[str, str]]) -> None:
-    asyncio.run(_apply(nats_server.port, ops))
+def test_a_bucket_whose_leases_were_released_is_a_complete_listing_of_no_lease(nats_server) -> None:
+    asyncio.run(_apply(nats_server.port, [("put", "r1"), ("delete", "r1")]))  # the delete marker stays
     answer = NatsLeases(url(nats_server.port), NatsLeaseConfig(timeout=timedelta(seconds=2))).read()
     assert answer is not None and answer.complete and answer.known == {} and not answer.failed
+
+
+def test_a_bucket_that_holds_no_key_proves_nothing(nats_server) -> None:
+    """The second review: the runners write `leases`, the config names `run_leases`, which exists but holds no key
+    (made by hand, or every message aged out): read as a complete listing, every live run was `absent`."""
+    from reaper.stores.nats import NatsOptions, nats_bucket_problem
+
+    asyncio.run(_apply(nats_server.port, []))
+    config = NatsLeaseConfig(timeout=timedelta(seconds=2))
+    answer = NatsLeases(url(nats_server.port), config).read()
+    assert answer is not None and not answer.complete and "holds no key" in answer.problem
+    assert lease_state("r1", answer, time.time(), 30) is LeaseState.UNKNOWN
+    problem = asyncio.run(nats_bucket_problem(NatsOptions.from_url(url(nats_server.port)), config))
+    assert problem and problem.startswith("bucket run_leases holds no key")
 
 
 async def _publish_odd(port: int) -> None:

@@ -147,12 +147,20 @@ class NatsLeases:
         return Keyed(known=known, failed=frozenset(run for run, live in runs.items() if live is None), complete=True)
 
     def template_problem(self, listed: dict[str, bool | None]) -> str:
-        """Why a whole bucket's keys prove nothing: there are keys and none is a run's lease under the template.
+        """Why a whole bucket's keys prove nothing: there are none, or none is a run's lease under the template.
 
-        The template is then not the runners' (a typo) and its silence would read as every lease absent
-        (docs/design.md §5: a source proves it is the right one before its silence counts).
+        The bucket is then not the one the runners write (a typo in ``bucket``, a bucket made by hand and never
+        written), or the template not theirs, and its silence would read as every lease absent (docs/design.md
+        §5: a source proves it is the right one before its silence counts; an empty Mongo lease collection is
+        unknown alike). A bucket the runners use holds keys: a lease, or the delete marker a finished run's
+        ``kv.delete`` leaves, until the bucket's ``max_age`` expires it. Only a fleet idle for that long empties it.
         """
-        if not listed or any(self._run(key) is not None for key in listed):
+        if not listed:
+            return (
+                f"k8s.nats_leases.bucket: bucket {self.config.bucket} holds no key (no lease, no delete marker): "
+                "nothing shows the runners write it: every lease unknown"
+            )
+        if any(self._run(key) is not None for key in listed):
             return ""
         return (
             f"k8s.nats_leases.key_template: {len(listed)} keys in bucket {self.config.bucket}, none of the form "
@@ -279,8 +287,8 @@ async def nats_bucket_problem(options: NatsOptions, config: NatsLeaseConfig) -> 
         return f"the bucket {config.bucket} could not be read ({type(exc).__name__}: {options.redact(str(exc))})"
     finally:
         await client.close()
-    if info.state.messages:  # keys there: at least one must be a run's lease under the template
-        leases = NatsLeases(options, config)
-        listed = await asyncio.wait_for(leases._keys(timeout, None), read_timeout(config))
-        return leases.template_problem(listed).removeprefix("k8s.nats_leases.key_template: ") or None
-    return None
+    leases = NatsLeases(options, config)
+    if not info.state.messages:  # nothing there: nothing shows the runners write it
+        return leases.template_problem({}).removeprefix("k8s.nats_leases.bucket: ")
+    listed = await asyncio.wait_for(leases._keys(timeout, None), read_timeout(config))
+    return leases.template_problem(listed).removeprefix("k8s.nats_leases.key_template: ") or None
