@@ -124,14 +124,16 @@ class Approval(msgspec.Struct, frozen=True):
 
 
 def fingerprint_of(resource: Resource) -> str:
-    """The state a resource is reviewed in: a GCE instance's ``labelFingerprint``, and its last stop time when it
-    has stopped once (``;stopped=<unix seconds>``: a VM started and stopped again since its review writes no label
-    and ends in the status it had, but its ``lastStopTimestamp`` moves); a Kubernetes object's ``resourceVersion``;
-    "" for anything else, or an instance listed without its fingerprint (no approval covers it)."""
+    """The state a resource is reviewed in: a GCE instance's ``labelFingerprint``, and its last stop and suspend
+    times once it has stopped or been suspended (``;stopped=<unix seconds>``, ``;suspended=...``: a VM started and
+    stopped again, or resumed and suspended again, since its review writes no label and ends in the status it had;
+    only these move); a Kubernetes object's ``resourceVersion``; "" for anything else, or an instance listed
+    without its fingerprint (no approval covers it)."""
     if isinstance(resource, GceInstance):
-        if not resource.label_fingerprint or resource.last_stop is None:
-            return resource.label_fingerprint
-        return f"{resource.label_fingerprint};stopped={resource.last_stop:.3f}"
+        if not resource.label_fingerprint:
+            return ""
+        times = (("stopped", resource.last_stop), ("suspended", resource.last_suspended))
+        return resource.label_fingerprint + "".join(f";{k}={t:.3f}" for k, t in times if t is not None)
     if isinstance(resource, K8sObject):
         return resource.resource_version
     return ""

@@ -75,6 +75,7 @@ class RawInstance(msgspec.Struct):
     labels: dict[str, str] = {}
     creationTimestamp: str = ""
     lastStopTimestamp: str = ""
+    lastSuspendedTimestamp: str = ""
     deletionProtection: bool = False
     labelFingerprint: str = ""
     metadata: Metadata = msgspec.field(default_factory=Metadata)
@@ -133,7 +134,7 @@ def gce_instance(raw: RawInstance) -> GceInstance:
     project = _url_part(raw.selfLink, "projects") or _url_part(raw.zone, "projects")
     if not project:
         raise ValueError(f"instance {name}: no project in selfLink or zone URL")
-    stopped = raw.lastStopTimestamp
+    stopped, suspended = raw.lastStopTimestamp, raw.lastSuspendedTimestamp
     return GceInstance(
         project,
         _url_part(raw.zone, "zones") or raw.zone,
@@ -146,6 +147,7 @@ def gce_instance(raw: RawInstance) -> GceInstance:
         raw.deletionProtection,
         any(item.key == CREATED_BY for item in raw.metadata.items),
         raw.labelFingerprint,
+        rfc3339(suspended, f"instance {name} lastSuspendedTimestamp") if suspended else None,
     )
 
 

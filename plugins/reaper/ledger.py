@@ -331,7 +331,9 @@ class Ledger:
         the outcome's detail: the run's deadline, a lost lease, a stop, a revocation; without them, what an
         approval's run leaves could only wait for the next scheduled sweep to hold it again). A Kubernetes run's
         unsent objects are candidates only when none of its planned deletes went further (a run is approved
-        whole: its Pod terminating or refused, its Secrets cannot be approved without it). Two round trips."""
+        whole: its Pod terminating or refused, its Secrets cannot be approved without it). The newest execution is
+        the newest that recorded a decision or a summary: one that kept everything holds no candidate. Three round
+        trips."""
         from reaper.approvals import APPROVABLE, LEFT
 
         run = {"dag_id": dag_id, "run_id": run_id}
@@ -340,7 +342,10 @@ class Ledger:
         found = list(self.records.find(query, {"_id": 0}, batch_size=ONE_BATCH).sort([(f, 1) for f in ROW_ORDER]))
         if not found:
             return []
-        newest = max(found, key=lambda r: (int(r.get("execution") or 0), str(r.get("at"))))
+        summaries = self.sweeps.find(run, {"_id": 0, "execution": 1, "lease": 1, "at": 1}).sort("execution", -1)
+        newest = max(
+            [*found, *summaries.limit(1)], key=lambda r: (int(r.get("execution") or 0), str(r.get("at") or ""))
+        )
         execution = {"execution": newest.get("execution"), "lease": newest.get("lease")}
         found = [r for r in found if all(r.get(f) == v for f, v in execution.items())]
         outcomes = {**run, **execution, "action": RecordAction.OUTCOME.value, "result": LEFT.value}
@@ -356,10 +361,11 @@ class Ledger:
         }
         candidates = []
         for r in found:
-            partial = bool(r.get("group")) and (r.get("scope"), r.get("group")) in gone_further
+            if r.get("group") and (r.get("scope"), r.get("group")) in gone_further:
+                continue  # part of a run whose Pod was sent, or refused: never approved without it
             if r.get("reason") in APPROVABLE:
                 candidates.append({**r, "held_by": r["reason"]})
-            elif (unsent := left.get((r.get("scope"), r.get("uid")))) and not partial:
+            elif unsent := left.get((r.get("scope"), r.get("uid"))):
                 candidates.append({**r, "held_by": unsent})
         return candidates
 

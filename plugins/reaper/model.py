@@ -95,6 +95,9 @@ class GceInstance(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="
     # was reviewed in (docs/design.md §6).
     # Empty in inventories listed before it was read.
     label_fingerprint: str = ""
+    # When it was last suspended (``lastSuspendedTimestamp``), or None: a VM resumed and suspended again since a
+    # listing writes no label and keeps its status and its last stop; only this moves.
+    last_suspended: float | None = None
 
     kind = "instance"
 

@@ -260,6 +260,7 @@ def test_no_send_after_the_approval_expires_and_a_retry_after_it_keeps_the_first
         ("revoke", "approval is revoked by bob: reviewed the wrong sweep"),
         ("edit by hand", "approval is unreadable in the ledger"),  # {revoked: true}: nothing proves it stands
         ("fields removed", "approval is unreadable in the ledger"),  # no longer the approval it claimed
+        ("claimed by another", "no longer the approval this execution claimed"),  # used_by rewritten by hand
     ],
 )
 def test_a_revocation_during_a_batch_stops_its_sends_from_the_next_lease_read_on(
@@ -295,6 +296,8 @@ def test_a_revocation_during_a_batch_stops_its_sends_from_the_next_lease_read_on
                     revoke(ledger, approval, "bob", "reviewed the wrong sweep", time.time())
                 elif withdraw == "edit by hand":
                     ledger.approvals.update_one({"_id": approval}, {"$set": {"revoked": True}})
+                elif withdraw == "claimed by another":
+                    ledger.approvals.update_one({"_id": approval}, {"$set": {"used_by.lease": "another"}})
                 else:
                     ledger.approvals.update_one({"_id": approval}, {"$unset": {"dag_id": "", "used_by": ""}})
                 time.sleep(REVOCATION_POLL)  # the batch reads it again in its first cycle after this
@@ -399,7 +402,9 @@ def test_the_candidates_are_those_of_the_newest_execution_and_a_kubernetes_run_i
     """Second review: the newest execution of the run is the truth, even where it recorded no candidate (a cleared
     run that deleted what an earlier execution left); a Kubernetes run whose Pod went further than unsent (sent and
     still terminating) offers none of its unsent Secrets: approving them without the Pod breaks "a run whole"."""
-    from reaper.records import DeleteDecision, Outcome
+    from datetime import UTC, datetime
+
+    from reaper.records import DeleteDecision, Outcome, ReportDecision
 
     def ids(execution: int, lease: str, target: str = "gce", scope: str = "p1") -> dict[str, Any]:
         return {"dag_id": DAG, "run_id": "manual__2", "execution": execution, "lease": lease, "target": target,
@@ -422,7 +427,12 @@ def test_the_candidates_are_those_of_the_newest_execution_and_a_kubernetes_run_i
 
     pod, secret = planned(2, "C", "pod", "run-7", "k8s"), planned(2, "C", "secret", "run-7", "k8s")
     alone = planned(2, "C", "other", "run-8", "k8s")
-    ledger.write([pod, secret, alone])
+    held_too = ReportDecision(**{**msgspec.structs.asdict(planned(2, "C", "policy", "run-7", "k8s")),
+                                 "reason": "budget_exceeded"})  # fmt: skip
+    ledger.write([pod, secret, alone, held_too])
     ledger.write([outcome(2, "C", uid, "not_attempted", "k8s") for uid in ("secret", "other")])
     ledger.write([outcome(2, "C", "pod", "terminating", "k8s")])
     assert [r["uid"] for r in ledger.held(DAG, "manual__2")] == ["other"]
+    # A newer execution that recorded only its summary (it kept everything) holds no candidate.
+    ledger.sweeps.insert_one({**ids(3, "D"), "at": datetime.now(UTC)})
+    assert ledger.held(DAG, "manual__2") == []

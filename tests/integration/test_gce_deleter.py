@@ -128,6 +128,21 @@ def test_a_suspended_instance_resumed_since_the_listing_is_not_deleted(gce) -> N
     assert fleet.counters["delete"] == 0
 
 
+def test_a_suspended_instance_resumed_and_suspended_again_since_the_listing_is_not_deleted(gce) -> None:
+    """Fourth review: resumed, used and suspended again, it is SUSPENDED as listed, with its labels and last stop
+    as they were; only lastSuspendedTimestamp moved."""
+    fleet, clients = gce
+    inst = add_instance(fleet, "p", "us-east1-b", "vm", status="SUSPENDED", heartbeat_age=86400)
+    inst["lastSuspendedTimestamp"] = rfc3339(time.time() - 86400)
+    seen = planned(clients)
+    assert seen["vm"].last_suspended
+    with fleet.lock:
+        inst["lastSuspendedTimestamp"] = rfc3339(time.time())
+    outcome = deleter(clients).delete([seen["vm"]])[0]
+    assert outcome.result == "changed_since_plan" and "lastSuspendedTimestamp" in outcome.detail
+    assert fleet.counters["delete"] == 0
+
+
 def test_an_instance_stopped_again_since_the_listing_is_not_deleted(gce) -> None:
     """Started and stopped again between the listing and the delete: TERMINATED as planned, no label written, only
     its lastStopTimestamp moved (as the Compute API sets it at every stop)."""
@@ -139,7 +154,7 @@ def test_an_instance_stopped_again_since_the_listing_is_not_deleted(gce) -> None
     with fleet.lock:
         inst["lastStopTimestamp"] = rfc3339(time.time())
     outcome = deleter(clients).delete([seen["vm"]])[0]
-    assert outcome.result == "changed_since_plan" and "stopped since the listing" in outcome.detail
+    assert outcome.result == "changed_since_plan" and "lastStopTimestamp" in outcome.detail
     assert fleet.counters["delete"] == 0
     with fleet.lock:
         inst["lastStopTimestamp"] = "yesterday"  # unreadable: nothing proves it has not stopped since

@@ -368,6 +368,15 @@ def test_a_vm_suspended_at_its_review_and_resumed_since_is_held() -> None:
     resumed = msgspec.structs.replace(vm, status="RUNNING")
     assert actions(plan([resumed, *rest], approval=approval))[vm.uid] == ("report", "approval_changed")
     assert actions(plan([vm, *rest], approval=approval))[vm.uid][0] == "delete"
+    # Resumed, used and suspended again: SUSPENDED as reviewed; only lastSuspendedTimestamp moved.
+    before = fp(msgspec.structs.replace(vm, last_suspended=NOW - 2 * D), "fp-s")
+    review = plan([before, *rest])
+    items = choose(held_records(review, {vm.uid, rest[0].uid}), None, "gce")
+    assert {i.fingerprint for i in items if i.uid == vm.uid} == {f"fp-s;suspended={NOW - 2 * D:.3f}"}
+    approval = Approval("apr-2", "gce", "reaper_gce_enforcement", "s-1", "alice", "inc", NOW - H, NOW + 4 * H, items)
+    again = msgspec.structs.replace(before, last_suspended=NOW - 20 * M)
+    assert actions(plan([again, *rest], approval=approval))[vm.uid] == ("report", "approval_changed")
+    assert actions(plan([before, *rest], approval=approval))[vm.uid][0] == "delete"
 
 
 def test_a_run_posted_with_states_is_approved_only_with_every_object_in_the_state_reviewed() -> None:

@@ -162,6 +162,7 @@ def test_a_recorded_instance_get_reads_alike_in_the_listing_the_export_and_the_d
         "labels",
         "labelFingerprint",
         "lastStopTimestamp",
+        "lastSuspendedTimestamp",
         "deletionProtection",
     }
     assert (

@@ -11,7 +11,8 @@ For each planned instance, in this order (docs/design.md §6):
    instance has not been started, a SUSPENDED one not resumed), match the selector, carry no opt-out label and
    have no deletion protection, the planned ``labelFingerprint`` (no label written since the listing: a manager stamping
    another name than the configured one writes labels all the same; under an approval, the listed fingerprint is
-   the approved one) and the planned ``lastStopTimestamp`` (not started and stopped again since); otherwise
+   the approved one) and the planned ``lastStopTimestamp`` and ``lastSuspendedTimestamp`` (not started and stopped
+   again, nor resumed and suspended again, since); otherwise
    ``changed_since_plan``;
 4. the guard: the intent acknowledged (durable), the sweep lease read now, the deadline, a stop (the re-read
    may have spent its retries);
@@ -54,7 +55,8 @@ from reaper.vocabulary import Result
 
 T = TypeVar("T")
 
-GET_FIELD_MASK = "id,name,status,labels,labelFingerprint,lastStopTimestamp,deletionProtection"  # what it compares
+# What re-validation compares.
+GET_FIELD_MASK = "id,name,status,labels,labelFingerprint,lastStopTimestamp,lastSuspendedTimestamp,deletionProtection"
 _DONE = compute_v1.Operation.Status.DONE
 _POLL = 1.0  # seconds between operation waits that returned early (the API may answer at once when loaded)
 # zoneOperations.wait returns at DONE or "after 2 minutes" (compute.v1.json, zoneOperations.wait): a call may
@@ -271,15 +273,19 @@ class GceDeleter:
         if not planned.label_fingerprint or current.label_fingerprint != planned.label_fingerprint:
             was, now = planned.label_fingerprint or "(none)", current.label_fingerprint or "(none)"
             changes.append(f"labelFingerprint {was} -> {now}: labels written since the listing")
-        # Stopped since the listing (started and stopped again: the status and the labels as they were).
-        # lastStopTimestamp: "[Output Only] Last stop timestamp in RFC3339 text format" (compute.v1.json, Instance).
-        stopped = current.last_stop_timestamp
-        try:
-            now_stop = rfc3339(stopped, "lastStopTimestamp") if stopped else None
-        except ValueError:
-            now_stop = float("nan")  # unreadable: nothing proves it has not stopped since
-        if now_stop != planned.last_stop:
-            changes.append(f"lastStopTimestamp {planned.last_stop} -> {stopped or '(none)'}: stopped since the listing")
+        # Stopped or suspended since the listing (started and stopped again, resumed and suspended again: the
+        # status and the labels as they were). "[Output Only] Last stop timestamp in RFC3339 text format", "Last
+        # suspended timestamp" alike (compute.v1.json, Instance: lastStopTimestamp, lastSuspendedTimestamp).
+        for field, listed, read in (
+            ("lastStopTimestamp", planned.last_stop, current.last_stop_timestamp),
+            ("lastSuspendedTimestamp", planned.last_suspended, current.last_suspended_timestamp),
+        ):
+            try:
+                at = rfc3339(read, field) if read else None
+            except ValueError:
+                at = float("nan")  # unreadable: nothing proves it has not stopped or been suspended since
+            if at != listed:
+                changes.append(f"{field} {listed} -> {read or '(none)'}: stopped or suspended since the listing")
         return changes
 
     def _wait(self, inst: GceInstance, op: compute_v1.Operation, guard: SendGuard) -> Outcome:

@@ -41,8 +41,8 @@ HARMLESS_WARNINGS = ("NO_RESULTS_ON_PAGE",)
 # Partial response: only what the rules read. A full instance is ~3 KB of JSON the SDK would parse.
 # Of the metadata only the keys: ``created-by`` marks a managed instance group's member.
 INSTANCE_FIELDS = (
-    "name,id,status,zone,selfLink,labels,labelFingerprint,creationTimestamp,lastStopTimestamp,deletionProtection,"
-    "metadata/items/key"
+    "name,id,status,zone,selfLink,labels,labelFingerprint,creationTimestamp,lastStopTimestamp,lastSuspendedTimestamp,"
+    "deletionProtection,metadata/items/key"
 )
 # The top-level warning must stay in the mask: without it a partial answer reads as a complete one.
 LIST_FIELD_MASK = f"items/*/instances({INSTANCE_FIELDS}),items/*/warning,warning,nextPageToken,unreachables"

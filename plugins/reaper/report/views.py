@@ -654,8 +654,8 @@ def approval_form(held: list[dict[str, object]], action: str) -> str:
     )
     return (
         f'<h2 id="approve">Held deletes ({len(held)})</h2><form method="post" action="{text(action)}" class="approve">'
-        '<p class="muted">Each is approved in the state shown (GCE labelFingerprint and last stop, in unix seconds; '
-        "Kubernetes resourceVersion) and its status: a "
+        '<p class="muted">Each is approved in the state shown (GCE labelFingerprint, and its last stop and suspend '
+        "in unix seconds; Kubernetes resourceVersion) and its status: a "
         "run with the approval deletes those still in that state, and nothing else, once. A Kubernetes run is "
         "approved whole.</p>"
         f"<table>{head}{''.join(rows)}</table>"

@@ -94,18 +94,24 @@ def take(sweep: Execution, params: Mapping[str, object], ledger: Ledger, ids: Id
     return approval
 
 
-def withdrawn(name: str, ledger: Ledger) -> str:
+def withdrawn(name: str, ledger: Ledger, target: str, ids: Mapping[str, object]) -> str:
     """Why the approval ``name`` no longer stands (revoked, or no longer in the ledger: deleted by hand, nothing
-    proves it stands; unreadable: edited by hand, nothing proves it either), or empty while it does. Whatever time
-    a revocation carries (an operator's clock ahead, a value no clock gives), revoked is revoked. Not the items
+    proves it stands; unreadable, or no longer the approval of ``target`` that the execution ``ids`` claimed:
+    edited by hand, nothing proves it either), or empty while it does. Whatever time a revocation carries (an
+    operator's clock ahead, a value no clock gives), revoked is revoked. Not the items
     (:class:`reaper.approvals.Standing`): a batch reads this every half second, and the claim read them."""
     found = ledger.revocation(name)
     if found is None:
         return "gone from the ledger"
     try:
-        revoked = msgspec.convert(found, Standing).revoked
+        standing = msgspec.convert(found, Standing)
     except msgspec.ValidationError as exc:
         return f"unreadable in the ledger ({exc})"
+    used = standing.used_by
+    claimed = (standing.id, standing.target, standing.dag_id, used.dag_id, used.run_id, used.execution, used.lease)
+    if claimed != (name, target, ids["dag_id"], ids["dag_id"], ids["run_id"], ids["execution"], ids["lease"]):
+        return "no longer the approval this execution claimed (edited in the ledger)"
+    revoked = standing.revoked
     return f"revoked by {revoked.user}: {revoked.reason}" if revoked is not None else ""
 
 

@@ -710,7 +710,7 @@ def delete(sweep: Execution, batch: Batch[Resource], lease: Lease, started: date
     # revocation is read before the batch (then it sends nothing) and with the lease in every cycle of its commits.
     target, ledger = sweep.target, sweep.ledger()
     expires = batch.approval_expires if batch.approval else None
-    withdrawn = partial(approved.withdrawn, batch.approval, ledger) if batch.approval else None
+    withdrawn = partial(approved.withdrawn, batch.approval, ledger, target.name, ids) if batch.approval else None
     if withdrawn is not None and (why := withdrawn()):
         log.warning("approval %s is %s: this batch sends nothing", batch.approval, why)
         expires = 0.0  # long past: the batch records its deletes as left
