@@ -342,7 +342,12 @@ class Ledger:
         found = list(self.records.find(query, {"_id": 0}, batch_size=ONE_BATCH).sort([(f, 1) for f in ROW_ORDER]))
         if not found:
             return []
-        summaries = self.sweeps.find(run, {"_id": 0, "execution": 1, "lease": 1, "at": 1}).sort("execution", -1)
+        # The newest summary: by execution, then time (a clear may keep the execution number under a new lease); a
+        # summary of an execution skipped for the lease decided nothing and hides nothing.
+        ran = {**run, "state": {"$ne": "skipped"}}
+        summaries = self.sweeps.find(ran, {"_id": 0, "execution": 1, "lease": 1, "at": 1}).sort(
+            [("execution", -1), ("at", -1)]
+        )
         newest = max(
             [*found, *summaries.limit(1)], key=lambda r: (int(r.get("execution") or 0), str(r.get("at") or ""))
         )

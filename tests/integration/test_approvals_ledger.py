@@ -433,6 +433,12 @@ def test_the_candidates_are_those_of_the_newest_execution_and_a_kubernetes_run_i
     ledger.write([outcome(2, "C", uid, "not_attempted", "k8s") for uid in ("secret", "other")])
     ledger.write([outcome(2, "C", "pod", "terminating", "k8s")])
     assert [r["uid"] for r in ledger.held(DAG, "manual__2")] == ["other"]
-    # A newer execution that recorded only its summary (it kept everything) holds no candidate.
-    ledger.sweeps.insert_one({**ids(3, "D"), "at": datetime.now(UTC)})
+    # A newer execution skipped for the lease decided nothing, and hides nothing.
+    ledger.sweeps.insert_one({**ids(3, "D"), "state": "skipped", "at": datetime.now(UTC)})
+    assert [r["uid"] for r in ledger.held(DAG, "manual__2")] == ["other"]
+    # A newer execution that recorded only its summary (it kept everything) holds no candidate; so does one under
+    # a newer lease of the same execution number (a clear that kept it), whichever lease sorts first.
+    ledger.sweeps.insert_one({**ids(2, "C"), "state": "success", "at": datetime.now(UTC)})
+    assert [r["uid"] for r in ledger.held(DAG, "manual__2")] == ["other"]
+    ledger.sweeps.insert_one({**ids(2, "Z-newer"), "state": "success", "at": datetime.now(UTC)})
     assert ledger.held(DAG, "manual__2") == []

@@ -149,6 +149,6 @@ def test_a_lease_key_template_that_reads_no_key_of_the_bucket_as_a_lease_fails(w
     code, lines = check(config, folder)
     assert code == 1
     assert [line for line in lines if line.startswith("FAIL")] == [
-        "FAIL k8s.nats_leases.key_template: 1 keys in bucket run_leases, none of the form 'lease.{run}': "
+        "FAIL k8s.nats_leases.key_template: 2 keys in bucket run_leases, none of the form 'lease.{run}': "
         "every lease unknown"
     ]
