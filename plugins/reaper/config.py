@@ -374,6 +374,13 @@ class NatsLeaseConfig(_Section):
     """The KV key of a run's lease, containing `{run}` exactly once."""
     timeout: Timeout = timedelta(seconds=5)
     """Timeout of each NATS request."""
+    max_silence: Annotated[
+        Duration, _at_least(timedelta(minutes=10), "shorter than a runner's renewal, every lease would read unknown")
+    ] = timedelta(hours=24)
+    """The longest the runners leave the bucket unwritten: when its newest key under the template (a lease, or a
+    released one's marker) is older, nothing shows they still write it (a bucket they left, or an old one a typo
+    names, keeps its markers for ever without `max_age`), and every lease is unknown. A fleet idle longer reaps
+    no sandbox until a runner writes again."""
 
     @field_validator("key_template")
     @classmethod

@@ -16,8 +16,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass, field
-from typing import TypedDict
+from typing import NamedTuple, TypedDict
 from urllib.parse import unquote
 
 import nats
@@ -26,9 +27,18 @@ from nats.js.api import DeliverPolicy
 from nats.js.client import JetStreamContext
 
 from reaper.config import NatsLeaseConfig
+from reaper.durations import duration
 from reaper.model import Keyed
 
 log = logging.getLogger(__name__)
+
+
+class Key(NamedTuple):
+    """One key of the bucket as listed: whether its latest operation holds a lease (None: unknown), and when it
+    was written (unix seconds, the stream's time)."""
+
+    live: bool | None
+    at: float
 
 
 class ListingBroken(Exception):
@@ -138,16 +148,17 @@ class NatsLeases:
             reason = self.options.redact(str(exc))
             log.warning("NATS leases unreadable, every lease unknown: %s: %s", type(exc).__name__, reason)
             return None
-        problem = self.template_problem(listed) if only is None else ""
+        problem = self.template_problem(listed, time.time()) if only is None else ""
         if problem:
             log.warning("%s", problem)
             return Keyed(complete=False, problem=problem)  # every lease unknown
-        runs = {run: live for key, live in listed.items() if (run := self._run(key)) is not None}
+        runs = {run: key.live for name, key in listed.items() if (run := self._run(name)) is not None}
         known: dict[str, float | None] = {run: None for run, live in runs.items() if live}
         return Keyed(known=known, failed=frozenset(run for run, live in runs.items() if live is None), complete=True)
 
-    def template_problem(self, listed: dict[str, bool | None]) -> str:
-        """Why a whole bucket's keys prove nothing: there are none, or none is a run's lease under the template.
+    def template_problem(self, listed: dict[str, Key], now: float) -> str:
+        """Why a whole bucket's keys prove nothing: there are none, none is a run's lease under the template, or the
+        newest of those was written longer than ``max_silence`` before ``now`` (a bucket the runners left).
 
         The bucket is then not the one the runners write (a typo in ``bucket``, a bucket made by hand and never
         written), or the template not theirs, and its silence would read as every lease absent (docs/design.md
@@ -160,7 +171,15 @@ class NatsLeases:
                 f"k8s.nats_leases.bucket: bucket {self.config.bucket} holds no key (no lease, no delete marker): "
                 "nothing shows the runners write it: every lease unknown"
             )
-        if any(self._run(key) is not None for key in listed):
+        written = [key.at for name, key in listed.items() if self._run(name) is not None]
+        silence = self.config.max_silence.total_seconds()
+        if written and now - max(written) > silence:
+            return (
+                f"k8s.nats_leases.max_silence: the newest lease key in bucket {self.config.bucket} was written "
+                f"{duration(now - max(written))} ago, longer than {duration(silence)}: nothing shows the runners "
+                "still write it: every lease unknown"
+            )
+        if written:
             return ""
         return (
             f"k8s.nats_leases.key_template: {len(listed)} keys in bucket {self.config.bucket}, none of the form "
@@ -173,9 +192,9 @@ class NatsLeases:
             return key[len(self.prefix) : len(key) - len(self.suffix)]
         return None
 
-    async def _keys(self, timeout: float, only: str | None) -> dict[str, bool | None]:
-        """Every key of the bucket (or just ``only``) and whether it is live, or an exception as soon as the
-        client reports an error."""
+    async def _keys(self, timeout: float, only: str | None) -> dict[str, Key]:
+        """Every key of the bucket (or just ``only``), whether it is live and when it was written, or an exception
+        as soon as the client reports an error."""
         errors: list[str] = []
         broken = asyncio.Event()
         done = asyncio.Event()  # the listing caught up, or the client reported an error
@@ -214,9 +233,7 @@ class NatsLeases:
             await client.close()
 
 
-async def _list_bucket(
-    js: JetStreamContext, bucket: str, only: str | None, done: asyncio.Event
-) -> dict[str, bool | None]:
+async def _list_bucket(js: JetStreamContext, bucket: str, only: str | None, done: asyncio.Event) -> dict[str, Key]:
     """Each key of ``bucket`` (or the one key ``only``) and its latest operation, from one headers-only
     pass over its last messages.
 
@@ -229,10 +246,11 @@ async def _list_bucket(
     waiting for the last key until the read's timeout).
     """
     prefix = f"$KV.{bucket}."
-    latest: dict[str, bool | None] = {}
+    latest: dict[str, Key] = {}
 
     async def on_message(msg: Msg) -> None:
-        latest[msg.subject.removeprefix(prefix)] = _live(msg.headers)
+        # The metadata's timestamp is the message's in the stream: when its key was last written.
+        latest[msg.subject.removeprefix(prefix)] = Key(_live(msg.headers), msg.metadata.timestamp.timestamp())
         if msg.metadata.num_pending == 0:
             done.set()
 
@@ -289,6 +307,6 @@ async def nats_bucket_problem(options: NatsOptions, config: NatsLeaseConfig) -> 
         await client.close()
     leases = NatsLeases(options, config)
     if not info.state.messages:  # nothing there: nothing shows the runners write it
-        return leases.template_problem({}).removeprefix("k8s.nats_leases.bucket: ")
+        return leases.template_problem({}, time.time()).removeprefix("k8s.nats_leases.bucket: ")
     listed = await asyncio.wait_for(leases._keys(timeout, None), read_timeout(config))
-    return leases.template_problem(listed).removeprefix("k8s.nats_leases.key_template: ") or None
+    return leases.template_problem(listed, time.time()).removeprefix("k8s.nats_leases.key_template: ") or None
