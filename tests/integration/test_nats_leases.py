@@ -263,7 +263,6 @@ def test_a_bucket_the_runners_left_long_ago_proves_nothing(nats_server, monkeypa
     """The fourth review: a bucket created without max_age keeps its delete markers for ever, so a bucket the
     runners wrote once (then moved to another) still had keys under the template, and read as every lease absent.
     Its newest key under the template older than max_silence: every lease unknown, in reads and the preflight."""
-    from reaper.stores import nats as store
     from reaper.stores.nats import NatsOptions, nats_bucket_problem
 
     asyncio.run(_apply(nats_server.port, [("put", "r1"), ("delete", "r1"), ("put", "r2"), ("delete", "r2")]))
@@ -272,7 +271,7 @@ def test_a_bucket_the_runners_left_long_ago_proves_nothing(nats_server, monkeypa
     fresh = leases.read()
     assert fresh is not None and fresh.complete and fresh.known == {}  # released today: no lease, and proof of it
     real = time.time
-    monkeypatch.setattr(store.time, "time", lambda: real() + 25 * 3600)  # a day and an hour later, nothing written
+    monkeypatch.setattr(time, "time", lambda: real() + 25 * 3600)  # a day and an hour later, nothing written
     stale = leases.read()
     assert stale is not None and not stale.complete and "max_silence" in stale.problem
     assert lease_state("r1", stale, real() + 25 * 3600, 30) is LeaseState.UNKNOWN
