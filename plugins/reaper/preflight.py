@@ -228,9 +228,11 @@ def _nats_bucket(config: Settings) -> Iterator[Check]:
 
     cfg = config.k8s.nats_leases
     problem = asyncio.run(nats_bucket_problem(nats_options(cfg.conn_id), cfg))
-    key = "k8s.nats_leases.key_template" if problem and "none of the form" in problem else "k8s.nats_leases.bucket"
-    found = problem or f"{cfg.bucket} exists (any key it holds is a lease under {cfg.key_template!r})"
-    yield Check(key, not problem, found)
+    named, sep, said = (problem or "").partition(": ")
+    key, found = (named, said) if sep and named.startswith("k8s.nats_leases.") else ("k8s.nats_leases.bucket", problem)
+    yield Check(
+        key, not problem, found or f"{cfg.bucket} exists (any key it holds is a lease under {cfg.key_template!r})"
+    )
 
 
 def _mongo_leases(config: Settings) -> Iterator[Check]:

@@ -135,7 +135,9 @@ def test_a_key_template_that_matches_no_key_of_the_bucket_makes_every_lease_unkn
         ("r1", "r2"), LeaseState.UNKNOWN
     )
     problem = asyncio.run(nats_bucket_problem(NatsOptions.from_url(url(nats_server.port)), config))
-    assert problem == "2 keys in bucket run_leases, none of the form 'lease.{run}': every lease unknown"
+    assert problem == (
+        "k8s.nats_leases.key_template: 2 keys in bucket run_leases, none of the form 'lease.{run}': every lease unknown"
+    )
     right = NatsLeaseConfig(key_template="lease-{run}-v1")
     assert asyncio.run(nats_bucket_problem(NatsOptions.from_url(url(nats_server.port)), right)) is None
 
@@ -157,7 +159,7 @@ def test_a_bucket_that_holds_no_key_proves_nothing(nats_server) -> None:
     assert answer is not None and not answer.complete and "holds no key" in answer.problem
     assert lease_state("r1", answer, time.time(), 30) is LeaseState.UNKNOWN
     problem = asyncio.run(nats_bucket_problem(NatsOptions.from_url(url(nats_server.port)), config))
-    assert problem and problem.startswith("bucket run_leases holds no key")
+    assert problem and problem.startswith("k8s.nats_leases.bucket: bucket run_leases holds no key")
 
 
 async def _publish_odd(port: int) -> None:
@@ -276,4 +278,8 @@ def test_a_bucket_the_runners_left_long_ago_proves_nothing(nats_server, monkeypa
     assert stale is not None and not stale.complete and "max_silence" in stale.problem
     assert lease_state("r1", stale, real() + 25 * 3600, 30) is LeaseState.UNKNOWN
     problem = asyncio.run(nats_bucket_problem(NatsOptions.from_url(url(nats_server.port)), config))
-    assert problem and "longer than 1 d" in problem, problem
+    assert problem and problem.startswith("k8s.nats_leases.max_silence:") and "longer than 1 d" in problem, problem
+    # The sixth review: a key stamped ahead of this clock (the server's clock ahead) read as fresh whatever its age.
+    monkeypatch.setattr(time, "time", lambda: real() - 40 * 86400)
+    ahead = leases.read()
+    assert ahead is not None and not ahead.complete and "from now" in ahead.problem

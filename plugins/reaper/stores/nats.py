@@ -33,6 +33,11 @@ from reaper.model import Keyed
 log = logging.getLogger(__name__)
 
 
+# How far ahead of this clock a key's write time may be (the NATS server's clock ahead): beyond, its age is no
+# evidence, and the bucket proves nothing (the writers' clocks are uncertain everywhere: reaper.policy ``skew``).
+FUTURE = 300.0
+
+
 class Key(NamedTuple):
     """One key of the bucket as listed: whether its latest operation holds a lease (None: unknown), and when it
     was written (unix seconds, the stream's time)."""
@@ -173,6 +178,12 @@ class NatsLeases:
             )
         written = [key.at for name, key in listed.items() if self._run(name) is not None]
         silence = self.config.max_silence.total_seconds()
+        if written and max(written) > now + FUTURE:
+            return (
+                f"k8s.nats_leases.max_silence: the newest lease key in bucket {self.config.bucket} was written "
+                f"{duration(max(written) - now)} from now (the NATS server's clock ahead of this one's): its age "
+                "proves nothing: every lease unknown"
+            )
         if written and now - max(written) > silence:
             return (
                 f"k8s.nats_leases.max_silence: the newest lease key in bucket {self.config.bucket} was written "
@@ -285,8 +296,8 @@ def _live(headers: dict[str, str] | None) -> bool | None:
 
 
 async def nats_bucket_problem(options: NatsOptions, config: NatsLeaseConfig) -> str | None:
-    """Why the leases' KV bucket proves nothing (no server, no such bucket, keys none of which the template
-    reads as a run's), or ``None``: the preflight.
+    """Why the leases' KV bucket proves nothing (no server, no such bucket, or what :meth:`NatsLeases.template_problem`
+    says, which names its config key first), or ``None``: the preflight.
 
     Either makes every lease unknown, so nothing is reaped; this says so before the first sweep does.
     """
@@ -307,6 +318,6 @@ async def nats_bucket_problem(options: NatsOptions, config: NatsLeaseConfig) -> 
         await client.close()
     leases = NatsLeases(options, config)
     if not info.state.messages:  # nothing there: nothing shows the runners write it
-        return leases.template_problem({}, time.time()).removeprefix("k8s.nats_leases.bucket: ")
+        return leases.template_problem({}, time.time())
     listed = await asyncio.wait_for(leases._keys(timeout, None), read_timeout(config))
-    return leases.template_problem(listed, time.time()).removeprefix("k8s.nats_leases.key_template: ") or None
+    return leases.template_problem(listed, time.time()) or None
