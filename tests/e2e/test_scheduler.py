@@ -172,10 +172,16 @@ def test_a_stopped_delete_task_stops_sending_at_once_and_records_what_it_saw(air
     late = [t for t in arrivals if t > min(halted)]
     assert late == [], f"{len(late)} deletes sent after the task was told to stop"
 
+    looked: list[set[str]] = [set()]
+
     def every_intent_answered() -> bool:  # the stopped process records the rest of what it saw in its last seconds
+        # Until its SIGTERM, a thread may still queue an intent after the released lease (each then answered
+        # not_attempted in its cycle): answered once no new intent came since the last look, a second ago.
         intents = {r["uid"] for r in airflow.ledger.ledger.find({"run_id": run_id, "action": "delete_intent"})}
         answered = {r["uid"] for r in airflow.ledger.ledger.find({"run_id": run_id, "action": "outcome"})}
-        return intents <= answered
+        settled, looked[0] = intents == looked[0], intents
+        time.sleep(1.0)
+        return settled and intents <= answered
 
     wait_until(every_intent_answered, "an outcome for every intent the stopped task wrote", 20)
     results = one_outcome_per_intent(airflow.ledger, run_id)
