@@ -12,8 +12,7 @@ For each planned instance, in this order (docs/design.md §6):
    have no deletion protection, the planned ``labelFingerprint`` (no label written since the listing: a manager stamping
    another name than the configured one writes labels all the same; under an approval, the listed fingerprint is
    the approved one) and the planned ``lastStopTimestamp`` and ``lastSuspendedTimestamp`` (not started and stopped
-   again, nor resumed and suspended again, since); otherwise
-   ``changed_since_plan``;
+   again, nor resumed and suspended again, since); otherwise ``changed_since_plan``;
 4. the guard: the intent acknowledged (durable), the sweep lease read now, the deadline, a stop (the re-read
    may have spent its retries);
 5. ``delete_unary`` by numeric id, which the Compute API takes in place of the name: a VM recreated under

@@ -8,9 +8,9 @@ state it was approved in; every other delete is held, with its own reason:
 
 - ``approval_expired``: the approval expired before the sweep listed (every delete of the run is held);
 - ``not_approved``: not among the approved items (new since the review, or never selected);
-- ``approval_changed``: approved, but listed in another state (GCE ``labelFingerprint`` and last stop time,
-  Kubernetes ``resourceVersion``): a label changed since the review, a heartbeat included, or a VM stopped again
-  (started and stopped: its status as it was); or found by another rule than the one it was reviewed under,
+- ``approval_changed``: approved, but listed in another state (GCE ``labelFingerprint`` and last stop and
+  suspend times, Kubernetes ``resourceVersion``): a label changed since the review, a heartbeat included, or a VM
+  stopped or suspended again (its status as it was); or found by another rule than the one it was reviewed under,
   or (GCE) in another status (a TERMINATED VM started since, a SUSPENDED one resumed: no label need change);
 - ``approval_run_partial``: a Kubernetes object approved and unchanged whose run is not: another of the run's
   objects is changed, not approved, or approved but no longer listed. A run is deleted whole or not at all:

@@ -177,25 +177,25 @@ class NatsLeases:
                 "nothing shows the runners write it: every lease unknown"
             )
         written = [key.at for name, key in listed.items() if self._run(name) is not None]
-        silence = self.config.max_silence.total_seconds()
-        if written and max(written) > now + FUTURE:
+        if not written:
+            return (
+                f"k8s.nats_leases.key_template: {len(listed)} keys in bucket {self.config.bucket}, none of the form "
+                f"{self.config.key_template!r}: every lease unknown"
+            )
+        newest, silence = max(written), self.config.max_silence.total_seconds()
+        if newest > now + FUTURE:
             return (
                 f"k8s.nats_leases.max_silence: the newest lease key in bucket {self.config.bucket} was written "
-                f"{duration(max(written) - now)} from now (the NATS server's clock ahead of this one's): its age "
+                f"{duration(newest - now)} from now (the NATS server's clock ahead of this one's): its age "
                 "proves nothing: every lease unknown"
             )
-        if written and now - max(written) > silence:
+        if now - newest > silence:
             return (
                 f"k8s.nats_leases.max_silence: the newest lease key in bucket {self.config.bucket} was written "
-                f"{duration(now - max(written))} ago, longer than {duration(silence)}: nothing shows the runners "
+                f"{duration(now - newest)} ago, longer than {duration(silence)}: nothing shows the runners "
                 "still write it: every lease unknown"
             )
-        if written:
-            return ""
-        return (
-            f"k8s.nats_leases.key_template: {len(listed)} keys in bucket {self.config.bucket}, none of the form "
-            f"{self.config.key_template!r}: every lease unknown"
-        )
+        return ""
 
     def _run(self, key: str) -> str | None:
         """The run whose lease ``key`` is: the template exactly, around a non-empty run key."""
