@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from pymongo.database import Database
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "plugins"), str(Path(__file__).resolve().parents[1])]
-from bench.sweep import HOME, LEDGER_CALLS, ROOT, STEPS, Meter, configure, writers  # noqa: E402  (sets AIRFLOW_HOME: import it before Airflow)
+from bench.sweep import HOME, ROOT, STEPS, Meter, configure, ledger_calls, writers  # noqa: E402  (sets AIRFLOW_HOME: import it before Airflow)
 from include.emulators.http import free_port, start_secantusdb  # noqa: E402
 from include.emulators.shapes import gcloud_instance  # noqa: E402
 from tests.helpers.gce import busiest_second  # noqa: E402
@@ -226,12 +226,7 @@ def main() -> None:
     for i, (state, why, counts, taken) in enumerate(runs, 1):
         print(f"recovery run {i}: {state}; {why}; outcomes {counts}")
         print("  its steps: " + ", ".join(f"{step} {taken.seconds[step]:.1f} s" for step in STEPS))
-        ledger = [
-            f"{name} {seconds:.1f} s"
-            for name, seconds in sorted(taken.by_call.items(), key=lambda call: -call[1])
-            if name in LEDGER_CALLS
-        ]
-        print("  its ledger calls outside the deletes: " + ", ".join(ledger[:6]))
+        print("  its ledger calls outside the deletes: " + ledger_calls(taken))
     first = min((at for _, at in sent), default=float("nan"))
     print(
         f"trigger to the first send: {first - triggered:.1f} s (the approval, the DAG's tasks up to the deletes); "

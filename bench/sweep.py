@@ -294,6 +294,12 @@ def task_seconds(dag_run: DagRun) -> tuple[float, Counter[str], defaultdict[str,
         return sum(took.values()), Counter(ti.task_id for ti in tis), took
 
 
+def ledger_calls(meter: Meter, most: int = 6) -> str:
+    """The ledger calls made outside another step (the deletes' are nested in theirs), slowest first."""
+    calls = sorted(((n, s) for n, s in meter.by_call.items() if n in LEDGER_CALLS), key=lambda call: -call[1])
+    return ", ".join(f"{name} {seconds:.1f} s" for name, seconds in calls[:most])
+
+
 def per_delete(commands: Counter[str] | dict[str, int], fixed: int, deletes: int) -> float:
     """The find and update commands beyond the fixed ones, per delete."""
     return (commands.get("find", 0) + commands.get("update", 0) - fixed) / max(deletes, 1)
@@ -332,6 +338,8 @@ def report(
         for (outer, inner), seconds in sorted(meter.nested.items()):
             if outer == step:
                 print(f"    of which {inner} calls: {seconds:.2f} s, summed over the step's threads")
+        if step == "ledger":
+            print(f"    its calls: {ledger_calls(meter)}")
     rest = wall - measured
     in_tasks, tasks, took = task_seconds(dag_run)
     in_tasks -= warm_up
