@@ -8,11 +8,9 @@ and the lease checks asked for meanwhile are answered by one lease read made aft
 at most two round trips, whatever the number of deletes in it.
 
 What each delete depends on stays as strict as one write at a time (:class:`reaper.fence.SendGuard` waits):
-its send waits for its intent's acknowledgement and for a lease read made after that write. The intent asks
-for one (``read_lease``): the cycle that writes it reads the lease, so intent and lease check share one cycle,
-which overlaps GCE's re-read; a read older than :data:`reaper.fence.LEASE_FRESH` at the send is made again.
-Its outcome counts when it is acknowledged; a failed write fails every record of its cycle and stops all sends
-at once (``failed``). The lease lives in another collection than the records, and a bulk write names one
+its send waits for its intent's acknowledgement and for a lease read that began after it asked; its outcome
+counts when it is acknowledged; a failed write fails every record of its cycle and stops all sends at once
+(``failed``). The lease lives in another collection than the records, and a bulk write names one
 collection: so the lease check shares the cycle, not the command.
 """
 
@@ -21,7 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Generic, TypeVar
 
 from reaper.records import Document, LedgerRecord, document
 
@@ -49,14 +47,6 @@ class Pending(Generic[T]):
         if self._error is not None:
             raise self._error
         return self._value
-
-
-class LeaseRead(NamedTuple):
-    """A lease read's answer to records that asked for one: why the sweep lease does not cover the task (None: it
-    does), read after their write; ``at``: when the read began (``time.monotonic()``), which says how fresh it is."""
-
-    problem: str | None
-    at: float
 
 
 def wait_bound(ledger_timeout: float, interval: float, reads: int = 1) -> float:
@@ -96,7 +86,6 @@ class GroupCommit:
         self._cond = threading.Condition()
         self._records: list[tuple[Record, Pending[None]]] = []
         self._asks: list[Pending[str]] = []
-        self._reads: list[Pending[LeaseRead]] = []  # records' acknowledgements that carry the lease read
         self._since = 0.0  # when the oldest waiting record or ask came
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="ledger-commit", daemon=True)
@@ -108,28 +97,18 @@ class GroupCommit:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def submit(
-        self, records: Iterable[LedgerRecord | Mapping[str, object]], *, read_lease: bool = False
-    ) -> Pending[Any]:
+    def submit(self, records: Iterable[LedgerRecord | Mapping[str, object]]) -> Pending[None]:
         """Queue records for the next cycle, encoded now (a cycle merges them as documents); their
-        acknowledgement, which the caller waits for before what depends on them.
-
-        ``read_lease``: the cycle that writes them reads the lease after the write, and the acknowledgement
-        answers with that read (:class:`LeaseRead`): what a delete's intent asks for, so that its send's lease
-        check costs no cycle of its own.
-        """
+        acknowledgement, which the caller waits for before what depends on them."""
         ack: Pending[None] = Pending(self.timeout)
-        read: Pending[LeaseRead] | None = Pending(self.timeout) if read_lease else None
         docs = [document(r) for r in records]  # outside the lock: the writer thread waits on it
         with self._cond:
             if self._closed:
                 raise RuntimeError("the group commit is closed")
             self._arrive()
             self._records.extend((d, ack) for d in docs)
-            if read is not None:  # taken with the records: answered by the cycle that writes them
-                self._reads.append(read)
             self._cond.notify()
-        return read or ack
+        return ack
 
     def lease_problem(self) -> str | None:
         """Why the sweep lease does not cover this task, from a read made after this call and after the
@@ -155,18 +134,15 @@ class GroupCommit:
         self._thread.join()
 
     def _arrive(self) -> None:
-        if not self._waiting():
+        if not self._records and not self._asks:
             self._since = time.monotonic()
-
-    def _waiting(self) -> bool:
-        return bool(self._records or self._asks or self._reads)
 
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._waiting() and not self._closed:
+                while not self._records and not self._asks and not self._closed:
                     self._cond.wait()
-                if not self._waiting():
+                if not self._records and not self._asks:
                     return  # closed, nothing left
                 while not self._closed and len(self._records) < self.most:
                     left = self._since + self.interval - time.monotonic()
@@ -175,14 +151,10 @@ class GroupCommit:
                     self._cond.wait(left)
                 records, self._records = self._records, []
                 asks, self._asks = self._asks, []
-                reads, self._reads = self._reads, []
-            self._cycle(records, asks, reads)
+            self._cycle(records, asks)
 
-    def _cycle(
-        self, records: list[tuple[Record, Pending[None]]], asks: list[Pending[str]], reads: list[Pending[LeaseRead]]
-    ) -> None:
-        """One bulk write of the records, then one lease read for the asks and the records that asked for it; each
-        answered, every error told."""
+    def _cycle(self, records: list[tuple[Record, Pending[None]]], asks: list[Pending[str]]) -> None:
+        """One bulk write of the records, then one lease read for the asks; each answered, every error told."""
         try:
             if records:
                 merged: dict[Hashable, Record] = {}
@@ -195,15 +167,12 @@ class GroupCommit:
             told = exc if isinstance(exc, Exception) else RuntimeError(f"the ledger write stopped: {exc!r}")
             for _, ack in records:
                 ack.settle(error=told)
-            for read in reads:
-                read.settle(error=told)
             for ask in asks:  # a lease check behind a failed write: nothing may be sent on it
                 ask.settle(f"ledger: a write failed ({type(exc).__name__})")
             return
         for _, ack in records:
             ack.settle()
-        if asks or reads:
-            began = time.monotonic()
+        if asks:
             try:
                 problem = self._lease()
             except BaseException as exc:
@@ -211,5 +180,3 @@ class GroupCommit:
                 problem = f"ledger: the sweep lease could not be read ({type(exc).__name__})"
             for ask in asks:
                 ask.settle(problem)
-            for read in reads:
-                read.settle(LeaseRead(problem, began))

@@ -18,7 +18,6 @@ from collections.abc import Callable, Collection, Iterator
 from types import FrameType
 from typing import Protocol
 
-from reaper.commits import LeaseRead
 from reaper.model import Resource
 from reaper.vocabulary import Result
 
@@ -35,13 +34,6 @@ class Ack(Protocol):
 
 # A sink of intents, sent marks and outcomes: writes at once (returns None) or queues and returns its Ack.
 Sink = Callable[..., "Ack | None"]
-
-# Seconds a lease read made after the intent's write (its commit cycle's: :class:`reaper.commits.LeaseRead`) stands
-# for the lease check of the send that follows. Between them comes GCE's re-read, one GET, tens of milliseconds; a
-# re-read slower than this (retried, throttled) has the lease read again right before the send. Shorter than the
-# approval's revocation poll (reaper.sweep.deletes.REVOCATION_POLL), and the deadline, which ends sends well before
-# the lease expires, is checked at the send whatever the read's age.
-LEASE_FRESH = 0.25
 
 
 class SendGuard:
@@ -134,9 +126,9 @@ class SendGuard:
         """Stop and deadline, then queue the delete's intent; None: go on, and call :meth:`ready` right before the
         send. A failed submit halts the task.
 
-        The intent is only queued: its write, and the lease read its commit cycle makes after it, overlap what
-        comes before the send (GCE's re-read), and :meth:`ready` takes that read, so intent and lease cost one
-        cycle. An intent the lease then refuses is this execution's record of
+        The intent is only queued: its write overlaps what comes before the send (GCE's re-read), and
+        :meth:`ready` asks for the lease read that the same commit cycle (or a later one) makes after writing
+        it, so intent and lease cost one cycle. An intent the lease then refuses is this execution's record of
         a send that never went out (``not_attempted``).
         """
         why = self.check(lease=False)
@@ -154,25 +146,18 @@ class SendGuard:
         return None
 
     def ready(self, resource: Resource) -> str | None:
-        """Right before the send: its intent durable, the lease read since, the deadline not passed; or why not.
+        """Right before the send: its intent durable, the lease read now, the deadline not passed; or why not.
 
-        A group commit answers the intent with the lease read its cycle made after writing it
-        (:class:`reaper.commits.LeaseRead`): that read stands when it began at most :data:`LEASE_FRESH` ago,
-        and the lease is read again otherwise (or when the intent came back without one). The write or the
-        wait may have taken until past the deadline (or a SIGTERM came): nothing is sent then.
+        The lease read is asked for first: a group commit answers it in the cycle that writes the intent
+        queued before it (or a later one). The write or the wait may have taken until past the deadline
+        (or a SIGTERM came): nothing is sent then.
         """
+        why = self.check()
         with self._lock:
             ack = self._intents.pop(_key(resource), None)
-        answer: object = None
-        if ack is not None:
-            try:
-                answer = ack.wait()
-            except Exception as exc:
-                self.halt(f"ledger: intent not recorded ({type(exc).__name__})")
-                return self._why
-        if isinstance(answer, LeaseRead) and time.monotonic() - answer.at <= LEASE_FRESH:
-            return self.check(lease=False) or answer.problem
-        return self.check()
+        if ack is not None and not self._settled(ack, "intent"):
+            return self._why
+        return why or self.check(lease=False)
 
     def retry(self, resource: Resource) -> None:
         """Before a retry of a send whose answer was lost: the first try may have been applied (it is

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reaper.commits import GroupCommit, LeaseRead
+from reaper.commits import GroupCommit
 
 
 class Store:
@@ -180,34 +180,3 @@ def test_the_wait_bound_covers_the_cycle_in_progress_and_its_own() -> None:
 
     assert wait_bound(10.0, 0.01) == pytest.approx(40.01)  # two cycles, each a write and a lease read
     assert wait_bound(10.0, 0.01, reads=2) == pytest.approx(60.01)  # and the approval read under an approval
-
-
-def test_an_intent_that_asks_for_the_lease_is_answered_by_a_read_after_its_own_write_in_one_cycle() -> None:
-    store = Store()
-    with commits(store, interval=0.05) as group:
-        before = time.monotonic()
-        answers = [group.submit([{"id": i}], read_lease=True) for i in range(3)]
-        reads = [answer.wait() for answer in answers]
-        # One cycle: one write of the three, then one lease read, which every one of them is answered with.
-        assert store.calls == [("write", [0, 1, 2]), ("lease", None)]
-        assert all(isinstance(r, LeaseRead) and r.problem is None and r.at >= before for r in reads)
-        store.lease = "the sweep lease was released"
-        assert group.submit([{"id": 3}], read_lease=True).wait().problem == "the sweep lease was released"
-        assert group.submit([{"id": 4}]).wait() is None and store.kinds()[-1] == "write"  # no read unasked
-
-
-def test_an_intent_whose_write_failed_carries_no_lease_read_and_one_whose_read_failed_carries_why() -> None:
-    store = Store(fail_writes=1)
-    failures: list[BaseException] = []
-    with commits(store, failures, interval=0.0, most=1) as group:
-        with pytest.raises(ConnectionError):
-            group.submit([{"id": 1}], read_lease=True).wait()
-        assert "lease" not in store.kinds()
-
-    def unreadable() -> str | None:
-        raise TimeoutError("no answer")
-
-    with commits(Store(), failures, interval=0.0, most=1, lease=unreadable) as group:
-        read = group.submit([{"id": 2}], read_lease=True).wait()
-        assert read.problem == "ledger: the sweep lease could not be read (TimeoutError)"
-    assert len(failures) == 2

@@ -1,10 +1,9 @@
-"""The send guard: SIGTERM halts every send at once (Airflow's own handler still runs), and what each send waits for."""
+"""The send guard's stop: SIGTERM halts every send at once, and Airflow's own handler still runs."""
 
 from __future__ import annotations
 
 import os
 import signal
-import time
 from types import SimpleNamespace
 
 from reaper.fence import SendGuard, halt_on_sigterm
@@ -94,33 +93,3 @@ def test_an_earlier_tries_sent_mark_counts_for_its_own_cluster_only_where_a_uid_
     mine, other = SimpleNamespace(scope="c0", uid="u1"), SimpleNamespace(scope="c1", uid="u1")
     assert guard.sent_earlier(mine) and not guard.sent_earlier(other)  # type: ignore[arg-type]  # a SimpleNamespace stands in for a resource
     assert (guard.unsent(mine), guard.unsent(other)) == ("unconfirmed", "not_attempted")  # type: ignore[arg-type]  # a SimpleNamespace stands in for a resource
-
-
-def test_the_lease_read_of_the_intents_cycle_stands_for_the_send_while_fresh_and_is_made_again_after() -> None:
-    from reaper.commits import LeaseRead, Pending
-    from reaper.fence import LEASE_FRESH
-
-    asked: list[str] = []
-    lease: list[str | None] = [None]
-
-    def read_now() -> str | None:
-        asked.append("read")
-        return lease[0]
-
-    answers: dict[str, Pending[LeaseRead]] = {}
-
-    def intent(resource: SimpleNamespace) -> Pending[LeaseRead]:
-        answers[resource.uid] = Pending(5.0)
-        return answers[resource.uid]
-
-    guard = SendGuard(lease=read_now, intent=intent)
-    fresh, held, stale = (SimpleNamespace(scope="p", uid=uid) for uid in ("fresh", "held", "stale"))
-    for vm in (fresh, held, stale):
-        assert guard.before_send(vm) is None  # type: ignore[arg-type]  # a SimpleNamespace stands in for a resource
-    answers["fresh"].settle(LeaseRead(None, time.monotonic()))
-    answers["held"].settle(LeaseRead("the sweep lease is held by b", time.monotonic()))
-    answers["stale"].settle(LeaseRead(None, time.monotonic() - LEASE_FRESH - 0.01))
-    assert guard.ready(fresh) is None and asked == []  # type: ignore[arg-type]  # a SimpleNamespace stands in for a resource
-    assert guard.ready(held) == "the sweep lease is held by b" and asked == []  # type: ignore[arg-type]  # a SimpleNamespace stands in for a resource
-    lease[0] = "the sweep lease was released"  # since the stale read: the read made again sees it
-    assert guard.ready(stale) == "the sweep lease was released" and asked == ["read"]  # type: ignore[arg-type]  # a SimpleNamespace stands in for a resource

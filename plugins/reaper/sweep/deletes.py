@@ -228,8 +228,7 @@ def delete_batch(
         deadline=terms.deadline,
         lease=commits.lease_problem,
         # An intent never lowers ``sent``: a retry rewriting its intent keeps an earlier try's call on record.
-        # The intent's cycle reads the lease after writing it: the send's lease check (SendGuard.ready).
-        intent=lambda r: commits.submit([intent(terms.ids, target, r)], read_lease=True),
+        intent=lambda r: commits.submit([intent(terms.ids, target, r)]),
         sent=lambda r: commits.submit([intent(terms.ids, target, r, sent=True)]),
         outcome=lambda r, result, detail: commits.submit(outcome_records(terms.ids, target, result, [(r, detail)])),
         sent_before=sent,
