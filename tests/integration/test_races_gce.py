@@ -392,3 +392,29 @@ def test_a_retry_never_forgets_that_an_earlier_try_sent_the_delete(world) -> Non
         delete_batch(OutcomeWriteFails(), target, fence, [victim])  # try 2
     assert ledger.records.find_one({"action": "delete_intent", "uid": victim.id})["sent"] is True
     assert delete_batch(ledger, target, fence, [victim]) == {"deleted": 1}  # try 3
+
+
+@pytest.mark.parametrize("how", ["re-acquired", "released"])
+def test_a_sweep_lease_lost_while_the_reread_is_in_flight_stops_the_delete(world, how: str) -> None:
+    # Review finding (helper-50): a lease read made in the intent's commit cycle, while the re-read was still in
+    # flight, stood for the send's lease check; a lease released (a zombie task's teardown) or taken again (a
+    # cleared resolve_scopes: same holder, new token) during a ~100 ms GET did not stop the delete.
+    fleet, _, ledger, _ = world
+    target, batches, terms = planned(world)
+    victim = batches[-1][0].id
+
+    def lose(args: tuple[str, ...]) -> None:
+        if args[2] != victim:
+            return
+        time.sleep(0.08)  # a slow GET: the intent's commit cycle is over by now
+        if how == "released":
+            ledger.sweep_lease.release("gce", HOLDER)
+        else:
+            ledger.sweep_lease.acquire("gce", HOLDER, timedelta(minutes=10))
+
+    fleet.on("after", "get", lose, times=None)
+    for batch in batches:
+        delete_batch(ledger, target, terms, batch)
+    outcome = ledger.records.find_one({"action": "outcome", "name": VICTIM})
+    assert current_victim(fleet) is not None, f"deleted after the lease was {how}: {outcome}"
+    assert outcome is not None and outcome["result"] == "not_attempted"
