@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import unicodedata
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -237,6 +238,26 @@ class QuotaConfig(_Section):
         return min(self.allowance(group) for group in QuotaLimits.model_fields) / quota_window()
 
 
+def _label_char(char: str, first: bool) -> bool:
+    """A character a Google Cloud label key (``first``: its first) or value may hold: a lowercase or uncased
+    (international) letter, or past the first a digit, ``_`` or ``-``."""
+    letter = unicodedata.category(char) in ("Ll", "Lo")
+    return letter if first else letter or char in "_-" or unicodedata.category(char).startswith("N")
+
+
+def gce_label_problem(key: str, value: str) -> str | None:
+    """Why no Compute instance can carry the label ``key=value``, or None. Google Cloud's label requirements: keys
+    of 1 to 63 characters starting with a lowercase letter, values of at most 63; both only lowercase letters,
+    digits, underscores and dashes, international characters allowed (Compute Engine docs, "Organize resources
+    using labels": requirements for labels). The API refuses any other label, so no instance matches it."""
+    expected = "1 to 63 lowercase letters, digits, _ or -, starting with a lowercase letter"
+    if not key or len(key) > 63 or not _label_char(key[0], True) or not all(_label_char(c, False) for c in key):
+        return f"expected a GCE label key ({expected}: the Compute API refuses any other), got {key!r}"
+    if len(value) > 63 or not all(_label_char(c, False) for c in value):
+        return f"expected a GCE label value (at most 63 lowercase letters, digits, _ or -), got {value!r} for {key}"
+    return None
+
+
 class GceConfig(_Section):
     enabled: bool = True
     """Sweep GCE at all."""
@@ -248,7 +269,9 @@ class GceConfig(_Section):
     number both listed are one project, listed once. A number that cannot be resolved is not listed and its scope
     (named by the number) is held `inventory_incomplete` (docs/gce.md, "Projects by id")."""
     selector: Selector = {"ci_ephemeral": "true"}
-    """Label equalities an instance must all match to be in scope."""
+    """Label equalities an instance must all match to be in scope. GCE labels as the Compute API takes them, here
+    and in `heartbeat_label` and `opt_out_label`: lowercase letters, digits, `_` and `-`, a key starting with a
+    letter (any other matches no instance, so it is refused)."""
     heartbeat_label: str = Field(default="runner_manager_heartbeat", min_length=1)
     """The label the live runner manager stamps on each instance it tracks: unix seconds as a decimal string."""
     max_job_timeout: Annotated[Duration, _at_least(timedelta(0), "a dead manager's last job may run this long")] = (
@@ -306,6 +329,17 @@ class GceConfig(_Section):
     """Fleeting runners' managed instance groups: a regex the whole group name must match, whose named group
     `manager` is the group's runner manager as writer health names it (e.g. `"fleeting-(?P<manager>.+)"`);
     empty: no group is listed (docs/gce.md, "Residual fleeting groups")."""
+
+    @field_validator("selector", "heartbeat_label", "opt_out_label")
+    @classmethod
+    def _gce_labels(cls, value: dict[str, str] | str | tuple[str, str]) -> dict[str, str] | str | tuple[str, str]:
+        """Labels an instance can carry: a selector or label name the Compute API refuses on any instance matches
+        no instance, and a sweep would read its empty listing as an empty fleet."""
+        pairs = value.items() if isinstance(value, dict) else [value] if isinstance(value, tuple) else [(value, "")]
+        for key, label_value in pairs:
+            if why := gce_label_problem(key, label_value):
+                raise ValueError(why)
+        return value
 
     @property
     def delete_rate(self) -> float:

@@ -35,6 +35,17 @@ def test_defaults_match_design() -> None:
     assert all(getattr(s.rules, r) is Mode.DELETE for r in ("terminated", "heartbeat_stale", "unlabeled_age"))
 
 
+def test_gce_labels_as_the_api_takes_them_are_valid_and_kubernetes_keeps_its_own_syntax() -> None:
+    s = parse_settings(
+        {
+            "gce": {"selector": {"ci_ephemeral": "", "équipe": "ci-2"}, "heartbeat_label": "b" * 63},
+            "k8s": {"selector": {"iterion.io/managed": "true"}},
+        },
+        "reaper.yaml",
+    )
+    assert s.gce.selector == {"ci_ephemeral": "", "équipe": "ci-2"} and s.k8s.selector == {"iterion.io/managed": "true"}
+
+
 def test_bundled_config_is_valid() -> None:
     assert load_config(DEFAULT_CONFIG).gce.projects
 
@@ -72,6 +83,16 @@ def _error(tmp_path: Path, text: str) -> str:
         ("max_deletions_per_sweep: -1\n", "max_deletions_per_sweep: expected"),
         ("rules: {terminated: maybe}\n", "rules.terminated: expected one of off, report, delete"),
         ("gce: {opt_out_label: reaper_keep}\n", "gce.opt_out_label: expected a label as key=value"),
+        # Labels no instance can carry (Google Cloud's label requirements): a selector of them matches nothing, an
+        # opt-out of them can never be set (review finding: they validated, and the sweep saw an empty fleet).
+        ("gce: {selector: {CI_Ephemeral: 'true'}}\n", "gce.selector: expected a GCE label key (1 to 63 lowercase"),
+        ("gce: {selector: {iterion.io/managed: 'true'}}\n", "got 'iterion.io/managed'"),
+        ("gce: {selector: {ci_ephemeral: 'True'}}\n", "gce.selector: expected a GCE label value (at most 63"),
+        ("gce: {opt_out_label: Reaper.Keep=true}\n", "gce.opt_out_label: expected a GCE label key"),
+        ("gce: {opt_out_label: reaper_keep=yes!}\n", "gce.opt_out_label: expected a GCE label value"),
+        ("gce: {heartbeat_label: Runner-Manager/Heartbeat}\n", "gce.heartbeat_label: expected a GCE label key"),
+        ("gce: {heartbeat_label: 1beat}\n", "gce.heartbeat_label: expected a GCE label key"),
+        ("gce: {heartbeat_label: " + "b" * 64 + "}\n", "gce.heartbeat_label: expected a GCE label key"),
         ("k8s: {lease_source: redis}\n", "k8s.lease_source: expected 'nats', 'mongo' or 'none'"),
         ("k8s: {lease_source: none}\n", "rules.sandbox_orphan: expected report or off while k8s.lease_source is none"),
         ("gce: [1, 2]\n", "gce: expected a mapping"),
