@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import unicodedata
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -33,6 +32,7 @@ from pydantic_core import ErrorDetails
 
 from reaper.approvals import MAX_EXPIRY
 from reaper.durations import parse_duration, short
+from reaper.gce import labels
 from reaper.model import Mode
 from reaper.rules import RULE
 
@@ -238,22 +238,12 @@ class QuotaConfig(_Section):
         return min(self.allowance(group) for group in QuotaLimits.model_fields) / quota_window()
 
 
-def _label_char(char: str, first: bool) -> bool:
-    """A character a Google Cloud label key (``first``: its first) or value may hold: a lowercase or uncased
-    (international) letter, or past the first a digit, ``_`` or ``-``."""
-    letter = unicodedata.category(char) in ("Ll", "Lo")
-    return letter if first else letter or char in "_-" or unicodedata.category(char).startswith("N")
-
-
 def gce_label_problem(key: str, value: str) -> str | None:
-    """Why no Compute instance can carry the label ``key=value``, or None. Google Cloud's label requirements: keys
-    of 1 to 63 characters starting with a lowercase letter, values of at most 63; both only lowercase letters,
-    digits, underscores and dashes, international characters allowed (Compute Engine docs, "Organize resources
-    using labels": requirements for labels). The API refuses any other label, so no instance matches it."""
-    expected = "1 to 63 lowercase letters, digits, _ or -, starting with a lowercase letter"
-    if not key or len(key) > 63 or not _label_char(key[0], True) or not all(_label_char(c, False) for c in key):
+    """Why no Compute instance can carry the label ``key=value`` (:mod:`reaper.gce.labels`), or None."""
+    if not labels.key_ok(key):
+        expected = "1 to 63 lowercase letters, digits, _ or -, starting with a lowercase letter"
         return f"expected a GCE label key ({expected}: the Compute API refuses any other), got {key!r}"
-    if len(value) > 63 or not all(_label_char(c, False) for c in value):
+    if not labels.value_ok(value):
         return f"expected a GCE label value (at most 63 lowercase letters, digits, _ or -), got {value!r} for {key}"
     return None
 

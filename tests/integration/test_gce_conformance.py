@@ -186,6 +186,7 @@ def test_instances_and_operations_fit_their_schemas(emulator) -> None:
 
 def test_errors_have_the_shape_of_googles_json_errors(emulator) -> None:
     fleet = emulator.fleet
+    fingerprint = {"labelFingerprint": call(emulator, "GET", f"{Z}/instances/other").json()["labelFingerprint"]}
     answers = [
         call(emulator, "GET", f"{Z}/instances/nothing"),  # 404
         call(emulator, "GET", "projects/nowhere/aggregated/instances"),  # 404
@@ -193,16 +194,24 @@ def test_errors_have_the_shape_of_googles_json_errors(emulator) -> None:
         call(emulator, "GET", "projects/p/aggregated/instances", params={"fields": "items(("}),  # 400
         call(emulator, "POST", f"{Z}/instances/other/setLabels", json={"labelFingerprint": "x"}),
         call(emulator, "POST", f"{Z}/instances", json={"name": "other"}),  # 409
+        # Labels no instance may carry (Google Cloud's label requirements), refused in the API's words.
+        call(emulator, "POST", f"{Z}/instances", json={"name": "upper", "labels": {"KubernetesCluster": "x"}}),
+        call(emulator, "POST", f"{Z}/instances/other/setLabels", json={"labels": {"team": "Helm"}, **fingerprint}),
     ]
     fleet.quotas.limits["read_requests"] = 0
     try:
         answers.append(call(emulator, "GET", f"{Z}/instances/other"))  # 403 rate limit
     finally:
         fleet.quotas.limits.clear()
-    assert [a.status_code for a in answers] == [404, 404, 400, 400, 412, 409, 403]
+    assert [a.status_code for a in answers] == [404, 404, 400, 400, 412, 409, 400, 400, 403]
     for answer in answers:
         assert error_violations(answer.json(), answer.status_code) == [], answer.text
     assert answers[4].json()["error"]["errors"][0]["location"] == "If-Match"  # as recorded from the real API
+    refused = [a.json()["error"]["errors"][0] for a in answers[6:8]]
+    assert [r["reason"] for r in refused] == ["invalid", "invalid"]
+    assert refused[0]["message"].startswith("Invalid value for field 'resource.labels': ''. Label key 'Kubern")
+    assert refused[1]["message"].startswith("Invalid value for field 'labels': ''. Label value 'Helm' violates")
+    assert "upper" not in fleet.names("p")
     quota = answers[-1].json()["error"]
     assert quota["status"] == "PERMISSION_DENIED" and quota["errors"][0]["domain"] == "usageLimits"
 

@@ -15,7 +15,8 @@ duration has passed (``faults.instance_operation_seconds`` by instance name, els
 polls or not: a delete takes effect then (the instance is gone), settled by a timer thread and at every
 request. The call's own answer is the operation as created, ``PENDING``; ``get`` answers it as it stands;
 ``wait`` blocks until DONE or ``faults.operation_wait_cap`` seconds (120, the documented deadline). An insert
-or a setLabels takes effect when accepted.
+or a setLabels takes effect when accepted; either is refused with the API's 400 ``invalid`` when a label is one
+no instance may carry (:func:`refuse_invalid`).
 
 Rate quotas (``quotas``, :mod:`include.emulators.gce.quota`) are off until given limits:
 ``fleet.quotas.documented()`` for the documented ones, ``fleet.quotas.limits["read_requests"] = 5`` and
@@ -39,6 +40,7 @@ from typing import Any
 from include.emulators.gce.quota import RateQuotas, Usage
 from include.emulators.http import ApiError, Faults, State
 from include.emulators.shapes import COMPUTE, gcloud_instance
+from reaper.gce import labels as gce_labels
 
 WAIT_CAP = 120.0  # zoneOperations.wait: "waits for no more than the 2 minutes" (compute.v1.json)
 
@@ -94,6 +96,28 @@ _ACTIONS = (
 
 def fingerprint(labels: dict[str, str]) -> str:
     return hashlib.sha1(json.dumps(labels, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def refuse_invalid(labels: dict[str, Any], field: str) -> None:
+    """The API's 400 for a label no instance may carry (reaper.gce.labels), in the words recorded from it on insert
+    (``resource.labels``: googleapis/google-cloud-node-core#314, oap-project/cloudtik#14) and setLabels (``labels``:
+    cloudfoundry-incubator/kubo-deployment#159)."""
+    for key, value in labels.items():
+        if not gce_labels.key_ok(str(key)):
+            why = (
+                f"Label key '{key}' violates format constraints. The key must start with a lowercase character, can "
+                "only contain lowercase letters, numeric characters, underscores and dashes. The key can be at most "
+                "63 characters long. International characters are allowed."
+            )
+        elif not isinstance(value, str) or not gce_labels.value_ok(value):
+            why = (
+                f"Label value '{value}' violates format constraints. The value can only contain lowercase letters, "
+                "numeric characters, underscores and dashes. The value can be at most 63 characters long. "
+                "International characters are allowed."
+            )
+        else:
+            continue
+        raise ApiError(400, "invalid", f"Invalid value for field '{field}': ''. {why}")
 
 
 class Fleet(State):
@@ -298,6 +322,7 @@ class Fleet(State):
                 message = "Labels fingerprint either invalid or resource labels have changed"
                 raise ApiError(412, "conditionNotMet", message, more={"location": "If-Match", "locationType": "header"})
             labels = dict(body.get("labels") or {})
+            refuse_invalid(labels, "labels")
             instance["labels"] = labels
             instance["labelFingerprint"] = fingerprint(labels)
             self.mutations.append((time.monotonic(), project, "setLabels"))
@@ -320,6 +345,7 @@ class Fleet(State):
                 raise ApiError(409, "alreadyExists", f"The resource '{where}' already exists")
             instance_id = int(hashlib.sha1(f"{project}/{zone}/{name}/{time.time()}".encode()).hexdigest()[:15], 16)
             labels = {str(k): str(v) for k, v in dict(body.get("labels") or {}).items()}
+            refuse_invalid(labels, "resource.labels")
             instance = gcloud_instance(project, zone, name, instance_id + 1, "RUNNING", labels, time.time())
             self.add(instance)
             self.mutations.append((time.monotonic(), project, "insert"))
