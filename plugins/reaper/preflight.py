@@ -117,10 +117,10 @@ def _gce(config: Settings) -> Iterator[Check]:
         yield from _guarded("gce.writer_health.prometheus_url", lambda: _writers(config, resolved))
 
 
-def _first_page(clients: ComputeClients, project: str, config: Settings) -> Iterator[Check]:
-    """The first page of the project's listing (a second's first request at most): the reaper may list its
-    instances, and they carry the heartbeat label (a typo in its name reads every VM as unlabeled, which
-    ``unlabeled_age`` reaps once it is old)."""
+def _first_labels(
+    clients: ComputeClients, project: str, selector: dict[str, str], config: Settings
+) -> tuple[list[dict[str, str]], str | None]:
+    """The labels of the instances of the project's first listing page under ``selector``; or why it failed."""
     from reaper.gce.inventory import instance_pages
     from reaper.gce.quota import ProjectQuota
     from reaper.model import ScopeListing
@@ -130,17 +130,39 @@ def _first_page(clients: ComputeClients, project: str, config: Settings) -> Iter
     probe = ScopeListing("gce", project)
     timeout = gce.request_timeout.total_seconds()
     seen: list[dict[str, str]] = []
-    pages = instance_pages(clients, project, gce.selector, probe, Backoff(1), timeout, ProjectQuota(gce.quota))
-    for _, scoped in pages:
+    for _, scoped in instance_pages(clients, project, selector, probe, Backoff(1), timeout, ProjectQuota(gce.quota)):
         if probe.pages > 1:
             break
         seen += [raw.labels for raw in scoped.instances]
-    if probe.problems:
-        yield Check("gce.conn_id", False, f"listing {project}: {probe.problems[0]}")
+    return seen, probe.problems[0] if probe.problems else None
+
+
+def _first_page(clients: ComputeClients, project: str, config: Settings) -> Iterator[Check]:
+    """The first page of the project's listing (a second's first request at most): the reaper may list its
+    instances, the selector matches some when the managers' instances are there (a selector that matches none
+    reaps nothing, and says nothing), and they carry the heartbeat label (a typo in its name reads every VM as
+    unlabeled, which ``unlabeled_age`` reaps once it is old)."""
+    gce = config.gce
+    seen, problem = _first_labels(clients, project, gce.selector, config)
+    if problem:
+        yield Check("gce.conn_id", False, f"listing {project}: {problem}")
         return
     yield Check("gce.conn_id", True, f"{project}: its instances can be listed")
     label = gce.heartbeat_label
-    if seen and not any(label in labels for labels in seen):
+    if not seen:  # none in scope: an idle project, or a selector that matches none of the managers' instances
+        others, problem = _first_labels(clients, project, {}, config)
+        stamped = [labels for labels in others if label in labels]
+        if not problem and stamped:
+            wanted = ", ".join(f"{k}={v}" for k, v in sorted(gce.selector.items()))
+            theirs = sorted({f"{k}={v}" for labels in stamped for k, v in labels.items() if k != label})
+            yield Check(
+                "gce.selector",
+                False,
+                f"no instance first listed in {project} matches {wanted}, but {len(stamped)} carry {label} (their "
+                f"other labels: {', '.join(theirs[:10]) or 'none'}): a selector that matches none reaps nothing",
+            )
+        return
+    if not any(label in labels for labels in seen):
         keys = sorted({key for labels in seen for key in labels} - set(gce.selector))
         yield Check(
             "gce.heartbeat_label",

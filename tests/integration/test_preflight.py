@@ -123,6 +123,22 @@ def test_each_place_that_validates_but_points_at_nothing_is_one_failed_line_nami
     assert lines[-1].endswith(f" ok, {len(expected)} failed")
 
 
+def test_a_selector_that_matches_none_of_the_managers_instances_fails_and_an_idle_project_does_not(world, gce) -> None:
+    # Review finding (helper-50): a selector that validates but matches nothing listed an empty fleet, and the
+    # checks after it (the heartbeat label) saw nothing to check. Such a sweep reaps nothing and says nothing.
+    config, folder = world
+    config["gce"]["selector"] = {"ci_ephemeral": "yes"}  # the managers stamp ci_ephemeral=true
+    code, lines = check(config, folder)
+    failed = [line for line in lines if line.startswith("FAIL")]
+    assert code == 1 and len(failed) == 1, failed
+    assert failed[0].startswith("FAIL gce.selector: no instance first listed in ci-a matches ci_ephemeral=yes")
+    assert "but 1 carry runner_manager_heartbeat (their other labels: ci_ephemeral=true)" in failed[0]
+    fleet, _ = gce
+    fleet.projects["ci-a"]["us-east1-b"].clear()  # an idle project: nothing to match, nothing wrong
+    code, lines = check(config, folder)
+    assert code == 0, [line for line in lines if line.startswith("FAIL")]
+
+
 def test_a_writer_label_that_names_no_configured_project_fails_for_that_project(world) -> None:
     config, folder = world
     config["gce"]["writer_health"]["project_label"] = "gcp_project"
