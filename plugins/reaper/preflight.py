@@ -18,11 +18,12 @@ reaper's alert rules loaded and evaluable, and the cause alerts' selectors match
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import urllib.request
 from collections.abc import Callable, Iterator
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -234,15 +235,39 @@ def _k8s(config: Settings) -> Iterator[Check]:
 
 
 def _cluster(cluster: str, config: Settings) -> Iterator[Check]:
-    """One page of one Pod of the swept namespaces (metadata only): the reaper may list there."""
-    from reaper.k8s.client import METADATA_ONLY, api_client_from_connection, call, collection_paths
+    """One page of one Pod of the swept namespaces (metadata only): the reaper may list there; and when no Pod
+    matches the selector, none carries the run label either (a selector that matches none of the runs' Pods
+    validates, reaps nothing, and says nothing)."""
+    from reaper.k8s.client import METADATA_ONLY, api_client_from_connection, call, collection_paths, selector_string
 
     k8s = config.k8s
     api = api_client_from_connection(cluster)
-    for path in collection_paths("Pod", k8s.namespaces):
-        call(api, "GET", path, k8s.request_timeout.total_seconds(), [("limit", 1)], accept=METADATA_ONLY)
+    timeout = k8s.request_timeout.total_seconds()
+    paths = collection_paths("Pod", k8s.namespaces)
+
+    def first(query: list[tuple[str, object]]) -> list[dict[str, Any]]:
+        """The first Pod of each swept namespace path under ``query``, as metadata."""
+        found: list[dict[str, Any]] = []
+        for path in paths:
+            found += json.loads(call(api, "GET", path, timeout, [*query, ("limit", 1)], accept=METADATA_ONLY))["items"]
+        return found
+
+    first([])
     where = f"namespaces {', '.join(k8s.namespaces)}" if k8s.namespaces else "every namespace"
     yield Check("k8s.clusters", True, f"{cluster}: Pods of {where} can be listed")
+    if first([("labelSelector", selector_string(k8s.selector))]):
+        return
+    runs = first([("labelSelector", k8s.run_label)])  # an existence selector: any Pod of a run
+    if runs:
+        meta = runs[0]["metadata"]
+        labels = ", ".join(f"{k}={v}" for k, v in sorted((meta.get("labels") or {}).items()) if k != k8s.run_label)
+        yield Check(
+            "k8s.selector",
+            False,
+            f"no Pod in {cluster} ({where}) matches {selector_string(k8s.selector)}, but Pods carry "
+            f"{k8s.run_label} (e.g. {meta.get('namespace')}/{meta.get('name')}: {labels or 'no other labels'}): a "
+            "selector that matches none reaps nothing",
+        )
 
 
 def _nats_bucket(config: Settings) -> Iterator[Check]:

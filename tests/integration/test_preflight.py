@@ -21,7 +21,7 @@ from pymongo import MongoClient
 
 from reaper.cli import main
 from tests.helpers.gce import add_instance
-from tests.helpers.k8s import put_leases
+from tests.helpers.k8s import put_leases, seed_run
 from tests.integration.fake_prometheus import FakePrometheus, series, vector
 
 NUMBER = "123456789012"
@@ -137,6 +137,25 @@ def test_a_selector_that_matches_none_of_the_managers_instances_fails_and_an_idl
     fleet.projects["ci-a"]["us-east1-b"].clear()  # an idle project: nothing to match, nothing wrong
     code, lines = check(config, folder)
     assert code == 0, [line for line in lines if line.startswith("FAIL")]
+
+
+def test_a_kubernetes_selector_that_matches_none_of_the_runs_pods_fails_and_an_idle_cluster_does_not(
+    world, kube
+) -> None:
+    config, folder = world
+    cluster, _, _ = kube
+    config["k8s"]["selector"] = {"iterion.io/managed": "yes"}  # the runners label their Pods managed=true
+    assert check(config, folder)[0] == 0  # no Pod at all: an idle cluster, nothing wrong
+    seed_run(cluster, "run-9")
+    code, lines = check(config, folder)
+    failed = [line for line in lines if line.startswith("FAIL")]
+    assert code == 1 and len(failed) == 1, failed
+    assert failed[0].startswith(
+        "FAIL k8s.selector: no Pod in kube_pre (every namespace) matches iterion.io/managed=yes"
+    )
+    assert "but Pods carry iterion.io/run-id (e.g. ci/" in failed[0] and "iterion.io/managed=true" in failed[0]
+    config["k8s"]["selector"] = {"iterion.io/managed": "true"}
+    assert check(config, folder)[0] == 0  # the right selector: it matches the run's Pod
 
 
 def test_a_writer_label_that_names_no_configured_project_fails_for_that_project(world) -> None:
