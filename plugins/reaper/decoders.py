@@ -312,9 +312,12 @@ class _ListMeta(msgspec.Struct):
 class KubeList(msgspec.Struct):
     """A list as the API answers it (a page of it) and as ``kubectl get -o json`` writes it (a ``List``).
 
-    ``items`` is required: an answer without it is no list, never an empty one."""
+    ``items`` is required: an answer without it is no list, never an empty one. ``null`` is an empty one: the API
+    server answers a metadata-only list that matches nothing with ``"items": null`` (its PartialObjectMetadataList
+    is built by appending, so no match leaves a nil slice: kubernetes-client/python#2142, fixed there in #2155;
+    typed lists of some servers alike, #2028, #424)."""
 
-    items: list[KubeItem]
+    items: list[KubeItem] | None
     kind: str = ""
     metadata: _ListMeta = msgspec.field(default_factory=_ListMeta)
 
@@ -435,7 +438,7 @@ def item_kinds(listing: KubeList, asked: str = "") -> list[tuple[KubeItem, str]]
         raise ValueError(f"a {listing.kind} answered a list of {asked}s")
     listed = listed or asked
     kinds = []
-    for i, item in enumerate(listing.items):
+    for i, item in enumerate(listing.items or []):
         own = "" if item.kind in _NO_KIND else item.kind
         meta = item.metadata
         where = f"$.items[{i}] ({meta.namespace}/{meta.name})" if meta.namespace else f"$.items[{i}] ({meta.name})"

@@ -163,3 +163,31 @@ def test_pods_lists_a_runs_pods_cluster_wide_or_in_one_namespace(kube) -> None:
         ("GET", f"/api/v1/namespaces/ci/pods?{selector}"),
         ("GET", f"/api/v1/namespaces/elsewhere/pods?{selector}"),
     ]
+
+
+def test_an_empty_metadata_only_list_answered_null_is_none_there_and_one_without_items_is_no_answer(kube) -> None:
+    # The API server answers a metadata-only list that matches nothing with "items": null (kubernetes-client/
+    # python#2142): read as an error, a run's Secrets were never deleted once its Pod was gone (the Pod check
+    # before them failed). An answer without "items" is no list: never "no Pod there".
+    cluster, api, _ = kube
+    seed_run(cluster, "r1")
+    secret = listed(api)["Secret"]
+    answers: list[object] = []
+
+    def seen(body: object) -> object:
+        answers.append(body)
+        return body
+
+    cluster.rewrites["list"] = cluster.rewrites["list_namespaced"] = seen
+    assert ClusterApi(api, 10).pods({RUN_LABEL: "r2"}, None) == []
+    assert ClusterApi(api, 10).pods({RUN_LABEL: "r2"}, "ci") == []
+    assert [cast(dict, a)["items"] for a in answers] == [None, None]  # as the API server answers it
+    cluster.rewrites["list"] = cluster.rewrites["list_namespaced"] = lambda body: {**cast(dict, body), "items": []}
+    assert ClusterApi(api, 10).pods({RUN_LABEL: "r2"}, None) == []
+    for rewrite in ("list", "list_namespaced"):
+        cluster.rewrites[rewrite] = lambda body: {k: v for k, v in cast(dict, body).items() if k != "items"}
+    with pytest.raises(Exception, match="items"):
+        ClusterApi(api, 10).pods({RUN_LABEL: "r1"}, None)
+    cluster.rewrites.clear()
+    assert [p.name for p in ClusterApi(api, 10).pods({RUN_LABEL: "r1"}, None)] == ["sandbox-r1"]
+    assert ClusterApi(api, 10).read(secret) is not None

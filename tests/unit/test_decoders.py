@@ -144,3 +144,13 @@ def test_a_pod_without_its_spec_is_unreadable() -> None:
     with pytest.raises(ValueError, match="expected its spec"):
         k8s_object(item, "c1", "Pod")
     assert k8s_object(item, "c1", "Secret").containers == {}  # Secrets are listed metadata-only on purpose
+
+
+def test_a_listing_page_answered_items_null_is_empty_and_one_without_items_is_undecodable() -> None:
+    # The API server's empty metadata-only list is "items": null (kubernetes-client/python#2142).
+    from reaper.k8s.inventory import read_page
+
+    empty = b'{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{},"items":null}'
+    assert read_page(empty, "c1", "Secret") == ([], "")
+    with pytest.raises(msgspec.ValidationError, match="items"):
+        read_page(b'{"kind":"PartialObjectMetadataList","metadata":{}}', "c1", "Secret")

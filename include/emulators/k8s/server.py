@@ -199,7 +199,9 @@ class K8sHandler(Handler):
             "kind": "PartialObjectMetadataList" if metadata_only else f"{kind}List",
             "apiVersion": "meta.k8s.io/v1" if metadata_only else api_version,
             "metadata": {"resourceVersion": version},
-            "items": self._serve_objects(resource, page),
+            # A metadata-only list that matches nothing is "items": null, as the API server answers it (its
+            # PartialObjectMetadataList is built by appending to a nil slice: kubernetes-client/python#2142).
+            "items": self._serve_objects(resource, page) or (None if metadata_only else []),
         }
         if resume:
             body["metadata"]["continue"] = token if resume == after else _continue_token(resume, version)

@@ -45,7 +45,11 @@ class _Answer(msgspec.Struct):
 
 
 class _List(msgspec.Struct):
-    items: list[_Answer] = []
+    """A metadata-only list. ``items`` is required (an answer without it is no list: never read as "none there",
+    which before a Secret's delete would say the run's Pod is gone); ``null`` is the API server's empty one
+    (reaper.decoders.KubeList)."""
+
+    items: list[_Answer] | None
 
 
 _ANSWER = msgspec.json.Decoder(_Answer)
@@ -106,4 +110,4 @@ class ClusterApi:
     def _list(self, path: str, query: list[tuple[str, object]]) -> list[ObjectMeta]:
         """One list request, metadata only; its items' metadata."""
         raw = call(self.api, "GET", path, self.timeout, query, accept=METADATA_ONLY)
-        return [item.metadata for item in _LIST.decode(raw).items]
+        return [item.metadata for item in _LIST.decode(raw).items or []]
