@@ -153,7 +153,13 @@ def _first_page(clients: ComputeClients, project: str, config: Settings) -> Iter
     if not seen:  # none in scope: an idle project, or a selector that matches none of the managers' instances
         others, problem = _first_labels(clients, project, {}, config)
         stamped = [labels for labels in others if label in labels]
-        if not problem and stamped:
+        # Stamped instances that carry none of the selector's labels: a selector that names them wrongly. One that
+        # carries some (another pool of the project, idle pools beside it) says nothing about this one.
+        if (
+            not problem
+            and stamped
+            and not any(labels.get(k) == v for labels in stamped for k, v in gce.selector.items())
+        ):
             wanted = ", ".join(f"{k}={v}" for k, v in sorted(gce.selector.items()))
             theirs = sorted({f"{k}={v}" for labels in stamped for k, v in labels.items() if k != label})
             yield Check(
@@ -249,7 +255,8 @@ def _cluster(cluster: str, config: Settings) -> Iterator[Check]:
         """The first Pod of each swept namespace path under ``query``, as metadata."""
         found: list[dict[str, Any]] = []
         for path in paths:
-            found += json.loads(call(api, "GET", path, timeout, [*query, ("limit", 1)], accept=METADATA_ONLY))["items"]
+            answer = json.loads(call(api, "GET", path, timeout, [*query, ("limit", 1)], accept=METADATA_ONLY))
+            found += answer["items"] or []  # null: none (the API server's empty metadata-only list)
         return found
 
     first([])
@@ -258,7 +265,9 @@ def _cluster(cluster: str, config: Settings) -> Iterator[Check]:
     if first([("labelSelector", selector_string(k8s.selector))]):
         return
     runs = first([("labelSelector", k8s.run_label)])  # an existence selector: any Pod of a run
-    if runs:
+    # As for GCE: a run's Pod that carries some of the selector's labels (another installation's, beside idle ones)
+    # says nothing against it; one that carries none says the selector names them wrongly.
+    if runs and not any((r["metadata"].get("labels") or {}).get(k) == v for r in runs for k, v in k8s.selector.items()):
         meta = runs[0]["metadata"]
         labels = ", ".join(f"{k}={v}" for k, v in sorted((meta.get("labels") or {}).items()) if k != k8s.run_label)
         yield Check(

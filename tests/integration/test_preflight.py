@@ -134,6 +134,12 @@ def test_a_selector_that_matches_none_of_the_managers_instances_fails_and_an_idl
     assert failed[0].startswith("FAIL gce.selector: no instance first listed in ci-a matches ci_ephemeral=yes")
     assert "but 1 carry runner_manager_heartbeat (their other labels: ci_ephemeral=true)" in failed[0]
     fleet, _ = gce
+    # Review finding (helper-51): an idle pool beside a busy one whose managers stamp the same heartbeat label is
+    # no wrong selector; instances that carry some of the selector's labels say nothing against it.
+    fleet.projects["ci-a"]["us-east1-b"].clear()
+    add_instance(fleet, "ci-a", "us-east1-b", "vm-b", labels={"pool": "b"})
+    config["gce"]["selector"] = {"ci_ephemeral": "true", "pool": "a"}
+    assert check(config, folder)[0] == 0, [line for line in check(config, folder)[1] if line.startswith("FAIL")]
     fleet.projects["ci-a"]["us-east1-b"].clear()  # an idle project: nothing to match, nothing wrong
     code, lines = check(config, folder)
     assert code == 0, [line for line in lines if line.startswith("FAIL")]
