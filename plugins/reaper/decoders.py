@@ -304,22 +304,25 @@ class KubeItem(msgspec.Struct):
     status: _Status | None = None
 
 
-class _ListMeta(msgspec.Struct):
+class ListMeta(msgspec.Struct):
+    """A list's own metadata: the continue token of a page, and how many items remain past it."""
+
     # "continue" is a Python keyword.
     next: str = msgspec.field(default="", name="continue")
+    remainingItemCount: int | None = None
 
 
 class KubeList(msgspec.Struct):
     """A list as the API answers it (a page of it) and as ``kubectl get -o json`` writes it (a ``List``).
 
-    ``items`` is required: an answer without it is no list, never an empty one. ``null`` is an empty one: the API
-    server answers a metadata-only list that matches nothing with ``"items": null`` (its PartialObjectMetadataList
-    is built by appending, so no match leaves a nil slice: kubernetes-client/python#2142, fixed there in #2155;
-    typed lists of some servers alike, #2028, #424)."""
+    ``items`` is required: an answer without it is no list, never an empty one. ``null`` is an empty one in a
+    metadata-only list only (:data:`METADATA_LIST`): the API server answers one that matches nothing with
+    ``"items": null`` (it is built by appending, so no match leaves a nil slice: kubernetes-client/python#2142,
+    fixed there in #2155); in any other answer it is no list (:func:`item_kinds`)."""
 
     items: list[KubeItem] | None
     kind: str = ""
-    metadata: _ListMeta = msgspec.field(default_factory=_ListMeta)
+    metadata: ListMeta = msgspec.field(default_factory=ListMeta)
 
 
 def _finished_for_good(status: _ContainerStatus | None, restarted_on_failure: bool) -> bool:
@@ -418,8 +421,9 @@ def load_k8s(path: str | Path, cluster: str) -> list[K8sObject]:
     )
 
 
+METADATA_LIST = "PartialObjectMetadataList"  # the kind of a metadata-only list (reaper.k8s.client.METADATA_ONLY)
 # Lists that do not say their items' kind, and item kinds that do not say what the object is.
-_UNTYPED_LISTS = ("", "List", "PartialObjectMetadataList")
+_UNTYPED_LISTS = ("", "List", METADATA_LIST)
 _NO_KIND = ("", "PartialObjectMetadata")
 
 
@@ -432,6 +436,10 @@ def item_kinds(listing: KubeList, asked: str = "") -> list[tuple[KubeItem, str]]
     never skipped nor read as another kind: skipping it would report "no orphans" for objects the
     reaper never read.
     """
+    if listing.kind not in _UNTYPED_LISTS and not listing.kind.endswith("List"):  # a Status answered 200, say
+        raise ValueError(f"a {listing.kind} answered a list")
+    if listing.items is None and listing.kind != METADATA_LIST:
+        raise ValueError(f"a {listing.kind or 'list'} answered items null: only an empty metadata-only list does")
     typed = listing.kind not in _UNTYPED_LISTS and listing.kind.endswith("List")
     listed = listing.kind.removesuffix("List") if typed else ""
     if asked and listed and listed != asked:

@@ -191,3 +191,33 @@ def test_an_empty_metadata_only_list_answered_null_is_none_there_and_one_without
     cluster.rewrites.clear()
     assert [p.name for p in ClusterApi(api, 10).pods({RUN_LABEL: "r1"}, None)] == ["sandbox-r1"]
     assert ClusterApi(api, 10).read(secret) is not None
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        # Review finding (helper-52): a first page of none that says more follows read as "no Pod of the run".
+        {"metadata": {"continue": "eyJhZnRlciI6W119", "remainingItemCount": 1}, "items": None},
+        {"metadata": {"continue": "eyJhZnRlciI6W119"}, "items": []},
+        {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": None},  # not the list asked for
+        {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "items": None},
+    ],
+    ids=["null-page-continues", "empty-page-continues", "typed-list", "status"],
+)
+def test_a_run_whose_pod_check_is_answered_by_no_whole_metadata_list_keeps_its_secrets(kube, answer) -> None:
+    from reaper.config import parse_settings
+    from reaper.k8s.deleter import K8sDeleter
+
+    cluster, api, _ = kube
+    seed_run(cluster, "r1")
+    rest = [o for o in listed(api).values() if o.kind != "Pod"]  # the Pod's delete went earlier, or so it seems
+
+    def hide_the_pod(body: object) -> object:
+        pods = [i for i in cast(dict, body).get("items") or [] if i["metadata"].get("name") == "sandbox-r1"]
+        return {**cast(dict, body), **answer} if pods else body
+
+    cluster.rewrites["list"] = cluster.rewrites["list_namespaced"] = hide_the_pod
+    config = parse_settings({"k8s": {"delete_rate_per_cluster": 1000.0}}, "test")
+    outcomes = K8sDeleter(lambda _: api, config, fast_backoff()).delete(rest)
+    assert ("pods", "ci", "sandbox-r1") in cluster.objects and cluster.counters["delete"] == 0
+    assert {o.result for o in outcomes} <= {"changed_since_plan", "not_attempted", "failed"}, outcomes

@@ -154,3 +154,19 @@ def test_a_listing_page_answered_items_null_is_empty_and_one_without_items_is_un
     assert read_page(empty, "c1", "Secret") == ([], "")
     with pytest.raises(msgspec.ValidationError, match="items"):
         read_page(b'{"kind":"PartialObjectMetadataList","metadata":{}}', "c1", "Secret")
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"kind":"PodList","apiVersion":"v1","metadata":{},"items":null}',  # only a metadata-only list is null
+        b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","items":null}',
+        b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","items":[]}',
+    ],
+    ids=["typed-null", "status-null", "status-empty"],
+)
+def test_a_page_of_another_shape_than_a_list_or_null_outside_a_metadata_list_is_undecodable(raw: bytes) -> None:
+    from reaper.k8s.inventory import read_page
+
+    with pytest.raises(ValueError):
+        read_page(raw, "c1", "Pod")

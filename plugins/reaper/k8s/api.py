@@ -15,6 +15,7 @@ import msgspec
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from reaper.decoders import METADATA_LIST, ListMeta
 from reaper.k8s.client import METADATA_ONLY, answer, call, collection_path, selector_string
 from reaper.model import K8sObject
 
@@ -47,9 +48,11 @@ class _Answer(msgspec.Struct):
 class _List(msgspec.Struct):
     """A metadata-only list. ``items`` is required (an answer without it is no list: never read as "none there",
     which before a Secret's delete would say the run's Pod is gone); ``null`` is the API server's empty one
-    (reaper.decoders.KubeList)."""
+    (reaper.decoders.KubeList). Its kind and its metadata are read too (:meth:`ClusterApi._list`)."""
 
     items: list[_Answer] | None
+    kind: str = ""
+    metadata: ListMeta = msgspec.field(default_factory=ListMeta)
 
 
 _ANSWER = msgspec.json.Decoder(_Answer)
@@ -108,6 +111,16 @@ class ClusterApi:
             return None
 
     def _list(self, path: str, query: list[tuple[str, object]]) -> list[ObjectMeta]:
-        """One list request, metadata only; its items' metadata."""
+        """One list request, metadata only, asked without ``limit``: its items' metadata.
+
+        Another kind of answer, or a page that says more follows (a continue token, items remaining: a proxy
+        that pages by itself), is no answer (``ValueError``, unreadable: keep), never "none there" or "these".
+        Review finding (helper-52): a first page of none with a continue token read as "no Pod of the run".
+        """
         raw = call(self.api, "GET", path, self.timeout, query, accept=METADATA_ONLY)
-        return [item.metadata for item in _LIST.decode(raw).items or []]
+        listing = _LIST.decode(raw)
+        if listing.kind != METADATA_LIST:
+            raise ValueError(f"a {listing.kind or 'list without a kind'} answered a metadata-only list")
+        if listing.metadata.next or listing.metadata.remainingItemCount:
+            raise ValueError("a page of a list (a continue token, items remaining) answered an unpaged list")
+        return [item.metadata for item in listing.items or []]
