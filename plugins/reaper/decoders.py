@@ -440,7 +440,7 @@ def item_kinds(listing: KubeList, asked: str = "") -> list[tuple[KubeItem, str]]
         raise ValueError(f"a {listing.kind} answered a list")
     if listing.items is None and listing.kind != METADATA_LIST:
         raise ValueError(f"a {listing.kind or 'list'} answered items null: only an empty metadata-only list does")
-    typed = listing.kind not in _UNTYPED_LISTS and listing.kind.endswith("List")
+    typed = listing.kind not in _UNTYPED_LISTS  # a list kind, checked above
     listed = listing.kind.removesuffix("List") if typed else ""
     if asked and listed and listed != asked:
         raise ValueError(f"a {listing.kind} answered a list of {asked}s")

@@ -18,12 +18,11 @@ reaper's alert rules loaded and evaluable, and the cause alerts' selectors match
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -31,6 +30,7 @@ from reaper.config import Settings
 from reaper.redact import error_for_log, url_for_log
 
 if TYPE_CHECKING:
+    from reaper.decoders import KubeItem
     from reaper.gce.clients import ComputeClients
     from reaper.model import Resolved
 
@@ -118,6 +118,12 @@ def _gce(config: Settings) -> Iterator[Check]:
         yield from _guarded("gce.writer_health.prometheus_url", lambda: _writers(config, resolved))
 
 
+def carry_any(label_sets: Iterable[Mapping[str, str]], selector: Mapping[str, str]) -> bool:
+    """Whether any of these objects carries any of the selector's labels: then a selector none of them matches may
+    be a narrower one (another pool, another installation beside an idle one), not a wrong one."""
+    return any(labels.get(k) == v for labels in label_sets for k, v in selector.items())
+
+
 def _first_labels(
     clients: ComputeClients, project: str, selector: dict[str, str], config: Settings
 ) -> tuple[list[dict[str, str]], str | None]:
@@ -155,11 +161,7 @@ def _first_page(clients: ComputeClients, project: str, config: Settings) -> Iter
         stamped = [labels for labels in others if label in labels]
         # Stamped instances that carry none of the selector's labels: a selector that names them wrongly. One that
         # carries some (another pool of the project, idle pools beside it) says nothing about this one.
-        if (
-            not problem
-            and stamped
-            and not any(labels.get(k) == v for labels in stamped for k, v in gce.selector.items())
-        ):
+        if not problem and stamped and not carry_any(stamped, gce.selector):
             wanted = ", ".join(f"{k}={v}" for k, v in sorted(gce.selector.items()))
             theirs = sorted({f"{k}={v}" for labels in stamped for k, v in labels.items() if k != label})
             yield Check(
@@ -244,6 +246,7 @@ def _cluster(cluster: str, config: Settings) -> Iterator[Check]:
     """One page of one Pod of the swept namespaces (metadata only): the reaper may list there; and when no Pod
     matches the selector, none carries the run label either (a selector that matches none of the runs' Pods
     validates, reaps nothing, and says nothing)."""
+    from reaper.decoders import KubeList, item_kinds
     from reaper.k8s.client import METADATA_ONLY, api_client_from_connection, call, collection_paths, selector_string
 
     k8s = config.k8s
@@ -251,13 +254,11 @@ def _cluster(cluster: str, config: Settings) -> Iterator[Check]:
     timeout = k8s.request_timeout.total_seconds()
     paths = collection_paths("Pod", k8s.namespaces)
 
-    def first(query: list[tuple[str, object]]) -> list[dict[str, Any]]:
-        """The first Pod of each swept namespace path under ``query``, as metadata."""
-        found: list[dict[str, Any]] = []
-        for path in paths:
-            answer = json.loads(call(api, "GET", path, timeout, [*query, ("limit", 1)], accept=METADATA_ONLY))
-            found += answer["items"] or []  # null: none (the API server's empty metadata-only list)
-        return found
+    def first(query: list[tuple[str, object]]) -> list[KubeItem]:
+        """The first Pod of each swept namespace path under ``query``, as metadata, decoded as the listing decodes a
+        page (``"items": null`` is none; an answer of another shape is an error)."""
+        pages = (call(api, "GET", path, timeout, [*query, ("limit", 1)], accept=METADATA_ONLY) for path in paths)
+        return [pod for raw in pages for pod, _ in item_kinds(msgspec.json.decode(raw, type=KubeList), "Pod")]
 
     first([])
     where = f"namespaces {', '.join(k8s.namespaces)}" if k8s.namespaces else "every namespace"
@@ -267,14 +268,14 @@ def _cluster(cluster: str, config: Settings) -> Iterator[Check]:
     runs = first([("labelSelector", k8s.run_label)])  # an existence selector: any Pod of a run
     # As for GCE: a run's Pod that carries some of the selector's labels (another installation's, beside idle ones)
     # says nothing against it; one that carries none says the selector names them wrongly.
-    if runs and not any((r["metadata"].get("labels") or {}).get(k) == v for r in runs for k, v in k8s.selector.items()):
-        meta = runs[0]["metadata"]
-        labels = ", ".join(f"{k}={v}" for k, v in sorted((meta.get("labels") or {}).items()) if k != k8s.run_label)
+    if runs and not carry_any((r.metadata.labels for r in runs), k8s.selector):
+        pod = runs[0].metadata
+        labels = ", ".join(f"{k}={v}" for k, v in sorted(pod.labels.items()) if k != k8s.run_label)
         yield Check(
             "k8s.selector",
             False,
             f"no Pod in {cluster} ({where}) matches {selector_string(k8s.selector)}, but Pods carry "
-            f"{k8s.run_label} (e.g. {meta.get('namespace')}/{meta.get('name')}: {labels or 'no other labels'}): a "
+            f"{k8s.run_label} (e.g. {pod.namespace}/{pod.name}: {labels or 'no other labels'}): a "
             "selector that matches none reaps nothing",
         )
 
